@@ -1,0 +1,18 @@
+//! gconv-core: the problem model, host tensors, the solver contract, the reference
+//! implementation and verification. No backend lives here.
+
+pub mod config;
+pub mod error;
+pub mod geometry;
+pub mod problem;
+pub mod reference;
+pub mod solver;
+pub mod tensor;
+pub mod verify;
+
+pub use config::Config;
+pub use error::{GconvError, Result};
+pub use geometry::Geometry;
+pub use problem::{ConvProblem, DataType, Direction, Layout, SpatialDim};
+pub use solver::{Backend, Invoker, NotApplicable, Registry, Solution, Solver};
+pub use tensor::{ConvTensors, Tensor};
