@@ -8,6 +8,8 @@ pub mod problem;
 pub mod reference;
 pub mod solver;
 pub mod tensor;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod verify;
 
 pub use config::Config;
@@ -16,3 +18,6 @@ pub use geometry::Geometry;
 pub use problem::{ConvProblem, DataType, Direction, Layout, SpatialDim};
 pub use solver::{Backend, Invoker, NotApplicable, Registry, Solution, Solver};
 pub use tensor::{ConvTensors, Tensor};
+
+#[cfg(test)]
+mod tests;

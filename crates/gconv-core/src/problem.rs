@@ -167,10 +167,7 @@ impl SpatialDim {
     pub fn output(&self) -> i64 {
         let span = i64::from(self.dilation) * (i64::from(self.filter) - 1) + 1;
         let padded = i64::from(self.input) + 2 * i64::from(self.pad);
-        if padded < span || self.stride == 0 {
-            return padded - span;
-        }
-        (padded - span) / i64::from(self.stride) + 1
+        (padded - span).div_euclid(i64::from(self.stride.max(1))) + 1
     }
 }
 

@@ -80,6 +80,9 @@ impl Plan {
         let geo = &self.geo;
         for (t, tap) in positions(geo.filter).enumerate() {
             let ow = geo.valid_outputs(2, tap[2]);
+            if ow.is_empty() {
+                continue;
+            }
             for od in 0..geo.output[0] {
                 let Some(id) = geo.input_coord(0, od, tap[0]) else { continue };
                 for oh in 0..geo.output[1] {
