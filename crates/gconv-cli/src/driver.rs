@@ -1,0 +1,205 @@
+//! MIOpenDriver's convolution flags, as MIOpen's driver/conv_driver.hpp defines them, turned
+//! into gconv problems.
+
+use clap::{Args, Parser};
+use gconv_core::{ConvProblem, DataType, Direction, Layout, SpatialDim};
+
+#[derive(Debug, Clone, Args)]
+pub struct DriverArgs {
+    /// Spatial dimensions: 1 (W), 2 (H, W) or 3 (D, H, W)
+    #[arg(short = '_', long = "spatial_dim", default_value_t = 2)]
+    pub spatial_dim: u32,
+    /// Directions: 0 all, 1 fwd, 2 bwd-data, 4 bwd-weight, or a sum of them
+    #[arg(short = 'F', long = "forw", default_value_t = 0)]
+    pub forw: u32,
+    /// Mini-batch size
+    #[arg(short = 'n', long = "batchsize", default_value_t = 100)]
+    pub batchsize: u32,
+    /// Input channels
+    #[arg(short = 'c', long = "in_channels", default_value_t = 3)]
+    pub in_channels: u32,
+    /// Input depth (3D)
+    #[arg(short = '!', long = "in_d", default_value_t = 32)]
+    pub in_d: u32,
+    /// Input height
+    #[arg(short = 'H', long = "in_h", default_value_t = 32)]
+    pub in_h: u32,
+    /// Input width
+    #[arg(short = 'W', long = "in_w", default_value_t = 32)]
+    pub in_w: u32,
+    /// Output channels
+    #[arg(short = 'k', long = "out_channels", default_value_t = 32)]
+    pub out_channels: u32,
+    /// Filter depth (3D)
+    #[arg(short = '@', long = "fil_d", default_value_t = 3)]
+    pub fil_d: u32,
+    /// Filter height
+    #[arg(short = 'y', long = "fil_h", default_value_t = 3)]
+    pub fil_h: u32,
+    /// Filter width
+    #[arg(short = 'x', long = "fil_w", default_value_t = 3)]
+    pub fil_w: u32,
+    /// Stride along depth (3D)
+    #[arg(short = '#', long = "conv_stride_d", default_value_t = 1)]
+    pub conv_stride_d: u32,
+    /// Stride along height
+    #[arg(short = 'u', long = "conv_stride_h", default_value_t = 1)]
+    pub conv_stride_h: u32,
+    /// Stride along width
+    #[arg(short = 'v', long = "conv_stride_w", default_value_t = 1)]
+    pub conv_stride_w: u32,
+    /// Zero padding along depth (3D)
+    #[arg(short = '$', long = "pad_d", default_value_t = 0)]
+    pub pad_d: u32,
+    /// Zero padding along height
+    #[arg(short = 'p', long = "pad_h", default_value_t = 0)]
+    pub pad_h: u32,
+    /// Zero padding along width
+    #[arg(short = 'q', long = "pad_w", default_value_t = 0)]
+    pub pad_w: u32,
+    /// Dilation along depth (3D)
+    #[arg(short = '^', long = "dilation_d", default_value_t = 1)]
+    pub dilation_d: u32,
+    /// Dilation along height
+    #[arg(short = 'l', long = "dilation_h", default_value_t = 1)]
+    pub dilation_h: u32,
+    /// Dilation along width
+    #[arg(short = 'j', long = "dilation_w", default_value_t = 1)]
+    pub dilation_w: u32,
+    /// Groups
+    #[arg(short = 'g', long = "group_count", default_value_t = 1)]
+    pub group_count: u32,
+    /// Convolution mode: conv (transposed convolution is not supported)
+    #[arg(short = 'm', long = "mode", default_value = "conv")]
+    pub mode: String,
+    /// Input layout: NCW, NCHW, NCDHW, NWC, NHWC or NDHWC (default NCHW-family)
+    #[arg(short = 'I', long = "in_layout")]
+    pub in_layout: Option<String>,
+    /// Output layout; must match the input layout's family
+    #[arg(short = 'O', long = "out_layout")]
+    pub out_layout: Option<String>,
+    /// Filter layout: NCHW-family is K x C/G x filter, NHWC-family is K x filter x C/G
+    #[arg(short = 'f', long = "fil_layout")]
+    pub fil_layout: Option<String>,
+}
+
+/// A driver line as it appears in a batch file, after its command word.
+#[derive(Debug, Parser)]
+#[command(name = "line", no_binary_name = true, allow_negative_numbers = true, disable_help_flag = true)]
+pub struct DriverLine {
+    #[command(flatten)]
+    pub driver: DriverArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// How to run each problem: MIOpenDriver's verify, time, iteration and solution flags.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Verify each direction against cpu.reference (1) or not (0)
+    #[arg(short = 'V', long = "verify", default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=1))]
+    pub verify: u32,
+    /// Time each direction (1): the median of -i iterations after one warm-up
+    #[arg(short = 't', long = "time", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1))]
+    pub time: u32,
+    /// Timed iterations
+    #[arg(short = 'i', long = "iter", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub iter: u32,
+    /// Force a solver by id (see `gconv explain`)
+    #[arg(short = 'S', long = "solution")]
+    pub solution: Option<String>,
+}
+
+impl DriverArgs {
+    /// The problem of each direction selected by -F, in fwd, bwd-data, bwd-weight order.
+    pub fn problems(&self, dtype: DataType) -> Result<Vec<ConvProblem>, String> {
+        if self.mode != "conv" {
+            return Err(format!("mode `{}` is not supported: only `conv` (transposed convolution is not)", self.mode));
+        }
+        if self.forw > 7 {
+            return Err(format!("-F {} is not a direction set: use 0 (all), 1 fwd, 2 bwd-data, 4 bwd-weight or a sum", self.forw));
+        }
+        let rank = match self.spatial_dim {
+            1..=3 => self.spatial_dim as usize,
+            other => return Err(format!("--spatial_dim {other} is not supported: use 1, 2 or 3")),
+        };
+        let layout = self.layout(rank)?;
+        let all = [
+            SpatialDim { input: self.in_d, filter: self.fil_d, stride: self.conv_stride_d, pad: self.pad_d, dilation: self.dilation_d },
+            SpatialDim { input: self.in_h, filter: self.fil_h, stride: self.conv_stride_h, pad: self.pad_h, dilation: self.dilation_h },
+            SpatialDim { input: self.in_w, filter: self.fil_w, stride: self.conv_stride_w, pad: self.pad_w, dilation: self.dilation_w },
+        ];
+        let base = ConvProblem {
+            direction: Direction::Forward,
+            dtype,
+            layout,
+            n: self.batchsize,
+            c: self.in_channels,
+            k: self.out_channels,
+            g: self.group_count,
+            dims: all[3 - rank..].to_vec(),
+        };
+        base.validate().map_err(|e| e.to_string())?;
+        Ok(Direction::ALL
+            .into_iter()
+            .filter(|d| self.forw == 0 || self.forw & d.driver_bit() != 0)
+            .map(|d| base.with_direction(d))
+            .collect())
+    }
+
+    /// One layout family for all three tensors; names must fit the spatial rank.
+    fn layout(&self, rank: usize) -> Result<Layout, String> {
+        let mut family = None;
+        for (flag, name) in [("-I", &self.in_layout), ("-O", &self.out_layout), ("-f", &self.fil_layout)] {
+            let Some(name) = name else { continue };
+            let (layout, named_rank) = Layout::parse_name(name).map_err(|e| format!("{flag}: {e}"))?;
+            if named_rank != rank {
+                return Err(format!(
+                    "{flag} {name} is a {named_rank}D layout but --spatial_dim is {rank}: use {} or {}",
+                    Layout::Nchw.name(rank),
+                    Layout::Nhwc.name(rank)
+                ));
+            }
+            match family {
+                Some(f) if f != layout => {
+                    return Err("mixed layouts are not supported: give -I, -O and -f the same family (all NCHW-like or all NHWC-like)".into())
+                }
+                _ => family = Some(layout),
+            }
+        }
+        Ok(family.unwrap_or(Layout::Nchw))
+    }
+}
+
+/// The data type a MIOpenDriver command word names.
+pub fn command_dtype(word: &str) -> Option<DataType> {
+    match word {
+        "conv" => Some(DataType::F32),
+        "convfp16" => Some(DataType::F16),
+        "convbfp16" => Some(DataType::Bf16),
+        _ => None,
+    }
+}
+
+/// Parses one batch-file line: an optional program name (e.g. `./bin/MIOpenDriver`), an
+/// optional command word that sets the data type, then flags.
+pub fn parse_line(line: &str, default_dtype: DataType) -> Result<(DataType, DriverLine), String> {
+    let mut tokens: Vec<&str> = line.split_whitespace().collect();
+    let command_at = tokens.iter().position(|t| t.starts_with('-') || command_dtype(t).is_some());
+    let Some(start) = command_at else {
+        return Err("no command word (conv, convfp16, convbfp16) or flags found".into());
+    };
+    tokens.drain(..start);
+    let mut dtype = default_dtype;
+    if let Some(d) = tokens.first().and_then(|t| command_dtype(t)) {
+        dtype = d;
+        tokens.remove(0);
+    }
+    let parsed = DriverLine::try_parse_from(tokens).map_err(|e| first_line(&e.to_string()))?;
+    Ok((dtype, parsed))
+}
+
+/// Clap's messages carry usage text after the first line; a batch report needs only the line.
+pub fn first_line(message: &str) -> String {
+    message.lines().next().unwrap_or_default().trim_start_matches("error: ").to_string()
+}
