@@ -85,7 +85,7 @@ pub struct DriverArgs {
 
 /// A driver line as it appears in a batch file, after its command word.
 #[derive(Debug, Parser)]
-#[command(name = "line", no_binary_name = true, allow_negative_numbers = true, disable_help_flag = true)]
+#[command(name = "line", no_binary_name = true, allow_negative_numbers = true, args_override_self = true, disable_help_flag = true)]
 pub struct DriverLine {
     #[command(flatten)]
     pub driver: DriverArgs,

@@ -25,16 +25,16 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run fp32 convolutions; flags as MIOpenDriver's `conv`
-    #[command(allow_negative_numbers = true)]
+    #[command(allow_negative_numbers = true, args_override_self = true)]
     Conv(ConvCmd),
     /// Run fp16 convolutions; flags as MIOpenDriver's `convfp16`
-    #[command(allow_negative_numbers = true)]
+    #[command(allow_negative_numbers = true, args_override_self = true)]
     Convfp16(ConvCmd),
     /// Run bf16 convolutions; flags as MIOpenDriver's `convbfp16`
-    #[command(allow_negative_numbers = true)]
+    #[command(allow_negative_numbers = true, args_override_self = true)]
     Convbfp16(ConvCmd),
     /// List every solver for a problem: applicable or why not, workspace, number of configs
-    #[command(allow_negative_numbers = true)]
+    #[command(allow_negative_numbers = true, args_override_self = true)]
     Explain(ExplainCmd),
 }
 

@@ -1,0 +1,171 @@
+//! The `gconv` binary as a user runs it: results, JSON, batches, and one clear line on bad input.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// The binary cargo built for these tests, or the packed one when the tests travel to another
+/// machine (`.device/bin/gconv`, relative to the repository root where the tests start).
+fn gconv() -> Command {
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_gconv"));
+    let path = if built.exists() { built } else { PathBuf::from(".device/bin/gconv") };
+    Command::new(path)
+}
+
+fn run(args: &[&str]) -> Output {
+    gconv().args(args).output().expect("gconv runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Fails unless the command exits non-zero with exactly one line on stderr containing `needle`.
+fn assert_rejected(args: &[&str], needle: &str) {
+    let o = run(args);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{args:?} succeeded");
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: expected one line, got:\n{err}");
+    assert!(err.contains(needle), "{args:?}: `{needle}` not in: {err}");
+}
+
+const SMALL: [&str; 18] =
+    ["-n", "2", "-c", "8", "-H", "9", "-W", "7", "-k", "6", "-y", "3", "-x", "3", "-p", "1", "-q", "1"];
+
+#[test]
+fn grouped_problem_verifies_in_all_three_directions() {
+    let o = run(&["conv", "-n", "4", "-c", "64", "-H", "28", "-W", "28", "-k", "64", "-y", "3", "-x", "3", "-p", "1", "-q", "1", "-g", "32", "-F", "0", "-V", "1", "-t", "1"]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    for direction in ["fwd", "bwd-data", "bwd-weight"] {
+        assert!(out.contains(&format!("key:       v1:{direction}:f32:NCHW:n4:c64:k64:i28x28:f3x3:s1x1:p1x1:d1x1:g32")), "{out}");
+    }
+    assert_eq!(out.matches(": OK").count(), 3, "{out}");
+    assert_eq!(out.matches("GFLOP/s").count(), 3, "{out}");
+}
+
+#[test]
+fn json_prints_one_object_per_direction() {
+    let mut args = vec!["convbfp16", "--json", "-F", "5", "-t", "1", "-i", "2", "-I", "NHWC", "-g", "2"];
+    args.extend(SMALL);
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> =
+        stdout(&o).lines().map(|l| serde_json::from_str(l).expect("each line is JSON")).collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["direction"], "fwd");
+    assert_eq!(lines[1]["direction"], "bwd-weight");
+    for line in &lines {
+        assert!(line["key"].as_str().unwrap().contains(":bf16:NHWC:"));
+        assert_eq!(line["verify"]["passed"], true);
+        assert!(line["time_ms"].as_f64().unwrap() > 0.0);
+        assert!(line["tflops"].as_f64().unwrap() > 0.0);
+        assert!(line["solver"].as_str().unwrap().starts_with("cpu."));
+    }
+}
+
+#[test]
+fn every_solver_can_be_forced_and_verifies() {
+    for (solver, extra) in [
+        ("cpu.reference", vec![]),
+        ("cpu.im2col_gemm", vec!["-I", "NCDHW", "--spatial_dim", "3", "-!", "4", "-@", "2", "-#", "2"]),
+        ("cpu.direct_blocked", vec!["-I", "NWC", "--spatial_dim", "1", "-l", "2", "-j", "2"]),
+        ("cpu.depthwise", vec!["-g", "8", "-k", "8", "-u", "2"]),
+        ("cpu.gemm_1x1", vec!["-y", "1", "-x", "1", "-p", "0", "-q", "0"]),
+    ] {
+        let mut args = vec!["convfp16", "-S", solver];
+        args.extend(SMALL);
+        args.extend(extra);
+        let o = run(&args);
+        let out = stdout(&o);
+        assert!(o.status.success(), "{solver}: {out}{}", stderr(&o));
+        assert_eq!(out.matches(&format!("solver:    {solver} ")).count(), 3, "{out}");
+        assert_eq!(out.matches(": OK").count(), 3, "{out}");
+    }
+}
+
+#[test]
+fn bad_input_gets_one_clear_line() {
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        let mut args = vec!["conv"];
+        args.extend(SMALL);
+        args.extend(extra);
+        args
+    };
+    assert_rejected(&with(&["-g", "3"]), "C=8 is not divisible by G=3");
+    assert_rejected(&with(&["-g", "4", "-k", "6"]), "K=6 is not divisible by G=4");
+    assert_rejected(&with(&["-y", "12", "-p", "0"]), "output size along H");
+    assert_rejected(&with(&["-n", "0"]), "N must be at least 1");
+    assert_rejected(&with(&["-W", "0"]), "input size W must be at least 1");
+    assert_rejected(&with(&["-u", "0"]), "stride along H must be at least 1");
+    assert_rejected(&with(&["--bogus", "1"]), "unexpected argument '--bogus'");
+    assert_rejected(&with(&["-n", "99999999999"]), "99999999999 is not in 0..=4294967295");
+    assert_rejected(&with(&["-p", "-1"]), "invalid value '-1'");
+    assert_rejected(&with(&["-n", "65536", "-c", "65536"]), "more than 2147483647 elements");
+    assert_rejected(&with(&["--spatial_dim", "4"]), "--spatial_dim 4 is not supported");
+    assert_rejected(&with(&["-m", "trans"]), "mode `trans` is not supported");
+    assert_rejected(&with(&["-F", "9"]), "-F 9 is not a direction set");
+    assert_rejected(&with(&["-I", "NHWC", "-f", "NCHW"]), "mixed layouts are not supported");
+    assert_rejected(&with(&["-I", "NDHWC"]), "is a 3D layout but --spatial_dim is 2");
+    assert_rejected(&with(&["-I", "CHWN"]), "unknown layout `CHWN`");
+    assert_rejected(&with(&["-S", "cpu.gemm_1x1"]), "needs a 1x1 filter");
+    assert_rejected(&with(&["-S", "cpu.nonexistent"]), "unknown solver `cpu.nonexistent`");
+    assert_rejected(&with(&["-V", "2"]), "invalid value '2'");
+    assert_rejected(&["conv", "--file", "/nonexistent/problems.txt"], "cannot read /nonexistent/problems.txt");
+    assert_rejected(&["explain", "v1:fwd:f32:NCHW:n1"], "invalid problem key");
+    assert_rejected(&["frobnicate"], "unrecognized subcommand 'frobnicate'");
+}
+
+#[test]
+fn batch_file_runs_every_line_and_reports_bad_ones() {
+    let dir = std::env::temp_dir().join(format!("gconv-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("problems.txt");
+    std::fs::write(
+        &file,
+        "# ResNet-like layers\n\
+         ./bin/MIOpenDriver conv -n 2 -c 8 -H 6 -W 6 -k 8 -y 3 -x 3 -p 1 -q 1 -F 1\n\
+         \n\
+         convbfp16 -n 1 -c 4 -H 5 -W 5 -k 4 -y 1 -x 1 -F 4   # trailing comment\n\
+         conv -n 1 -c 6 -H 5 -W 5 -k 4 -g 4 -F 1\n\
+         -n 1 -c 4 -H 5 -W 5 -k 4 -g 4 -F 2 -I NHWC\n",
+    )
+    .unwrap();
+    let o = run(&["convfp16", "--json", "--file", file.to_str().unwrap()]);
+    assert!(!o.status.success(), "line 5 is invalid, so the batch fails");
+    let err = stderr(&o);
+    assert!(err.contains("problems.txt:5: invalid problem: C=6 is not divisible by G=4"), "{err}");
+    let keys: Vec<String> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["key"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "v1:fwd:f32:NCHW:n2:c8:k8:i6x6:f3x3:s1x1:p1x1:d1x1",
+            "v1:bwd-weight:bf16:NCHW:n1:c4:k4:i5x5:f1x1:s1x1:p0x0:d1x1",
+            "v1:bwd-data:f16:NHWC:n1:c4:k4:i5x5:f3x3:s1x1:p0x0:d1x1:g4",
+        ]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn explain_lists_every_solver_with_reasons() {
+    let o = run(&["explain", "v1:bwd-data:f16:NHWC:n2:c8:k8:i9x9:f3x3:s2x2:p1x1:d1x1:g8"]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for id in ["cpu.gemm_1x1", "cpu.depthwise", "cpu.im2col_gemm", "cpu.direct_blocked", "cpu.reference"] {
+        assert!(out.contains(id), "{id} missing:\n{out}");
+    }
+    assert!(out.contains("needs a 1x1 filter"), "{out}");
+    let o = run(&["explain", "-n", "1", "-c", "8", "-k", "4", "-H", "8", "-W", "8", "-F", "3"]);
+    let out = stdout(&o);
+    assert!(o.status.success());
+    assert!(out.contains("needs G = C = K (depthwise), got G=1 C=8 K=4"), "{out}");
+    assert_eq!(out.matches("key:").count(), 2, "-F 3 is fwd and bwd-data:\n{out}");
+}
