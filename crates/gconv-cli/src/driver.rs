@@ -203,3 +203,52 @@ pub fn parse_line(line: &str, default_dtype: DataType) -> Result<(DataType, Driv
 pub fn first_line(message: &str) -> String {
     message.lines().next().unwrap_or_default().trim_start_matches("error: ").to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str) -> Result<Vec<ConvProblem>, String> {
+        let (dtype, parsed) = parse_line(line, DataType::F32)?;
+        parsed.driver.problems(dtype)
+    }
+
+    #[test]
+    fn miopen_driver_lines_parse_with_or_without_program_and_command() {
+        let full = parse("./bin/MIOpenDriver convbfp16 -n 32 -c 64 -H 56 -W 56 -k 64 -y 3 -x 3 -p 1 -q 1 -u 1 -v 1 -l 1 -j 1 -g 1 -F 1").unwrap();
+        assert_eq!(full.len(), 1);
+        assert_eq!(full[0].key(), "v1:fwd:bf16:NCHW:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1");
+        let bare = parse("-n 2 -c 4 -H 5 -W 5 -k 4 -F 6").unwrap();
+        assert_eq!(bare.iter().map(|p| p.direction).collect::<Vec<_>>(), [Direction::BackwardData, Direction::BackwardWeight]);
+        assert_eq!(bare[0].dtype, DataType::F32);
+    }
+
+    #[test]
+    fn spatial_rank_selects_the_depth_and_width_flags() {
+        let p3 = parse("conv --spatial_dim 3 -n 1 -c 2 -k 2 -! 5 -H 6 -W 7 -@ 1 -y 2 -x 3 -# 2 -$ 1 -^ 1 -F 1 -I NDHWC -O NDHWC -f NDHWC").unwrap();
+        assert_eq!(p3[0].key(), "v1:fwd:f32:NDHWC:n1:c2:k2:i5x6x7:f1x2x3:s2x1x1:p1x0x0:d1x1x1");
+        let p1 = parse("conv -_ 1 -n 1 -c 2 -k 2 -W 9 -x 3 -q 1 -v 2 -j 2 -F 4").unwrap();
+        assert_eq!(p1[0].key(), "v1:bwd-weight:f32:NCW:n1:c2:k2:i9:f3:s2:p1:d2");
+    }
+
+    #[test]
+    fn each_rejection_says_what_to_fix() {
+        for (line, needle) in [
+            ("frobnicate x", "no command word"),
+            ("conv -n 2 -c 6 -g 4", "C=6 is not divisible by G=4"),
+            ("conv -m trans", "mode `trans` is not supported"),
+            ("conv -F 8", "-F 8 is not a direction set"),
+            ("conv --spatial_dim 0", "--spatial_dim 0 is not supported"),
+            ("conv -I NHWC -O NCHW", "mixed layouts are not supported"),
+            ("conv -f NCW", "is a 1D layout but --spatial_dim is 2"),
+            ("conv -I XYZ", "-I: unknown layout `XYZ`"),
+            ("conv -H", "a value is required"),
+            ("conv -H abc", "invalid value 'abc'"),
+            ("conv --nope", "unexpected argument '--nope'"),
+            ("conv -i 0", "invalid value '0'"),
+        ] {
+            let err = parse(line).expect_err(line);
+            assert!(err.contains(needle), "{line}: `{needle}` not in `{err}`");
+        }
+    }
+}
