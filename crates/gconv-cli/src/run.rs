@@ -60,7 +60,7 @@ impl Session {
             }
             None => (self.pick_by_rule(p)?, "rule"),
         };
-        let mut tensors = ConvTensors::random(p, DATA_SEED);
+        let mut tensors = ConvTensors::try_random(p, DATA_SEED)?;
         let exact = (args.verify == 1).then(|| reference(p, &tensors));
         let workspace_len = usize::try_from(solution.workspace_bytes.div_ceil(4)).context("workspace too large")?;
         let mut workspace = Vec::new();

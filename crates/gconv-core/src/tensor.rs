@@ -6,6 +6,7 @@ use half::{bf16, f16};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 
+use crate::error::{GconvError, Result};
 use crate::problem::{ConvProblem, DataType, Direction};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -21,21 +22,44 @@ pub struct Tensor {
     pub data: TensorData,
 }
 
+/// A zeroed vector, or an error instead of an abort when memory runs out.
+fn try_filled<T: Clone>(value: T, len: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| {
+        GconvError::Backend(format!(
+            "out of memory: cannot allocate a tensor of {len} elements ({} bytes)",
+            len.saturating_mul(std::mem::size_of::<T>())
+        ))
+    })?;
+    v.resize(len, value);
+    Ok(v)
+}
+
 impl Tensor {
     pub fn zeros(dtype: DataType, len: usize) -> Self {
+        Self::try_zeros(dtype, len).expect("tensor allocation")
+    }
+
+    pub fn try_zeros(dtype: DataType, len: usize) -> Result<Self> {
         let data = match dtype {
-            DataType::F32 => TensorData::F32(vec![0.0; len]),
-            DataType::F16 => TensorData::F16(vec![f16::ZERO; len]),
-            DataType::Bf16 => TensorData::Bf16(vec![bf16::ZERO; len]),
+            DataType::F32 => TensorData::F32(try_filled(0.0, len)?),
+            DataType::F16 => TensorData::F16(try_filled(f16::ZERO, len)?),
+            DataType::Bf16 => TensorData::Bf16(try_filled(bf16::ZERO, len)?),
         };
-        Tensor { data }
+        Ok(Tensor { data })
     }
 
     /// Values uniform in [-1, 1), rounded to the storage type; the same seed gives the same data.
-    pub fn random(dtype: DataType, len: usize, seed: u64) -> Self {
+    pub fn try_random(dtype: DataType, len: usize, seed: u64) -> Result<Self> {
         let mut rng = SmallRng::seed_from_u64(seed);
-        let values: Vec<f32> = (0..len).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-        Self::from_f32(dtype, &values)
+        let mut t = Self::try_zeros(dtype, len)?;
+        let mut next = || rng.random_range(-1.0f32..1.0);
+        match &mut t.data {
+            TensorData::F32(v) => v.iter_mut().for_each(|x| *x = next()),
+            TensorData::F16(v) => v.iter_mut().for_each(|x| *x = f16::from_f32(next())),
+            TensorData::Bf16(v) => v.iter_mut().for_each(|x| *x = bf16::from_f32(next())),
+        }
+        Ok(t)
     }
 
     pub fn from_f32(dtype: DataType, values: &[f32]) -> Self {
@@ -123,14 +147,19 @@ impl ConvTensors {
     /// Random inputs for the problem's direction (from `seed`) and a NaN-filled output, so a
     /// solver that leaves part of its output unwritten cannot pass verification.
     pub fn random(p: &ConvProblem, seed: u64) -> Self {
+        Self::try_random(p, seed).expect("tensor allocation")
+    }
+
+    /// As [`ConvTensors::random`], with an error when memory runs out.
+    pub fn try_random(p: &ConvProblem, seed: u64) -> Result<Self> {
         let dt = p.dtype;
         let mut t = ConvTensors {
-            x: Tensor::random(dt, p.input_elements() as usize, seed),
-            w: Tensor::random(dt, p.weight_elements() as usize, seed.wrapping_add(1)),
-            y: Tensor::random(dt, p.output_elements() as usize, seed.wrapping_add(2)),
+            x: Tensor::try_random(dt, p.input_elements() as usize, seed)?,
+            w: Tensor::try_random(dt, p.weight_elements() as usize, seed.wrapping_add(1))?,
+            y: Tensor::try_random(dt, p.output_elements() as usize, seed.wrapping_add(2))?,
         };
         t.output_mut(p.direction).fill_nan();
-        t
+        Ok(t)
     }
 
     pub fn output(&self, direction: Direction) -> &Tensor {
@@ -150,14 +179,14 @@ impl ConvTensors {
     }
 
     /// Checks that the tensors have the sizes and storage type the problem needs.
-    pub fn check(&self, p: &ConvProblem) -> crate::Result<()> {
+    pub fn check(&self, p: &ConvProblem) -> Result<()> {
         for (name, t, want) in [
             ("x", &self.x, p.input_elements()),
             ("w", &self.w, p.weight_elements()),
             ("y", &self.y, p.output_elements()),
         ] {
             if t.len() as u64 != want || t.dtype() != p.dtype {
-                return Err(crate::GconvError::TensorMismatch(format!(
+                return Err(GconvError::TensorMismatch(format!(
                     "tensor {name} holds {} {} elements, the problem needs {want} {}",
                     t.len(),
                     t.dtype(),

@@ -44,7 +44,7 @@ fn check_all_solvers(p: &ConvProblem, config_sample: usize) -> Result<(), TestCa
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
 
     #[test]
     fn every_solver_matches_the_reference(p in small_problem()) {
