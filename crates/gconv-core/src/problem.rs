@@ -41,22 +41,6 @@ impl Direction {
     }
 }
 
-impl fmt::Display for Direction {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.token())
-    }
-}
-
-impl FromStr for Direction {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        Self::ALL
-            .into_iter()
-            .find(|d| d.token() == s)
-            .ok_or_else(|| format!("unknown direction `{s}` (expected fwd, bwd-data or bwd-weight)"))
-    }
-}
-
 /// Storage type of all three tensors. Arithmetic always accumulates in fp32 or wider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum DataType {
@@ -93,21 +77,29 @@ impl DataType {
     }
 }
 
-impl fmt::Display for DataType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.token())
-    }
+/// Display as the token and parse from it, for enums with `ALL` and `token()`.
+macro_rules! token_text {
+    ($type:ty, $what:literal, $expected:literal) => {
+        impl fmt::Display for $type {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.token())
+            }
+        }
+
+        impl FromStr for $type {
+            type Err = String;
+            fn from_str(s: &str) -> std::result::Result<Self, String> {
+                Self::ALL
+                    .into_iter()
+                    .find(|v| v.token() == s)
+                    .ok_or_else(|| format!(concat!("unknown ", $what, " `{}` (expected ", $expected, ")"), s))
+            }
+        }
+    };
 }
 
-impl FromStr for DataType {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        Self::ALL
-            .into_iter()
-            .find(|d| d.token() == s)
-            .ok_or_else(|| format!("unknown data type `{s}` (expected f32, f16 or bf16)"))
-    }
-}
+token_text!(Direction, "direction", "fwd, bwd-data or bwd-weight");
+token_text!(DataType, "data type", "f32, f16 or bf16");
 
 /// Memory layout family shared by the three tensors of a problem.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

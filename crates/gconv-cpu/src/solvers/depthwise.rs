@@ -1,7 +1,7 @@
 //! `cpu.depthwise`: direct loops for G = C = K, one filter per channel. The innermost loop runs
 //! over contiguous memory so it vectorises: channels in NHWC, output columns in NCHW.
 
-use gconv_core::geometry::positions;
+use gconv_core::geometry::{positions, Strides};
 use gconv_core::{require, Config, ConvProblem, Direction, Geometry, Invoker, Layout, NotApplicable, Result, Solver};
 use rayon::prelude::*;
 
@@ -93,6 +93,42 @@ impl Plan {
         }
     }
 
+    /// NHWC forward and backward-data: every output vector (all channels of one position) is
+    /// the sum over taps of a source vector times that tap's per-channel weights, with `source`
+    /// mapping (destination position, tap) to the source position it reads, if any.
+    #[allow(clippy::too_many_arguments)]
+    fn gather_channels_last(
+        &self,
+        src: &[f32],
+        src_strides: &Strides,
+        w: &[f32],
+        dst: &mut [f32],
+        dst_extent: [usize; 3],
+        ws: &mut [f32],
+        source: impl Fn([usize; 3], [usize; 3]) -> Option<[usize; 3]> + Sync,
+    ) {
+        let geo = &self.geo;
+        let c = geo.c();
+        let wt = &mut ws[..geo.filter_volume() * c];
+        self.transpose_filters(w, wt);
+        let wt = &*wt;
+        let [d0, d1, d2] = dst_extent;
+        dst.par_chunks_mut(d2 * c).enumerate().for_each(|(row, out)| {
+            let (n, a, b) = (row / (d0 * d1), row / d1 % d0, row % d1);
+            for col in 0..d2 {
+                let acc = &mut out[col * c..(col + 1) * c];
+                for (t, tap) in positions(geo.filter).enumerate() {
+                    if let Some(pos) = source([a, b, col], tap) {
+                        let from = &src[src_strides.offset(n, 0, pos)..][..c];
+                        for ((d, s), wv) in acc.iter_mut().zip(from).zip(&wt[t * c..(t + 1) * c]) {
+                            *d += wv * s;
+                        }
+                    }
+                }
+            }
+        });
+    }
+
     /// Input column read by output column `o` through the tap whose W index is `fx`.
     #[inline]
     fn input_col(&self, o: usize, fx: usize) -> usize {
@@ -131,23 +167,7 @@ impl HostKernel for Plan {
             });
             return;
         }
-        let wt = &mut ws[..geo.filter_volume() * c];
-        self.transpose_filters(w, wt);
-        let wt = &*wt;
-        y.par_chunks_mut(geo.output[2] * c).enumerate().for_each(|(row, out)| {
-            let (n, od, oh) = (row / (geo.output[0] * geo.output[1]), row / geo.output[1] % geo.output[0], row % geo.output[1]);
-            for ow in 0..geo.output[2] {
-                let dst = &mut out[ow * c..(ow + 1) * c];
-                for (t, tap) in positions(geo.filter).enumerate() {
-                    if let Some(i) = geo.input_pos([od, oh, ow], tap) {
-                        let src = &x[geo.x.offset(n, 0, i)..][..c];
-                        for ((d, s), wv) in dst.iter_mut().zip(src).zip(&wt[t * c..(t + 1) * c]) {
-                            *d += wv * s;
-                        }
-                    }
-                }
-            }
-        });
+        self.gather_channels_last(x, &geo.x, w, y, geo.output, ws, |o, tap| geo.input_pos(o, tap));
     }
 
     fn backward_data(&self, dy: &[f32], w: &[f32], dx: &mut [f32], ws: &mut [f32]) {
@@ -168,23 +188,7 @@ impl HostKernel for Plan {
             });
             return;
         }
-        let wt = &mut ws[..geo.filter_volume() * c];
-        self.transpose_filters(w, wt);
-        let wt = &*wt;
-        dx.par_chunks_mut(geo.input[2] * c).enumerate().for_each(|(row, grad_in)| {
-            let (n, id, ih) = (row / (geo.input[0] * geo.input[1]), row / geo.input[1] % geo.input[0], row % geo.input[1]);
-            for iw in 0..geo.input[2] {
-                let dst = &mut grad_in[iw * c..(iw + 1) * c];
-                for (t, tap) in positions(geo.filter).enumerate() {
-                    if let Some(o) = geo.output_pos([id, ih, iw], tap) {
-                        let src = &dy[geo.y.offset(n, 0, o)..][..c];
-                        for ((d, s), wv) in dst.iter_mut().zip(src).zip(&wt[t * c..(t + 1) * c]) {
-                            *d += wv * s;
-                        }
-                    }
-                }
-            }
-        });
+        self.gather_channels_last(dy, &geo.y, w, dx, geo.input, ws, |i, tap| geo.output_pos(i, tap));
     }
 
     fn backward_weight(&self, x: &[f32], dy: &[f32], dw: &mut [f32], ws: &mut [f32]) {
