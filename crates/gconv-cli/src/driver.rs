@@ -252,3 +252,31 @@ mod tests {
         }
     }
 }
+
+/// Where a batch of problems came from (`file:line` or `command line`), and the problems of
+/// that origin with how to run them, or why the origin was rejected.
+pub type Job = (String, Result<(Vec<ConvProblem>, RunArgs), String>);
+
+/// Reads a batch file: driver lines (see [`parse_line`]) or problem keys, `#` comments.
+pub fn jobs_from_file(path: &std::path::Path, default_dtype: DataType) -> Result<Vec<Job>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Ok(text
+        .lines()
+        .enumerate()
+        .map(|(i, line)| (i + 1, line.split('#').next().unwrap_or_default().trim()))
+        .filter(|(_, line)| !line.is_empty())
+        .map(|(number, line)| {
+            let job = if line.starts_with("v1:") {
+                ConvProblem::from_key(line).map(|p| (vec![p], default_run_args())).map_err(|e| e.to_string())
+            } else {
+                parse_line(line, default_dtype).and_then(|(dtype, parsed)| parsed.driver.problems(dtype).map(|p| (p, parsed.run)))
+            };
+            (format!("{}:{number}", path.display()), job)
+        })
+        .collect())
+}
+
+/// The run flags' defaults, for problems given by key.
+pub fn default_run_args() -> RunArgs {
+    DriverLine::try_parse_from(Vec::<&str>::new()).expect("defaults parse").run
+}

@@ -1,22 +1,27 @@
-//! `gconv`: run, time, verify and explain grouped convolutions.
+//! `gconv`: select, run, time, verify, find and tune grouped convolutions.
 
 mod driver;
 mod explain;
 mod run;
+mod tuning;
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use gconv_core::{ConvProblem, DataType};
-use gconv_cpu::{registry, CpuDevice};
+use gconv_cpu::CpuDevice;
+use gconv_tune::db::{default_user_path, Db};
+use gconv_tune::find::FindOptions;
+use gconv_tune::select::FindMode;
+use gconv_tune::target::CpuTarget;
 
-use driver::{first_line, parse_line, DriverArgs, RunArgs};
-use run::{Report, Session};
+use driver::{default_run_args, first_line, jobs_from_file, DriverArgs, Job, RunArgs};
 
 #[derive(Debug, Parser)]
-#[command(name = "gconv", version, about = "Grouped convolutions: pick, run, time and verify the fastest solver")]
+#[command(name = "gconv", version, about = "Grouped convolutions: pick, run, time, verify, find and tune solvers")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -35,7 +40,56 @@ enum Command {
     Convbfp16(ConvCmd),
     /// List every solver for a problem: applicable or why not, workspace, number of configs
     #[command(allow_negative_numbers = true, args_override_self = true)]
-    Explain(ExplainCmd),
+    Explain(ProblemArgs),
+    /// Benchmark every applicable solver, rank them, keep the ranking in the find-db
+    #[command(allow_negative_numbers = true, args_override_self = true)]
+    Find(FindCmd),
+    /// Search tunable solvers' configs; keep winners in the perf-db (resumable)
+    #[command(allow_negative_numbers = true, args_override_self = true)]
+    Tune(TuneCmd),
+    /// Show the pick for each problem and how long selecting took (benchmark of selection)
+    #[command(allow_negative_numbers = true, args_override_self = true)]
+    Select(SelectCmd),
+    /// Inspect and maintain the user database
+    Db(DbCmd),
+}
+
+/// Problems by key, by driver flags, or from a file.
+#[derive(Debug, Args)]
+struct ProblemArgs {
+    /// A problem key (`v1:...`, as printed by `gconv conv`); otherwise the driver flags apply
+    key: Option<String>,
+    /// A file of driver lines or keys, one per line (`#` comments)
+    #[arg(long, value_name = "FILE")]
+    file: Option<PathBuf>,
+    /// Data type of problems given by driver flags (a file's command words override it)
+    #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
+    dtype: String,
+    #[command(flatten)]
+    driver: DriverArgs,
+}
+
+#[derive(Debug, Args)]
+struct DbArgs {
+    /// The user database (default: gconv/user.db under the user's cache directory)
+    #[arg(long, value_name = "PATH", global = true)]
+    db: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct FindArgs {
+    /// Largest workspace a candidate may use, in MiB
+    #[arg(long = "workspace-limit-mib", default_value_t = 4096)]
+    workspace_limit_mib: u64,
+    /// Timed runs per candidate
+    #[arg(long = "find-iter", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    find_iter: u32,
+}
+
+impl FindArgs {
+    fn options(&self) -> FindOptions {
+        FindOptions { workspace_limit: self.workspace_limit_mib.saturating_mul(1 << 20), iterations: self.find_iter, only_prebuilt: false }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -47,23 +101,97 @@ struct ConvCmd {
     /// Print one JSON object per direction instead of text
     #[arg(long)]
     json: bool,
-    /// Run a batch: one driver line per line (`#` starts a comment); each line's own flags apply
+    /// Run a batch: one driver line (or key) per line (`#` comments); each line's own flags apply
     #[arg(long, value_name = "FILE")]
-    file: Option<std::path::PathBuf>,
-    /// Largest workspace a picked solver may use, in MiB
-    #[arg(long = "workspace-limit-mib", default_value_t = 4096)]
-    workspace_limit_mib: u64,
+    file: Option<PathBuf>,
+    /// How the solver is chosen when -S is not given: normal, fast, hybrid, dynamic-hybrid
+    #[arg(long = "find-mode", default_value = "dynamic-hybrid")]
+    find_mode: FindMode,
+    #[command(flatten)]
+    find: FindArgs,
+    #[command(flatten)]
+    db: DbArgs,
 }
 
 #[derive(Debug, Args)]
-struct ExplainCmd {
-    /// A problem key (`v1:...`, as printed by `gconv conv`); otherwise the driver flags apply
-    key: Option<String>,
-    /// Data type when the problem is given by driver flags
-    #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
-    dtype: String,
+struct FindCmd {
     #[command(flatten)]
-    driver: DriverArgs,
+    problems: ProblemArgs,
+    #[command(flatten)]
+    find: FindArgs,
+    #[command(flatten)]
+    db: DbArgs,
+    /// Print one JSON object per problem
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct TuneCmd {
+    #[command(flatten)]
+    problems: ProblemArgs,
+    /// exhaustive: every config; random: a seeded sample limited by --budget-count/--budget-seconds
+    #[arg(long, default_value = "exhaustive", value_parser = ["exhaustive", "random"])]
+    strategy: String,
+    /// Configs per solver (random)
+    #[arg(long = "budget-count", value_parser = clap::value_parser!(u64).range(1..))]
+    budget_count: Option<u64>,
+    /// Seconds per solver (random)
+    #[arg(long = "budget-seconds")]
+    budget_seconds: Option<f64>,
+    /// Seed of the random strategy
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[command(flatten)]
+    find: FindArgs,
+    #[command(flatten)]
+    db: DbArgs,
+}
+
+#[derive(Debug, Args)]
+struct SelectCmd {
+    #[command(flatten)]
+    problems: ProblemArgs,
+    #[arg(long = "find-mode", default_value = "fast")]
+    find_mode: FindMode,
+    /// Timed selections per problem after one warm-up pass
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
+    #[command(flatten)]
+    find: FindArgs,
+    #[command(flatten)]
+    db: DbArgs,
+}
+
+#[derive(Debug, Args)]
+struct DbCmd {
+    #[command(subcommand)]
+    action: DbAction,
+    #[command(flatten)]
+    db: DbArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum DbAction {
+    /// Record counts and devices
+    Stats,
+    /// Every record, readable
+    Dump,
+    /// Every perf and find record as JSON lines
+    Export {
+        /// JSON lines (the one export format)
+        #[arg(long)]
+        jsonl: bool,
+        /// Write to this file instead of standard output
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// Read JSON lines; imported records replace existing ones
+    Import { file: PathBuf },
+    /// Read JSON lines; on conflict the faster record wins
+    Merge { file: PathBuf },
+    /// Remove records whose solver, config or problem key this gconv no longer accepts
+    Prune,
 }
 
 fn main() -> ExitCode {
@@ -87,56 +215,43 @@ fn main() -> ExitCode {
     }
 }
 
-fn session(workspace_limit_mib: u64) -> Session {
-    let device = CpuDevice::detect();
-    Session { registry: registry(&device), device, workspace_limit: workspace_limit_mib.saturating_mul(1 << 20) }
+fn target() -> CpuTarget {
+    CpuTarget::new(CpuDevice::detect())
 }
 
-fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match cli.command {
-        Command::Conv(cmd) => conv(cmd, DataType::F32),
-        Command::Convfp16(cmd) => conv(cmd, DataType::F16),
-        Command::Convbfp16(cmd) => conv(cmd, DataType::Bf16),
-        Command::Explain(cmd) => {
-            let problems = match &cmd.key {
-                Some(key) => vec![ConvProblem::from_key(key)?],
-                None => cmd.driver.problems(cmd.dtype.parse().map_err(anyhow::Error::msg)?).map_err(anyhow::Error::msg)?,
-            };
-            explain::explain(&session(0).registry, &problems);
-            Ok(ExitCode::SUCCESS)
-        }
+/// Opens the user db, reporting what opening it had to repair.
+fn open_db(args: &DbArgs) -> anyhow::Result<Db> {
+    let path = args.db.clone().unwrap_or_else(default_user_path);
+    let mut db = Db::open(&path).with_context(|| format!("cannot open the database {}", path.display()))?;
+    print_warnings(&mut db);
+    Ok(db)
+}
+
+pub(crate) fn print_warnings(db: &mut Db) {
+    for w in db.warnings.drain(..) {
+        eprintln!("warning: {w}");
     }
 }
 
-fn conv(cmd: ConvCmd, dtype: DataType) -> anyhow::Result<ExitCode> {
-    let session = session(cmd.workspace_limit_mib);
-    let jobs: Vec<(String, anyhow::Result<(Vec<ConvProblem>, RunArgs)>)> = match &cmd.file {
-        None => vec![("command line".into(), cmd.driver.problems(dtype).map(|p| (p, cmd.run.clone())).map_err(anyhow::Error::msg))],
-        Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-            text.lines()
-                .enumerate()
-                .map(|(i, line)| (i + 1, line.split('#').next().unwrap_or_default().trim()))
-                .filter(|(_, line)| !line.is_empty())
-                .map(|(number, line)| {
-                    let job = parse_line(line, dtype).and_then(|(dtype, parsed)| {
-                        parsed.driver.problems(dtype).map(|p| (p, parsed.run))
-                    });
-                    (format!("{}:{number}", path.display()), job.map_err(anyhow::Error::msg))
-                })
-                .collect()
-        }
-    };
-    if !cmd.json {
-        println!("device:    {} ({}, {} threads)\n", session.device.model, session.device.simd, session.device.threads);
+impl ProblemArgs {
+    fn jobs(&self) -> anyhow::Result<Vec<Job>> {
+        let dtype: DataType = self.dtype.parse().map_err(anyhow::Error::msg)?;
+        Ok(match (&self.file, &self.key) {
+            (Some(path), _) => jobs_from_file(path, dtype).map_err(anyhow::Error::msg)?,
+            (None, Some(key)) => vec![("command line".into(), ConvProblem::from_key(key).map(|p| (vec![p], default_run_args())).map_err(|e| e.to_string()))],
+            (None, None) => vec![("command line".into(), self.driver.problems(dtype).map(|p| (p, default_run_args())))],
+        })
     }
+}
+
+/// Runs `body` on every problem of every job; bad jobs and failing problems are reported by
+/// origin and make the exit code non-zero, the rest still run.
+fn for_each_problem(jobs: Vec<Job>, mut body: impl FnMut(&ConvProblem, &RunArgs) -> anyhow::Result<bool>) -> ExitCode {
     let mut failures = 0;
     for (origin, job) in jobs {
-        let outcome = job.and_then(|(problems, run_args)| {
+        let outcome = job.map_err(anyhow::Error::msg).and_then(|(problems, run_args)| {
             problems.iter().try_for_each(|p| {
-                let report = session.run(p, &run_args).with_context(|| p.key())?;
-                emit(&report, cmd.json)?;
-                if report.failed_verification() {
+                if !body(p, &run_args).with_context(|| p.key())? {
                     failures += 1;
                 }
                 Ok(())
@@ -147,16 +262,61 @@ fn conv(cmd: ConvCmd, dtype: DataType) -> anyhow::Result<ExitCode> {
             eprintln!("error: {origin}: {e:#}");
         }
     }
-    Ok(if failures == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    if failures == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
-fn emit(report: &Report, json: bool) -> anyhow::Result<()> {
-    if json {
-        let mut out = std::io::stdout().lock();
-        serde_json::to_writer(&mut out, report)?;
-        writeln!(out)?;
-    } else {
-        report.print_text();
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Conv(cmd) => conv(cmd, DataType::F32),
+        Command::Convfp16(cmd) => conv(cmd, DataType::F16),
+        Command::Convbfp16(cmd) => conv(cmd, DataType::Bf16),
+        Command::Explain(args) => {
+            let target = target();
+            let jobs = args.jobs()?;
+            Ok(for_each_problem(jobs, |p, _| {
+                explain::explain(gconv_tune::target::Target::registry(&target), p);
+                Ok(true)
+            }))
+        }
+        Command::Find(cmd) => tuning::find(&target(), &mut open_db(&cmd.db)?, cmd.problems.jobs()?, &cmd.find.options(), cmd.json),
+        Command::Tune(cmd) => {
+            let strategy = tuning::strategy(&cmd.strategy, cmd.budget_count, cmd.budget_seconds, cmd.seed)?;
+            let mut db = open_db(&cmd.db)?;
+            let progress = std::io::stderr().is_terminal();
+            tuning::tune(&target(), &mut db, cmd.problems.jobs()?, strategy.as_ref(), &cmd.find.options(), progress)
+        }
+        Command::Select(cmd) => tuning::select_bench(&target(), &mut open_db(&cmd.db)?, cmd.problems.jobs()?, cmd.find_mode, &cmd.find.options(), cmd.repeat),
+        Command::Db(cmd) => tuning::db(&target(), &mut open_db(&cmd.db)?, cmd.action),
     }
-    Ok(())
+}
+
+fn conv(cmd: ConvCmd, dtype: DataType) -> anyhow::Result<ExitCode> {
+    let target = target();
+    let mut db = open_db(&cmd.db)?;
+    let jobs = match &cmd.file {
+        Some(path) => jobs_from_file(path, dtype).map_err(anyhow::Error::msg)?,
+        None => vec![("command line".into(), cmd.driver.problems(dtype).map(|p| (p, cmd.run.clone())))],
+    };
+    if !cmd.json {
+        let d = &target.device;
+        println!("device:    {} ({}, {} threads)\n", d.model, d.simd, d.threads);
+    }
+    let opts = cmd.find.options();
+    Ok(for_each_problem(jobs, |p, run_args| {
+        let report = run::run(&target, &mut db, p, run_args, cmd.find_mode, &opts);
+        print_warnings(&mut db);
+        let report = report?;
+        if cmd.json {
+            let mut out = std::io::stdout().lock();
+            serde_json::to_writer(&mut out, &report)?;
+            writeln!(out)?;
+        } else {
+            report.print_text();
+        }
+        Ok(!report.failed_verification())
+    }))
 }

@@ -1,26 +1,13 @@
 //! The `gconv` binary as a user runs it: results, JSON, batches, and one clear line on bad input.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-/// The binary cargo built for these tests, or the packed one when the tests travel to another
-/// machine (`.device/bin/gconv`, relative to the repository root where the tests start).
-fn gconv() -> Command {
-    let built = PathBuf::from(env!("CARGO_BIN_EXE_gconv"));
-    let path = if built.exists() { built } else { PathBuf::from(".device/bin/gconv") };
-    Command::new(path)
-}
+use std::process::Output;
+
+use common::{stderr, stdout, Scratch};
 
 fn run(args: &[&str]) -> Output {
-    gconv().args(args).output().expect("gconv runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    Scratch::new("cli").run(args)
 }
 
 /// Fails unless the command exits non-zero with exactly one line on stderr containing `needle`.

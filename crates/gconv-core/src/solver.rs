@@ -75,6 +75,17 @@ pub trait Solver<B: Backend>: Send + Sync {
         }
     }
 
+    /// Whether running this config would first have to build (compile) something that is not
+    /// cached yet: `dynamic-hybrid` find skips such candidates.
+    fn needs_build(&self, _p: &ConvProblem, _config: &Config) -> bool {
+        false
+    }
+
+    /// The oracle: always applicable and slow, there to check others, never a find candidate.
+    fn is_oracle(&self) -> bool {
+        false
+    }
+
     /// Prepares the computation for an applicable problem and a valid config.
     fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<B>>>;
 }

@@ -16,6 +16,10 @@ impl Solver<Host> for Reference {
         Ok(())
     }
 
+    fn is_oracle(&self) -> bool {
+        true
+    }
+
     fn solution(&self, p: &ConvProblem, _config: &Config) -> Result<Box<dyn Invoker<Host>>> {
         Ok(Box::new(ReferenceInvoker { problem: p.clone() }))
     }

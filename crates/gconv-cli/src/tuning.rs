@@ -1,0 +1,222 @@
+//! `gconv find`, `tune`, `select` and `db`.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use gconv_core::ConvProblem;
+use gconv_tune::db::{Db, ImportMode, Record};
+use gconv_tune::find::{find as run_find, FindOptions};
+use gconv_tune::known::checked;
+use gconv_tune::search::{Exhaustive, Random, SearchStrategy};
+use gconv_tune::select::{select, FindMode};
+use gconv_tune::target::{CpuTarget, Target};
+use gconv_tune::tune::{tune as run_tune, Progress};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::driver::Job;
+use crate::{for_each_problem, print_warnings, DbAction};
+
+pub fn strategy(name: &str, count: Option<u64>, seconds: Option<f64>, seed: u64) -> anyhow::Result<Box<dyn SearchStrategy>> {
+    if let Some(s) = seconds {
+        if !(s.is_finite() && s > 0.0) {
+            bail!("--budget-seconds must be a positive number of seconds, got {s}");
+        }
+    }
+    match name {
+        "exhaustive" if count.is_some() || seconds.is_some() => {
+            bail!("--budget-count and --budget-seconds apply to --strategy random")
+        }
+        "exhaustive" => Ok(Box::new(Exhaustive)),
+        _ if count.is_none() && seconds.is_none() => {
+            bail!("--strategy random needs a budget: --budget-count N and/or --budget-seconds S")
+        }
+        _ => Ok(Box::new(Random { count: count.map(|c| c as usize), seconds, seed })),
+    }
+}
+
+fn print_ranking(rows: &[gconv_tune::db::FindRecord]) {
+    println!("  {:<4} {:<22} {:<18} {:>12} {:>14}  status", "rank", "solver", "config", "time ms", "workspace B");
+    for r in rows {
+        let time = r.time_ms.map_or("-".to_string(), |t| format!("{t:.4}"));
+        println!("  {:<4} {:<22} {:<18} {:>12} {:>14}  {}", r.rank, r.solver, r.config, time, r.workspace_bytes, r.status);
+    }
+}
+
+pub fn find(target: &CpuTarget, db: &mut Db, jobs: Vec<Job>, opts: &FindOptions, json: bool) -> anyhow::Result<ExitCode> {
+    Ok(for_each_problem(jobs, |p, _| {
+        let rows = run_find(target, db, p, opts);
+        print_warnings(db);
+        let rows = rows?;
+        if json {
+            let line = serde_json::json!({ "key": p.key(), "device": target.device_key(), "ranking": rows });
+            println!("{line}");
+        } else {
+            println!("find:      {}", p.key());
+            print_ranking(&rows);
+            println!();
+        }
+        Ok(rows.iter().any(|r| r.status == gconv_tune::find::STATUS_OK))
+    }))
+}
+
+pub fn tune(
+    target: &CpuTarget,
+    db: &mut Db,
+    jobs: Vec<Job>,
+    strategy: &dyn SearchStrategy,
+    opts: &FindOptions,
+    show_bar: bool,
+) -> anyhow::Result<ExitCode> {
+    println!("tune:      strategy {} on {}\n", strategy.describe(), target.device_key());
+    Ok(for_each_problem(jobs, |p, _| {
+        let bar = show_bar.then(|| {
+            let bar = ProgressBar::new(0);
+            bar.set_style(
+                ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} configs, ETA {eta}")
+                    .expect("valid template")
+                    .progress_chars("=> "),
+            );
+            bar
+        });
+        let mut report_progress = |progress: Progress<'_>| match &bar {
+            Some(bar) => {
+                bar.set_message(progress.solver.to_string());
+                bar.set_length(progress.total as u64);
+                bar.set_position(progress.done as u64);
+            }
+            None if progress.done == 0 => println!("  {}: {} configs scheduled", progress.solver, progress.total),
+            None => {}
+        };
+        println!("problem:   {}", p.key());
+        let outcome = run_tune(target, db, p, strategy, opts, &mut report_progress);
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
+        }
+        print_warnings(db);
+        let outcome = outcome?;
+        if outcome.skipped {
+            println!("  skipped: already tuned on this device by this gconv version\n");
+            return Ok(true);
+        }
+        for s in &outcome.solvers {
+            let winner = match (&s.winner, s.winner_ms) {
+                (Some(c), Some(t)) => format!("best {c} at {t:.4} ms (verified, stored in the perf-db)"),
+                _ => "no config ran successfully".into(),
+            };
+            println!("  {}: {} scheduled, {} measured, {} resumed; {winner}", s.solver, s.scheduled, s.measured, s.resumed);
+        }
+        print_ranking(&outcome.find);
+        println!();
+        Ok(outcome.solvers.iter().all(|s| s.winner.is_some()))
+    }))
+}
+
+pub fn select_bench(
+    target: &CpuTarget,
+    db: &mut Db,
+    jobs: Vec<Job>,
+    mode: FindMode,
+    opts: &FindOptions,
+    repeat: u32,
+) -> anyhow::Result<ExitCode> {
+    let mut problems: Vec<ConvProblem> = Vec::new();
+    let code = for_each_problem(jobs, |p, _| {
+        problems.push(p.clone());
+        Ok(true)
+    });
+    // The warm-up pass prints each pick; it may benchmark (in modes other than fast) and fills
+    // statement caches, so the timed passes measure selection from a warm db.
+    for p in &problems {
+        let s = select(target, db, p, mode, opts);
+        print_warnings(db);
+        let s = s?;
+        println!("{}  ->  {} {} ({}, config {})", p.key(), s.solver, s.config, s.source.label(), s.config_origin.label());
+    }
+    if problems.is_empty() {
+        return Ok(code);
+    }
+    let start = Instant::now();
+    for _ in 0..repeat {
+        for p in &problems {
+            select(target, db, p, mode, opts)?;
+        }
+    }
+    db.warnings.clear();
+    let per_problem_us = start.elapsed().as_secs_f64() * 1e6 / (f64::from(repeat) * problems.len() as f64);
+    println!(
+        "\nselection: {per_problem_us:.2} us per problem ({mode} mode, {} problems x {repeat} repeats, warm db)",
+        problems.len()
+    );
+    Ok(code)
+}
+
+pub fn db(target: &CpuTarget, db: &mut Db, action: DbAction) -> anyhow::Result<ExitCode> {
+    match action {
+        DbAction::Stats => {
+            let s = db.stats()?;
+            println!("database:  {}", db.path().display());
+            println!("perf records:       {}", s.perf);
+            println!("find results:       {}", s.find_problems);
+            println!("tuning trials:      {}", s.trials);
+            println!("devices:            {}", if s.devices.is_empty() { "-".into() } else { s.devices.join(", ") });
+        }
+        DbAction::Dump => {
+            for record in db.records()? {
+                match record {
+                    Record::Perf(p) => println!(
+                        "perf  {}  {}  {} {}  {:.4} ms  verified={}  gconv {}",
+                        p.problem, p.device, p.solver, p.config, p.time_ms, p.verified, p.gconv_version
+                    ),
+                    Record::Find(f) => println!(
+                        "find  {}  {}  #{} {} {}  {}  {}",
+                        f.problem,
+                        f.device,
+                        f.rank,
+                        f.solver,
+                        f.config,
+                        f.time_ms.map_or("-".into(), |t| format!("{t:.4} ms")),
+                        f.status
+                    ),
+                }
+            }
+        }
+        DbAction::Export { jsonl: _, output } => {
+            let count = match output {
+                Some(path) => {
+                    let file = std::fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+                    let mut out = std::io::BufWriter::new(file);
+                    let n = db.export_jsonl(&mut out)?;
+                    out.flush()?;
+                    n
+                }
+                None => db.export_jsonl(std::io::stdout().lock())?,
+            };
+            eprintln!("exported {count} records");
+        }
+        DbAction::Import { file } | DbAction::Merge { file } if !file.exists() => {
+            bail!("cannot read {}: no such file", file.display())
+        }
+        DbAction::Import { file } => {
+            let reader = std::io::BufReader::new(std::fs::File::open(&file).with_context(|| format!("cannot read {}", file.display()))?);
+            let n = db.import_jsonl(reader, ImportMode::Replace).with_context(|| format!("nothing imported from {}", file.display()))?;
+            println!("imported {n} records from {}", file.display());
+        }
+        DbAction::Merge { file } => {
+            let reader = std::io::BufReader::new(std::fs::File::open(&file).with_context(|| format!("cannot read {}", file.display()))?);
+            let n = db.import_jsonl(reader, ImportMode::KeepFaster).with_context(|| format!("nothing merged from {}", file.display()))?;
+            println!("merged {n} records from {} (faster records won)", file.display());
+        }
+        DbAction::Prune => {
+            let registry = target.registry();
+            let removed = db.prune(|problem, solver, config| {
+                let Ok(p) = ConvProblem::from_key(problem) else { return false };
+                let Ok(solver) = registry.get(solver) else { return false };
+                solver.applicable(&p).is_ok() && checked(solver, &p, config).is_ok()
+            })?;
+            println!("pruned {removed} records");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

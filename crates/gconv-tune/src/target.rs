@@ -1,0 +1,75 @@
+//! Where find and tuning run: a backend's registry, its device key, and how to run a solution
+//! on a problem's data and read the output back.
+
+use std::time::Instant;
+
+use gconv_core::{Backend, ConvProblem, ConvTensors, Registry, Result, Solution, Tensor};
+use gconv_cpu::{CpuDevice, Host, HostBuffers};
+
+pub trait Target {
+    type B: Backend;
+    /// A problem's data as the backend holds it.
+    type Workload;
+
+    fn registry(&self) -> &Registry<Self::B>;
+    fn device_key(&self) -> &str;
+    /// Places the host tensors where the backend's solutions read them.
+    fn workload(&self, p: &ConvProblem, tensors: &ConvTensors) -> Result<Self::Workload>;
+    /// Runs the solution once and returns its duration in seconds.
+    fn run(&self, w: &mut Self::Workload, s: &Solution<Self::B>) -> Result<f64>;
+    /// The output tensor of the last run, on the host.
+    fn output(&self, w: &Self::Workload, p: &ConvProblem) -> Result<Tensor>;
+}
+
+/// The CPU: tensors stay in host memory, a fresh workspace per solution.
+pub struct CpuTarget {
+    pub device: CpuDevice,
+    registry: Registry<Host>,
+    key: String,
+}
+
+impl CpuTarget {
+    pub fn new(device: CpuDevice) -> Self {
+        CpuTarget { registry: gconv_cpu::registry(&device), key: device.key(), device }
+    }
+}
+
+pub struct CpuWorkload {
+    tensors: ConvTensors,
+    workspace: Vec<f32>,
+}
+
+impl Target for CpuTarget {
+    type B = Host;
+    type Workload = CpuWorkload;
+
+    fn registry(&self) -> &Registry<Host> {
+        &self.registry
+    }
+
+    fn device_key(&self) -> &str {
+        &self.key
+    }
+
+    fn workload(&self, _p: &ConvProblem, tensors: &ConvTensors) -> Result<CpuWorkload> {
+        Ok(CpuWorkload { tensors: tensors.clone(), workspace: Vec::new() })
+    }
+
+    fn run(&self, w: &mut CpuWorkload, s: &Solution<Host>) -> Result<f64> {
+        let needed = usize::try_from(s.workspace_bytes.div_ceil(4)).unwrap_or(usize::MAX);
+        if w.workspace.len() < needed {
+            w.workspace.clear();
+            w.workspace.try_reserve_exact(needed).map_err(|_| {
+                gconv_core::GconvError::Backend(format!("cannot allocate a workspace of {} bytes", s.workspace_bytes))
+            })?;
+            w.workspace.resize(needed, 0.0);
+        }
+        let start = Instant::now();
+        s.invoker.run(&mut HostBuffers { tensors: &mut w.tensors, workspace: &mut w.workspace })?;
+        Ok(start.elapsed().as_secs_f64())
+    }
+
+    fn output(&self, w: &CpuWorkload, p: &ConvProblem) -> Result<Tensor> {
+        Ok(w.tensors.output(p.direction).clone())
+    }
+}

@@ -1,0 +1,164 @@
+//! Tuning: walk each tunable solver's config space with a search strategy, keep every
+//! measurement as a trial (so a killed run resumes where it stopped), store each solver's
+//! verified winner in the perf-db, then rank all candidates with a find.
+
+use std::time::Instant;
+
+use gconv_core::{Config, ConvProblem, Solution};
+use serde::Serialize;
+
+use crate::db::{Db, FindRecord, PerfRecord, TrialRecord, FORMAT_VERSION, GCONV_VERSION};
+use crate::find::{find, Bench, FindOptions, STATUS_OK, STATUS_TIME_BOXED};
+use crate::known::checked;
+use crate::measure::{evaluate, TimingPlan};
+use crate::search::SearchStrategy;
+use crate::target::Target;
+use crate::Result;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SolverTuning {
+    pub solver: String,
+    /// Configs the strategy scheduled.
+    pub scheduled: usize,
+    /// Measured in this run.
+    pub measured: usize,
+    /// Measured by an earlier, interrupted run and reused.
+    pub resumed: usize,
+    pub winner: Option<String>,
+    pub winner_ms: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TuneOutcome {
+    pub problem: String,
+    /// Already tuned on this device by this gconv version: nothing was run.
+    pub skipped: bool,
+    pub solvers: Vec<SolverTuning>,
+    pub find: Vec<FindRecord>,
+}
+
+/// Progress of one solver's search, for a progress bar.
+pub struct Progress<'a> {
+    pub problem: &'a str,
+    pub solver: &'a str,
+    pub done: usize,
+    pub total: usize,
+}
+
+/// Whether every tunable solver has a perf-db record from this gconv version and the problem
+/// has a find result: then tuning it again would redo finished work.
+pub fn is_tuned<T: Target>(target: &T, db: &Db, p: &ConvProblem) -> Result<bool> {
+    let (key, device) = (p.key(), target.device_key());
+    for solver in tunable(target, p) {
+        match db.perf(&key, device, solver.id())? {
+            Some(r) if r.gconv_version == GCONV_VERSION => {}
+            _ => return Ok(false),
+        }
+    }
+    Ok(db.find(&key, device)?.is_some())
+}
+
+fn tunable<'a, T: Target>(target: &'a T, p: &'a ConvProblem) -> impl Iterator<Item = &'a dyn gconv_core::Solver<T::B>> + 'a {
+    target
+        .registry()
+        .applicable(p)
+        .filter(move |s| !s.is_oracle() && s.configs(p).next().is_some())
+}
+
+/// Keeps the fastest fully timed config.
+fn consider(config: &Config, time: Option<f64>, status: &str, best: &mut Option<(Config, f64)>) {
+    if let (STATUS_OK, Some(t)) = (status, time) {
+        if best.as_ref().is_none_or(|(_, b)| t < *b) {
+            *best = Some((config.clone(), t));
+        }
+    }
+}
+
+pub fn tune<T: Target>(
+    target: &T,
+    db: &mut Db,
+    p: &ConvProblem,
+    strategy: &dyn SearchStrategy,
+    opts: &FindOptions,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<TuneOutcome> {
+    let key = p.key();
+    if is_tuned(target, db, p)? {
+        return Ok(TuneOutcome { problem: key, skipped: true, solvers: vec![], find: vec![] });
+    }
+    let device = target.device_key().to_string();
+    let mut bench = Bench::new(target, p)?;
+    let mut solvers = Vec::new();
+    for solver in tunable(target, p) {
+        let id = solver.id();
+        let space: Vec<Config> = solver.configs(p).collect();
+        let schedule = strategy.schedule(p, id, space);
+        let earlier = db.trials(&key, &device, id)?;
+        let mut report = SolverTuning {
+            solver: id.to_string(),
+            scheduled: schedule.len(),
+            measured: 0,
+            resumed: 0,
+            winner: None,
+            winner_ms: None,
+        };
+        let mut best: Option<(Config, f64)> = None;
+        let started = Instant::now();
+        for (done, config) in schedule.iter().enumerate() {
+            progress(Progress { problem: &key, solver: id, done, total: schedule.len() });
+            let text = config.to_string();
+            if let Some(trial) = earlier.iter().find(|t| t.config == text) {
+                report.resumed += 1;
+                consider(config, trial.time_ms, &trial.status, &mut best);
+                continue;
+            }
+            if strategy.time_budget().is_some_and(|b| started.elapsed() >= b) {
+                break;
+            }
+            let workspace = solver.workspace_bytes(p, config);
+            let (time, status) = if workspace > opts.workspace_limit {
+                (None, format!("not run: workspace {workspace} B over the limit"))
+            } else {
+                let plan = TimingPlan { iterations: opts.iterations, best_ms: best.as_ref().map(|b| b.1) };
+                match Solution::build(solver, p, config.clone())
+                    .map_err(Into::into)
+                    .and_then(|s| evaluate(target, &mut bench.workload, p, &s, Some(&bench.exact), plan))
+                {
+                    Ok(e) if !e.verified_ok() => (None, "failed verification".to_string()),
+                    Ok(e) => (e.time_ms, if e.time_boxed { STATUS_TIME_BOXED } else { STATUS_OK }.to_string()),
+                    Err(e) => (None, format!("failed: {e}")),
+                }
+            };
+            db.put_trial(&TrialRecord {
+                problem: key.clone(),
+                device: device.clone(),
+                solver: id.to_string(),
+                config: text,
+                time_ms: time,
+                status: status.clone(),
+            })?;
+            report.measured += 1;
+            consider(config, time, &status, &mut best);
+        }
+        progress(Progress { problem: &key, solver: id, done: schedule.len(), total: schedule.len() });
+        if let Some((config, time_ms)) = best {
+            // Trials were verified when measured; the stored winner must also still be valid.
+            checked(solver, p, &config.to_string()).map_err(gconv_core::GconvError::Backend)?;
+            db.put_perf(&PerfRecord {
+                problem: key.clone(),
+                device: device.clone(),
+                solver: id.to_string(),
+                config: config.to_string(),
+                time_ms,
+                verified: true,
+                gconv_version: GCONV_VERSION.to_string(),
+                format_version: FORMAT_VERSION,
+            })?;
+            report.winner = Some(config.to_string());
+            report.winner_ms = Some(time_ms);
+        }
+        solvers.push(report);
+    }
+    let find = find(target, db, p, opts)?;
+    Ok(TuneOutcome { problem: key, skipped: false, solvers, find })
+}
