@@ -5,6 +5,7 @@ use gconv_core::verify::Verification;
 use gconv_core::{ConvProblem, ConvTensors, Solution};
 use gconv_tune::db::Db;
 use gconv_tune::find::{FindOptions, DATA_SEED};
+use gconv_tune::known::origin_of;
 use gconv_tune::measure::{evaluate, TimingPlan};
 use gconv_tune::select::{select, FindMode};
 use gconv_tune::target::{CpuTarget, Target};
@@ -49,7 +50,11 @@ pub fn run(
         None => {
             let s = select(target, db, p, mode, opts)?;
             let solver = target.registry().get(s.solver)?;
-            (Solution::build(solver, p, s.config)?, s.config_origin, format!("{mode}: {}", s.source.label()))
+            let origin = match s.config_origin {
+                Some(origin) => origin,
+                None => origin_of(db, target.device_key(), solver, p, &s.config)?,
+            };
+            (Solution::build(solver, p, s.config)?, origin, format!("{mode}: {}", s.source.label()))
         }
     };
     let tensors = ConvTensors::try_random(p, DATA_SEED)?;

@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use gconv_core::ConvProblem;
 use gconv_tune::db::{Db, ImportMode, Record};
 use gconv_tune::find::{find as run_find, FindOptions};
-use gconv_tune::known::checked;
+use gconv_tune::known::{checked, origin_of};
 use gconv_tune::search::{Exhaustive, Random, SearchStrategy};
 use gconv_tune::select::{select, FindMode};
 use gconv_tune::target::{CpuTarget, Target};
@@ -132,7 +132,11 @@ pub fn select_bench(
         let s = select(target, db, p, mode, opts);
         print_warnings(db);
         let s = s?;
-        println!("{}  ->  {} {} ({}, config {})", p.key(), s.solver, s.config, s.source.label(), s.config_origin.label());
+        let origin = match s.config_origin {
+            Some(origin) => origin,
+            None => origin_of(db, target.device_key(), target.registry().get(s.solver)?, p, &s.config)?,
+        };
+        println!("{}  ->  {} {} ({}, config {})", p.key(), s.solver, s.config, s.source.label(), origin.label());
     }
     if problems.is_empty() {
         return Ok(code);

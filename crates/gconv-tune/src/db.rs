@@ -135,6 +135,11 @@ impl Db {
     /// Opens (creating if needed) the user db at `path` over the shipped system layer.
     /// A corrupt file, or one written by a newer format, is renamed aside with a warning.
     pub fn open(path: &Path) -> Result<Db> {
+        Self::open_layers(path, SYSTEM_RECORDS)
+    }
+
+    /// As [`Db::open`], with the system layer read from `system_records` (JSON lines).
+    pub fn open_layers(path: &Path, system_records: &str) -> Result<Db> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .map_err(|e| TuneError::Io(format!("cannot create {}: {e}", dir.display())))?;
@@ -159,7 +164,7 @@ impl Db {
         };
         let mut system = Connection::open_in_memory()?;
         system.execute_batch(SCHEMA)?;
-        import_into(&mut system, SYSTEM_RECORDS.as_bytes(), ImportMode::Replace)?;
+        import_into(&mut system, system_records.as_bytes(), ImportMode::Replace)?;
         Ok(Db { user, user_path: path.to_path_buf(), system, warnings })
     }
 
@@ -204,6 +209,29 @@ impl Db {
             let rows = find_rows(conn, problem, device)?;
             if !rows.is_empty() {
                 return Ok(Some(rows));
+            }
+        }
+        Ok(None)
+    }
+
+    /// (solver, config) of the verified, fully timed rows of the first layer that has a find
+    /// result, fastest first: the part of a find result that selection needs, read cheaply.
+    pub fn find_ranked_ok(&self, problem: &str, device: &str) -> Result<Option<Vec<(String, String)>>> {
+        for conn in self.layers() {
+            let mut stmt = conn.prepare_cached(
+                "SELECT solver, config, status = 'ok' FROM find WHERE problem = ?1 AND device = ?2 ORDER BY rank",
+            )?;
+            let mut rows = stmt.query(params![problem, device])?;
+            let mut ok = Vec::new();
+            let mut any = false;
+            while let Some(row) = rows.next()? {
+                any = true;
+                if row.get::<_, bool>(2)? {
+                    ok.push((row.get(0)?, row.get(1)?));
+                }
+            }
+            if any {
+                return Ok(Some(ok));
             }
         }
         Ok(None)
@@ -475,4 +503,56 @@ fn set_aside(path: &Path) -> Result<PathBuf> {
         }
     }
     Ok(aside)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn perf(problem: &str, config: &str, time_ms: f64) -> PerfRecord {
+        PerfRecord {
+            problem: problem.into(),
+            device: "dev".into(),
+            solver: "cpu.direct_blocked".into(),
+            config: config.into(),
+            time_ms,
+            verified: true,
+            gconv_version: GCONV_VERSION.into(),
+            format_version: FORMAT_VERSION,
+        }
+    }
+
+    fn temp_db(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("gconv-db-unit-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir.join("user.db")
+    }
+
+    #[test]
+    fn user_layer_wins_over_system_layer() {
+        let system: String = [perf("a", "rb1_kb8_lo0", 2.0), perf("b", "rb2_kb8_lo0", 3.0)]
+            .into_iter()
+            .map(|r| serde_json::to_string(&Record::Perf(r)).unwrap() + "\n")
+            .collect();
+        let path = temp_db("layers");
+        let mut db = Db::open_layers(&path, &system).unwrap();
+        assert_eq!(db.perf("a", "dev", "cpu.direct_blocked").unwrap().unwrap().config, "rb1_kb8_lo0");
+        db.put_perf(&perf("a", "rb4_kb8_lo1", 1.0)).unwrap();
+        assert_eq!(db.perf("a", "dev", "cpu.direct_blocked").unwrap().unwrap().config, "rb4_kb8_lo1");
+        assert_eq!(db.perf("b", "dev", "cpu.direct_blocked").unwrap().unwrap().config, "rb2_kb8_lo0");
+        assert!(db.perf("c", "dev", "cpu.direct_blocked").unwrap().is_none());
+        // The system layer is not part of the user db: nothing of it is exported.
+        assert_eq!(db.records().unwrap().len(), 1);
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn reopening_keeps_records() {
+        let path = temp_db("reopen");
+        Db::open_layers(&path, "").unwrap().put_perf(&perf("a", "rb1_kb8_lo0", 2.0)).unwrap();
+        let db = Db::open_layers(&path, "").unwrap();
+        assert!(db.warnings.is_empty());
+        assert_eq!(db.stats().unwrap().perf, 1);
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    }
 }

@@ -7,7 +7,7 @@ use gconv_core::{Config, ConvProblem};
 
 use crate::db::{Db, FindRecord};
 use crate::find::{find, FindOptions, STATUS_OK};
-use crate::known::{checked, known_config, origin_of, ConfigOrigin};
+use crate::known::{checked, known_config, ConfigOrigin};
 use crate::target::Target;
 use crate::Result;
 
@@ -77,7 +77,8 @@ pub struct Selection {
     pub solver: &'static str,
     pub config: Config,
     pub source: Source,
-    pub config_origin: ConfigOrigin,
+    /// Known when the rule read the perf-db; otherwise ask [`crate::known::origin_of`].
+    pub config_origin: Option<ConfigOrigin>,
     /// The ranking when a find ran.
     pub find: Option<Vec<FindRecord>>,
 }
@@ -98,8 +99,7 @@ pub fn select<T: Target>(target: &T, db: &mut Db, p: &ConvProblem, mode: FindMod
             })?;
             let solver = target.registry().get(&best.solver)?;
             let config: Config = best.config.parse()?;
-            let config_origin = origin_of(db, target.device_key(), solver, p, &config)?;
-            Ok(Selection { solver: solver.id(), config, source: Source::Find, config_origin, find: Some(rows) })
+            Ok(Selection { solver: solver.id(), config, source: Source::Find, config_origin: None, find: Some(rows) })
         }
     }
 }
@@ -107,23 +107,19 @@ pub fn select<T: Target>(target: &T, db: &mut Db, p: &ConvProblem, mode: FindMod
 /// The best usable row of a stored find result. Rows naming unknown solvers, solvers that no
 /// longer apply, or configs their solver rejects are skipped with a warning.
 fn from_find_db<T: Target>(target: &T, db: &mut Db, p: &ConvProblem) -> Result<Option<Selection>> {
-    let device = target.device_key();
-    let Some(rows) = db.find(&p.key(), device)? else { return Ok(None) };
-    for row in rows.iter().filter(|r| r.status == STATUS_OK) {
-        let usable = target.registry().get(&row.solver).map_err(|e| e.to_string()).and_then(|solver| {
+    let key = p.key();
+    let Some(rows) = db.find_ranked_ok(&key, target.device_key())? else { return Ok(None) };
+    for (solver_id, config_text) in &rows {
+        let usable = target.registry().get(solver_id).map_err(|e| e.to_string()).and_then(|solver| {
             solver.applicable(p).map_err(|r| r.0)?;
-            Ok((solver, checked(solver, p, &row.config)?))
+            Ok((solver, checked(solver, p, config_text)?))
         });
         match usable {
             Ok((solver, config)) => {
-                let config_origin = origin_of(db, device, solver, p, &config)?;
-                return Ok(Some(Selection { solver: solver.id(), config, source: Source::FindDb, config_origin, find: None }));
+                return Ok(Some(Selection { solver: solver.id(), config, source: Source::FindDb, config_origin: None, find: None }));
             }
             Err(reason) => db.warnings.push(format!(
-                "skipping find-db entry {} `{}` for {}: {reason}",
-                row.solver,
-                row.config,
-                p.key()
+                "skipping find-db entry {solver_id} `{config_text}` for {key}: {reason}"
             )),
         }
     }
@@ -137,7 +133,7 @@ fn by_rule<T: Target>(target: &T, db: &mut Db, p: &ConvProblem, workspace_limit:
     for solver in candidates {
         let (config, config_origin) = known_config(db, target.device_key(), solver, p)?;
         if solver.workspace_bytes(p, &config) <= workspace_limit {
-            return Ok(Selection { solver: solver.id(), config, source: Source::Rule, config_origin, find: None });
+            return Ok(Selection { solver: solver.id(), config, source: Source::Rule, config_origin: Some(config_origin), find: None });
         }
     }
     Err(gconv_core::GconvError::Backend(format!(
