@@ -189,3 +189,42 @@ fn export_import_and_merge_round_trip() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("line 1"), "{}", stderr(&o));
 }
+
+#[test]
+fn fast_mode_uses_tuned_configs_without_benchmarking() {
+    let s = Scratch::new("fast");
+    let db = s.db();
+    let file = s.path("problems.txt");
+    std::fs::write(
+        &file,
+        "conv -n 2 -c 16 -H 10 -W 10 -k 16 -y 3 -x 3 -p 1 -q 1\nconvbfp16 -n 2 -c 8 -H 9 -W 9 -k 8 -g 8 -I NHWC -F 2\n",
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let conv = ["conv", "--db", &db, "--file", file, "--find-mode", "fast", "--json", "-V", "0"];
+
+    // An empty db: the rule picks, nothing is measured or stored.
+    let o = s.run(&conv);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).lines().all(|l| l.contains("\"selection\":\"fast: rule\"")), "{}", stdout(&o));
+    assert_eq!(try_count(&db, "SELECT COUNT(*) FROM find"), Some(0));
+
+    let o = s.run(&["tune", "--db", &db, "--file", file, "--strategy", "random", "--budget-count", "4"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let finds = count(&db, "SELECT COUNT(*) FROM find");
+    let o = s.run(&conv);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let reports: Vec<serde_json::Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(reports.len(), 4);
+    for r in &reports {
+        assert_eq!(r["selection"], "fast: find-db", "{r}");
+        let tuned = count(
+            &db,
+            &format!("SELECT COUNT(*) FROM perf WHERE problem = '{}' AND solver = {} AND config = {}", r["key"].as_str().unwrap(), r["solver"], r["config"])
+                .replace('"', "'"),
+        );
+        let expected = if tuned == 1 { "tuned (perf-db)" } else { "default" };
+        assert_eq!(r["config_origin"], expected, "{r}");
+    }
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM find"), finds, "fast mode must not run a find");
+}
