@@ -341,9 +341,7 @@ impl ConvProblem {
     /// Canonical, versioned text key, e.g.
     /// `v1:fwd:f32:NCHW:n4:c64:k64:i28x28:f3x3:s1x1:p1x1:d1x1:g32`; `:g<G>` only when G > 1.
     pub fn key(&self) -> String {
-        let join = |f: fn(&SpatialDim) -> u32| {
-            self.dims.iter().map(|d| f(d).to_string()).collect::<Vec<_>>().join("x")
-        };
+        let join = |f: fn(&SpatialDim) -> u32| sizes(self.dims.iter().map(f));
         let mut key = format!(
             "{KEY_VERSION}:{}:{}:{}:n{}:c{}:k{}:i{}:f{}:s{}:p{}:d{}",
             self.direction,
@@ -441,7 +439,7 @@ impl ConvProblem {
 
     /// Human-readable one-liner.
     pub fn summary(&self) -> String {
-        let join = |v: Vec<u32>| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("x");
+        let join = |f: fn(&SpatialDim) -> u32| sizes(self.dims.iter().map(f));
         format!(
             "{} {} {} N={} C={} K={} G={} in={} filter={} stride={} pad={} dilation={} out={}",
             self.direction,
@@ -451,14 +449,19 @@ impl ConvProblem {
             self.c,
             self.k,
             self.g,
-            join(self.dims.iter().map(|d| d.input).collect()),
-            join(self.dims.iter().map(|d| d.filter).collect()),
-            join(self.dims.iter().map(|d| d.stride).collect()),
-            join(self.dims.iter().map(|d| d.pad).collect()),
-            join(self.dims.iter().map(|d| d.dilation).collect()),
-            join(self.output_dims()),
+            join(|d| d.input),
+            join(|d| d.filter),
+            join(|d| d.stride),
+            join(|d| d.pad),
+            join(|d| d.dilation),
+            sizes(self.output_dims()),
         )
     }
+}
+
+/// Sizes joined by `x`, e.g. `28x28`.
+fn sizes(values: impl IntoIterator<Item = u32>) -> String {
+    values.into_iter().map(|v| v.to_string()).collect::<Vec<_>>().join("x")
 }
 
 /// Only the canonical decimal form: no sign, no leading zeros, so keys stay unique.
