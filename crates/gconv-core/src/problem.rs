@@ -225,6 +225,15 @@ impl ConvProblem {
         u64::from(self.n) * u64::from(self.k) * Self::product(self.output_dims())
     }
 
+    /// Elements of the tensor the given direction writes.
+    pub fn result_elements(&self, direction: Direction) -> u64 {
+        match direction {
+            Direction::Forward => self.output_elements(),
+            Direction::BackwardData => self.input_elements(),
+            Direction::BackwardWeight => self.weight_elements(),
+        }
+    }
+
     /// Multiply-adds times two; the same for all three directions.
     pub fn flops(&self) -> f64 {
         2.0 * self.output_elements() as f64

@@ -124,6 +124,29 @@ impl Tensor {
         }
     }
 
+    /// The raw storage, e.g. for a copy to a device.
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.data {
+            TensorData::F32(v) => bytemuck::cast_slice(v),
+            TensorData::F16(v) => bytemuck::cast_slice(v),
+            TensorData::Bf16(v) => bytemuck::cast_slice(v),
+        }
+    }
+
+    /// Overwrites the storage with raw bytes of the same length, e.g. copied from a device.
+    pub fn copy_from_bytes(&mut self, bytes: &[u8]) -> Result<()> {
+        let target: &mut [u8] = match &mut self.data {
+            TensorData::F32(v) => bytemuck::cast_slice_mut(v),
+            TensorData::F16(v) => bytemuck::cast_slice_mut(v),
+            TensorData::Bf16(v) => bytemuck::cast_slice_mut(v),
+        };
+        if target.len() != bytes.len() {
+            return Err(GconvError::TensorMismatch(format!("{} bytes given for a tensor of {} bytes", bytes.len(), target.len())));
+        }
+        target.copy_from_slice(bytes);
+        Ok(())
+    }
+
     pub fn fill_nan(&mut self) {
         match &mut self.data {
             TensorData::F32(v) => v.fill(f32::NAN),

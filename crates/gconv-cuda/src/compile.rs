@@ -1,0 +1,194 @@
+//! Kernel builds: NVRTC straight to CUBIN for the device's exact architecture (loading PTX
+//! would make the driver run ptxas on every load), a disk cache keyed by
+//! hash(source, options, arch, NVRTC version) with atomic writes, and counters.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, CString};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
+use gconv_core::{DataType, GconvError, Result};
+use serde::Serialize;
+
+const COMMON: &str = include_str!("kernels/common.cuh");
+
+/// A kernel source and its compile-time parameters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KernelSource {
+    /// File name, for messages.
+    pub file: &'static str,
+    pub text: &'static str,
+    /// Preprocessor definitions (`NAME` or `NAME=VALUE`).
+    pub defines: Vec<String>,
+}
+
+impl KernelSource {
+    pub fn new(file: &'static str, text: &'static str, dtype: DataType) -> Self {
+        let dtype_define = match dtype {
+            DataType::F32 => "GCONV_F32",
+            DataType::F16 => "GCONV_F16",
+            DataType::Bf16 => "GCONV_BF16",
+        };
+        KernelSource { file, text, defines: vec![dtype_define.to_string()] }
+    }
+
+    pub fn define(mut self, name: &str, value: impl std::fmt::Display) -> Self {
+        self.defines.push(format!("{name}={value}"));
+        self
+    }
+
+    fn full_text(&self) -> String {
+        format!("{COMMON}\n#line 1 \"{}\"\n{}", self.file, self.text)
+    }
+}
+
+/// Counts since the process started, reported by `gconv conv --json` and the bench.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Serialize)]
+pub struct BuildStats {
+    /// NVRTC compilations.
+    pub builds: u32,
+    /// CUBINs read from the disk cache.
+    pub disk_hits: u32,
+    /// CUBINs already in this process.
+    pub memory_hits: u32,
+    /// Milliseconds spent in NVRTC.
+    pub build_ms: f64,
+}
+
+pub struct Compiler {
+    arch: String,
+    nvrtc_version: (i32, i32),
+    cache_dir: Option<PathBuf>,
+    cubins: Mutex<HashMap<blake3::Hash, Arc<Vec<u8>>>>,
+    stats: Mutex<BuildStats>,
+}
+
+impl Compiler {
+    pub fn new(arch: String, nvrtc_version: (i32, i32), cache_dir: Option<PathBuf>) -> Self {
+        Compiler { arch, nvrtc_version, cache_dir, cubins: Mutex::default(), stats: Mutex::default() }
+    }
+
+    pub fn arch(&self) -> &str {
+        &self.arch
+    }
+
+    fn options(&self, src: &KernelSource) -> Vec<String> {
+        let mut options = vec![format!("--gpu-architecture={}", self.arch), "-std=c++17".into(), "--use_fast_math".into()];
+        options.extend(src.defines.iter().map(|d| format!("-D{d}")));
+        options
+    }
+
+    pub fn key(&self, src: &KernelSource) -> blake3::Hash {
+        let mut h = blake3::Hasher::new();
+        h.update(src.full_text().as_bytes());
+        for o in self.options(src) {
+            h.update(o.as_bytes()).update(&[0]);
+        }
+        h.update(format!("nvrtc{}.{}", self.nvrtc_version.0, self.nvrtc_version.1).as_bytes());
+        h.finalize()
+    }
+
+    fn disk_path(&self, key: &blake3::Hash) -> Option<PathBuf> {
+        self.cache_dir.as_ref().map(|d| d.join(format!("{}.cubin", key.to_hex())))
+    }
+
+    /// Whether the CUBIN is in this process or on disk: running it needs no build.
+    pub fn is_cached(&self, src: &KernelSource) -> bool {
+        let key = self.key(src);
+        self.cubins.lock().unwrap().contains_key(&key) || self.disk_path(&key).is_some_and(|p| p.exists())
+    }
+
+    pub fn stats(&self) -> BuildStats {
+        *self.stats.lock().unwrap()
+    }
+
+    /// The CUBIN for `src`: from this process, else from disk, else built and stored.
+    pub fn cubin(&self, src: &KernelSource) -> Result<(blake3::Hash, Arc<Vec<u8>>)> {
+        let key = self.key(src);
+        if let Some(c) = self.cubins.lock().unwrap().get(&key) {
+            self.stats.lock().unwrap().memory_hits += 1;
+            return Ok((key, c.clone()));
+        }
+        let path = self.disk_path(&key);
+        let from_disk = path.as_ref().and_then(|p| std::fs::read(p).ok()).filter(|b| is_elf(b));
+        let cubin = match from_disk {
+            Some(bytes) => {
+                self.stats.lock().unwrap().disk_hits += 1;
+                Arc::new(bytes)
+            }
+            None => {
+                let start = Instant::now();
+                let bytes = self.compile(src)?;
+                let mut stats = self.stats.lock().unwrap();
+                stats.builds += 1;
+                stats.build_ms += start.elapsed().as_secs_f64() * 1e3;
+                drop(stats);
+                if let Some(path) = &path {
+                    store_atomically(path, &bytes);
+                }
+                Arc::new(bytes)
+            }
+        };
+        self.cubins.lock().unwrap().insert(key, cubin.clone());
+        Ok((key, cubin))
+    }
+
+    /// Drops a cache entry that failed to load, so the next `cubin` call rebuilds it.
+    pub fn forget(&self, key: &blake3::Hash) {
+        self.cubins.lock().unwrap().remove(key);
+        if let Some(p) = self.disk_path(key) {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+
+    fn compile(&self, src: &KernelSource) -> Result<Vec<u8>> {
+        let fail = |what: &str, detail: String| GconvError::Backend(format!("NVRTC {what} {}: {detail}", src.file));
+        let text = CString::new(src.full_text()).map_err(|e| fail("cannot take", e.to_string()))?;
+        let name = CString::new(src.file).map_err(|e| fail("cannot take", e.to_string()))?;
+        let prog = nvrtc::create_program(&text, Some(&name)).map_err(|e| fail("cannot load", format!("{e:?}")))?;
+        // SAFETY: `prog` is live until destroy_program below.
+        let result = unsafe {
+            match nvrtc::compile_program(prog, &self.options(src)) {
+                Ok(()) => cubin_of(prog).map_err(|e| fail("cannot read the CUBIN of", e)),
+                Err(e) => {
+                    let log = nvrtc::get_program_log(prog)
+                        .map(|l| String::from_utf8_lossy(&l.iter().map(|&c| c as u8).collect::<Vec<_>>()).into_owned())
+                        .unwrap_or_default();
+                    Err(fail("failed on", format!("{e:?}\n{}", log.trim_end_matches('\0'))))
+                }
+            }
+        };
+        // SAFETY: created above, destroyed once.
+        let _ = unsafe { nvrtc::destroy_program(prog) };
+        result
+    }
+}
+
+/// # Safety
+/// `prog` must be a live, successfully compiled program.
+unsafe fn cubin_of(prog: nvrtc_sys::nvrtcProgram) -> std::result::Result<Vec<u8>, String> {
+    let mut size = 0usize;
+    nvrtc_sys::nvrtcGetCUBINSize(prog, &mut size).result().map_err(|e| format!("{e:?}"))?;
+    let mut bytes = vec![0u8; size];
+    nvrtc_sys::nvrtcGetCUBIN(prog, bytes.as_mut_ptr() as *mut c_char).result().map_err(|e| format!("{e:?}"))?;
+    Ok(bytes)
+}
+
+fn is_elf(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"\x7fELF")
+}
+
+/// Writes through a unique temporary file and a rename, so readers never see half a file.
+/// A cache that cannot be written only costs a rebuild later.
+fn store_atomically(path: &std::path::Path, bytes: &[u8]) {
+    let Some(dir) = path.parent() else { return };
+    if std::fs::create_dir_all(dir).is_err() {
+        return;
+    }
+    let tmp = dir.join(format!(".{}.{}.tmp", std::process::id(), path.file_name().unwrap_or_default().to_string_lossy()));
+    if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, path).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}

@@ -1,0 +1,183 @@
+//! The GPU: found without creating a context (so `gconv precompile` never touches one), with
+//! the context, stream and loaded modules created on first use.
+
+use std::collections::HashMap;
+use std::ffi::c_char;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::sys as cu;
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::nvrtc::Ptx;
+use gconv_core::{GconvError, Result};
+
+use crate::compile::{BuildStats, Compiler, KernelSource};
+
+pub struct CudaDevice {
+    pub ordinal: usize,
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub capability: (i32, i32),
+    pub sm_count: u32,
+    pub driver_version: i32,
+    pub nvrtc_version: (i32, i32),
+    compiler: Compiler,
+    gpu: OnceLock<std::result::Result<Gpu, String>>,
+}
+
+/// What exists only once the GPU is used.
+struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    modules: Mutex<HashMap<blake3::Hash, Arc<CudaModule>>>,
+}
+
+fn driver(what: &str, r: cu::CUresult) -> std::result::Result<(), String> {
+    if r == cu::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{what} failed: {r:?}"))
+    }
+}
+
+impl CudaDevice {
+    /// The first GPU, or why there is none usable. Never panics: libraries are checked for
+    /// before cudarc touches them.
+    pub fn probe(kernel_cache: Option<PathBuf>) -> std::result::Result<Arc<CudaDevice>, String> {
+        // SAFETY: these only try to open the shared libraries.
+        if !unsafe { cu::is_culib_present() } {
+            return Err("no CUDA driver (libcuda) found".into());
+        }
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err("the CUDA driver is present but NVRTC (libnvrtc) is not".into());
+        }
+        let ordinal = 0;
+        // SAFETY: plain driver queries with valid out-pointers; no context is created.
+        let (name, capability, sm_count, driver_version) = unsafe {
+            driver("cuInit", cu::cuInit(0))?;
+            let mut count = 0;
+            driver("cuDeviceGetCount", cu::cuDeviceGetCount(&mut count))?;
+            if count == 0 {
+                return Err("the CUDA driver sees no GPU".into());
+            }
+            let mut dev = 0;
+            driver("cuDeviceGet", cu::cuDeviceGet(&mut dev, ordinal as i32))?;
+            let mut raw = [0 as c_char; 256];
+            driver("cuDeviceGetName", cu::cuDeviceGetName(raw.as_mut_ptr(), raw.len() as i32, dev))?;
+            let name = std::ffi::CStr::from_ptr(raw.as_ptr()).to_string_lossy().into_owned();
+            let attr = |a| {
+                let mut v = 0;
+                driver("cuDeviceGetAttribute", cu::cuDeviceGetAttribute(&mut v, a, dev)).map(|_| v)
+            };
+            use cu::CUdevice_attribute as A;
+            let capability = (attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?, attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?);
+            let sms = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+            let mut version = 0;
+            driver("cuDriverGetVersion", cu::cuDriverGetVersion(&mut version))?;
+            (name, capability, sms, version)
+        };
+        let mut nvrtc_version = (0, 0);
+        // SAFETY: valid out-pointers.
+        unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut nvrtc_version.0, &mut nvrtc_version.1) }
+            .result()
+            .map_err(|e| format!("nvrtcVersion failed: {e:?}"))?;
+        let arch = format!("sm_{}{}", capability.0, capability.1);
+        Ok(Arc::new(CudaDevice {
+            ordinal,
+            name,
+            capability,
+            sm_count,
+            driver_version,
+            nvrtc_version,
+            compiler: Compiler::new(arch, nvrtc_version, kernel_cache),
+            gpu: OnceLock::new(),
+        }))
+    }
+
+    /// Identifies the device in databases.
+    pub fn key(&self) -> String {
+        format!(
+            "cuda:{}:{}:sm{}:nvrtc{}.{}:drv{}",
+            self.name.replace(':', " "),
+            self.compiler.arch(),
+            self.sm_count,
+            self.nvrtc_version.0,
+            self.nvrtc_version.1,
+            self.driver_version
+        )
+    }
+
+    pub fn arch(&self) -> &str {
+        self.compiler.arch()
+    }
+
+    pub fn build_stats(&self) -> BuildStats {
+        self.compiler.stats()
+    }
+
+    pub fn is_built(&self, src: &KernelSource) -> bool {
+        self.compiler.is_cached(src)
+    }
+
+    /// Builds (or finds) the CUBIN without touching the GPU: what `gconv precompile` runs in
+    /// many threads.
+    pub fn precompile(&self, src: &KernelSource) -> Result<()> {
+        self.compiler.cubin(src).map(|_| ())
+    }
+
+    fn gpu(&self) -> Result<&Gpu> {
+        self.gpu
+            .get_or_init(|| {
+                let ctx = CudaContext::new(self.ordinal).map_err(|e| format!("cannot create a CUDA context: {e:?}"))?;
+                // One stream, ordered by the caller: cudarc's per-buffer event tracking is
+                // overhead on every launch.
+                // SAFETY: gconv uses a single stream per context.
+                unsafe { ctx.disable_event_tracking() };
+                let stream = ctx.default_stream();
+                Ok(Gpu { ctx, stream, modules: Mutex::default() })
+            })
+            .as_ref()
+            .map_err(|e| GconvError::Backend(e.clone()))
+    }
+
+    pub fn context(&self) -> Result<&Arc<CudaContext>> {
+        Ok(&self.gpu()?.ctx)
+    }
+
+    pub fn stream(&self) -> Result<&Arc<CudaStream>> {
+        Ok(&self.gpu()?.stream)
+    }
+
+    /// Loads `function` of the built source; a cached CUBIN that fails to load is rebuilt once.
+    pub fn function(&self, src: &KernelSource, function: &str) -> Result<CudaFunction> {
+        let gpu = self.gpu()?;
+        let module = {
+            let (key, cubin) = self.compiler.cubin(src)?;
+            let cached = gpu.modules.lock().unwrap().get(&key).cloned();
+            match cached {
+                Some(m) => m,
+                None => {
+                    let module = match gpu.ctx.load_module(Ptx::from_binary(cubin.to_vec())) {
+                        Ok(m) => m,
+                        Err(_) => {
+                            self.compiler.forget(&key);
+                            let (_, fresh) = self.compiler.cubin(src)?;
+                            gpu.ctx.load_module(Ptx::from_binary(fresh.to_vec())).map_err(|e| {
+                                GconvError::Backend(format!("cannot load the module of {}: {e:?}", src.file))
+                            })?
+                        }
+                    };
+                    gpu.modules.lock().unwrap().insert(key, module.clone());
+                    module
+                }
+            }
+        };
+        module
+            .load_function(function)
+            .map_err(|e| GconvError::Backend(format!("no function {function} in {}: {e:?}", src.file)))
+    }
+}
+
+pub fn backend_error(what: &str, e: impl std::fmt::Debug) -> GconvError {
+    GconvError::Backend(format!("{what}: {e:?}"))
+}

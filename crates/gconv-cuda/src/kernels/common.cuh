@@ -1,0 +1,45 @@
+// Shared by every gconv kernel. NVRTC builds these with no toolkit headers, so 16-bit types
+// are raw bits with conversions in inline PTX. Exactly one of GCONV_F32, GCONV_F16,
+// GCONV_BF16 is defined by the build.
+
+#if defined(GCONV_F32)
+typedef float elem_t;
+__device__ __forceinline__ float to_f32(elem_t v) { return v; }
+__device__ __forceinline__ elem_t from_f32(float v) { return v; }
+#elif defined(GCONV_F16)
+typedef unsigned short elem_t;
+__device__ __forceinline__ float to_f32(elem_t v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
+    return f;
+}
+__device__ __forceinline__ elem_t from_f32(float v) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+}
+#elif defined(GCONV_BF16)
+typedef unsigned short elem_t;
+__device__ __forceinline__ float to_f32(elem_t v) { return __uint_as_float(((unsigned)v) << 16); }
+__device__ __forceinline__ elem_t from_f32(float v) {
+    unsigned short h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+}
+#else
+#error "define one of GCONV_F32, GCONV_F16, GCONV_BF16"
+#endif
+
+// The problem in index form, as gconv_core::Geometry: three spatial dimensions (outer ones of
+// size 1 when the rank is lower) and element strides of each tensor. Must match ConvParams in
+// params.rs field for field.
+struct ConvParams {
+    int n, g, cg, kg;
+    int in[3], fil[3], out[3], stride[3], pad[3], dil[3];
+    // Strides: [outer, channel, d, h, w]; outer is the image for x and y, k for w.
+    int xs[5], ws[5], ys[5];
+};
+
+__device__ __forceinline__ int offset(const int* s, int outer, int c, int d, int h, int w) {
+    return outer * s[0] + c * s[1] + d * s[2] + h * s[3] + w * s[4];
+}

@@ -1,0 +1,108 @@
+// cuda.naive: one thread per output element, each sum straight from the definition. The GPU
+// reference: slow, simple, every direction, dtype and layout, sizes as run-time arguments.
+
+extern "C" __global__ void naive_fwd(ConvParams p, const elem_t* x, const elem_t* w, elem_t* y) {
+    const int k_total = p.g * p.kg;
+    const long long total = (long long)p.n * k_total * p.out[0] * p.out[1] * p.out[2];
+    for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < total;
+         idx += (long long)gridDim.x * blockDim.x) {
+        long long r = idx;
+        const int ow = r % p.out[2]; r /= p.out[2];
+        const int oh = r % p.out[1]; r /= p.out[1];
+        const int od = r % p.out[0]; r /= p.out[0];
+        const int k = r % k_total;
+        const int n = r / k_total;
+        const int c0 = (k / p.kg) * p.cg;
+        float sum = 0.0f;
+        for (int c = 0; c < p.cg; ++c)
+            for (int fd = 0; fd < p.fil[0]; ++fd) {
+                const int id = od * p.stride[0] + fd * p.dil[0] - p.pad[0];
+                if (id < 0 || id >= p.in[0]) continue;
+                for (int fh = 0; fh < p.fil[1]; ++fh) {
+                    const int ih = oh * p.stride[1] + fh * p.dil[1] - p.pad[1];
+                    if (ih < 0 || ih >= p.in[1]) continue;
+                    for (int fw = 0; fw < p.fil[2]; ++fw) {
+                        const int iw = ow * p.stride[2] + fw * p.dil[2] - p.pad[2];
+                        if (iw < 0 || iw >= p.in[2]) continue;
+                        sum += to_f32(x[offset(p.xs, n, c0 + c, id, ih, iw)]) *
+                               to_f32(w[offset(p.ws, k, c, fd, fh, fw)]);
+                    }
+                }
+            }
+        y[offset(p.ys, n, k, od, oh, ow)] = from_f32(sum);
+    }
+}
+
+// Output coordinate reading input coordinate i through tap f, or -1.
+__device__ __forceinline__ int out_coord(int i, int f, int s, int pad, int dil, int out) {
+    const int t = i + pad - f * dil;
+    if (t < 0 || t % s != 0) return -1;
+    const int o = t / s;
+    return o < out ? o : -1;
+}
+
+extern "C" __global__ void naive_bwd_data(ConvParams p, const elem_t* dy, const elem_t* w, elem_t* dx) {
+    const int c_total = p.g * p.cg;
+    const long long total = (long long)p.n * c_total * p.in[0] * p.in[1] * p.in[2];
+    for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < total;
+         idx += (long long)gridDim.x * blockDim.x) {
+        long long r = idx;
+        const int iw = r % p.in[2]; r /= p.in[2];
+        const int ih = r % p.in[1]; r /= p.in[1];
+        const int id = r % p.in[0]; r /= p.in[0];
+        const int c = r % c_total;
+        const int n = r / c_total;
+        const int group = c / p.cg, c_local = c % p.cg;
+        float sum = 0.0f;
+        for (int kk = 0; kk < p.kg; ++kk) {
+            const int k = group * p.kg + kk;
+            for (int fd = 0; fd < p.fil[0]; ++fd) {
+                const int od = out_coord(id, fd, p.stride[0], p.pad[0], p.dil[0], p.out[0]);
+                if (od < 0) continue;
+                for (int fh = 0; fh < p.fil[1]; ++fh) {
+                    const int oh = out_coord(ih, fh, p.stride[1], p.pad[1], p.dil[1], p.out[1]);
+                    if (oh < 0) continue;
+                    for (int fw = 0; fw < p.fil[2]; ++fw) {
+                        const int ow = out_coord(iw, fw, p.stride[2], p.pad[2], p.dil[2], p.out[2]);
+                        if (ow < 0) continue;
+                        sum += to_f32(dy[offset(p.ys, n, k, od, oh, ow)]) *
+                               to_f32(w[offset(p.ws, k, c_local, fd, fh, fw)]);
+                    }
+                }
+            }
+        }
+        dx[offset(p.xs, n, c, id, ih, iw)] = from_f32(sum);
+    }
+}
+
+extern "C" __global__ void naive_bwd_weight(ConvParams p, const elem_t* x, const elem_t* dy, elem_t* dw) {
+    const int k_total = p.g * p.kg;
+    const long long total = (long long)k_total * p.cg * p.fil[0] * p.fil[1] * p.fil[2];
+    for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < total;
+         idx += (long long)gridDim.x * blockDim.x) {
+        long long r = idx;
+        const int fw = r % p.fil[2]; r /= p.fil[2];
+        const int fh = r % p.fil[1]; r /= p.fil[1];
+        const int fd = r % p.fil[0]; r /= p.fil[0];
+        const int c_local = r % p.cg;
+        const int k = r / p.cg;
+        const int c = (k / p.kg) * p.cg + c_local;
+        float sum = 0.0f;
+        for (int n = 0; n < p.n; ++n)
+            for (int od = 0; od < p.out[0]; ++od) {
+                const int id = od * p.stride[0] + fd * p.dil[0] - p.pad[0];
+                if (id < 0 || id >= p.in[0]) continue;
+                for (int oh = 0; oh < p.out[1]; ++oh) {
+                    const int ih = oh * p.stride[1] + fh * p.dil[1] - p.pad[1];
+                    if (ih < 0 || ih >= p.in[1]) continue;
+                    for (int ow = 0; ow < p.out[2]; ++ow) {
+                        const int iw = ow * p.stride[2] + fw * p.dil[2] - p.pad[2];
+                        if (iw < 0 || iw >= p.in[2]) continue;
+                        sum += to_f32(x[offset(p.xs, n, c, id, ih, iw)]) *
+                               to_f32(dy[offset(p.ys, n, k, od, oh, ow)]);
+                    }
+                }
+            }
+        dw[offset(p.ws, k, c_local, fd, fh, fw)] = from_f32(sum);
+    }
+}

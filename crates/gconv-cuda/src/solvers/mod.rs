@@ -1,0 +1,3 @@
+//! One module per solver (and its `.cu` in `kernels/`); `crate::registry` lists them.
+
+pub mod naive;

@@ -1,0 +1,84 @@
+//! Every CUDA solver against the CPU reference on random small problems. Needs a GPU, so the
+//! tests are ignored in CI; run them on the GPU machine (`.device/run-tests gpu`).
+
+use gconv_core::reference::reference;
+use gconv_core::testing::small_problem;
+use gconv_core::verify::verify;
+use gconv_core::{ConvProblem, ConvTensors, Solution};
+use gconv_cuda::{registry, CudaDevice, DeviceTensors};
+use proptest::prelude::*;
+use proptest::test_runner::{Config as ProptestConfig, TestRunner};
+
+fn check_all_solvers(device: &std::sync::Arc<CudaDevice>, p: &ConvProblem) -> Result<(), TestCaseError> {
+    let reg = registry(device);
+    let inputs = ConvTensors::random(p, 11);
+    let exact = reference(p, &inputs);
+    for solver in reg.applicable(p) {
+        let configs = std::iter::once(solver.default_config(p)).chain(solver.configs(p).step_by(5).take(3));
+        for config in configs {
+            let fail = |e: gconv_core::GconvError| TestCaseError::fail(format!("{} {config} on {}: {e}", solver.id(), p.key()));
+            let solution = Solution::build(solver, p, config.clone()).map_err(fail)?;
+            let mut gpu = DeviceTensors::upload(device, &inputs).map_err(fail)?;
+            gpu.reserve_workspace(device, solution.workspace_bytes).map_err(fail)?;
+            solution.invoker.run(&mut gpu.buffers(device).map_err(fail)?).map_err(fail)?;
+            let mut host = inputs.clone();
+            gpu.download_output(device, p, &mut host).map_err(fail)?;
+            let v = verify(p, host.output(p.direction), &exact);
+            prop_assert!(
+                v.passed,
+                "{} {config} on {}: error {:e} > tolerance {:e} at element {}",
+                solver.id(),
+                p.key(),
+                v.max_error,
+                v.tolerance,
+                v.worst_index
+            );
+        }
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_every_solver_matches_the_reference() {
+    let device = CudaDevice::probe(None).expect("a usable CUDA GPU");
+    let mut runner = TestRunner::new(ProptestConfig { cases: 300, ..ProptestConfig::default() });
+    runner.run(&small_problem(), |p| check_all_solvers(&device, &p)).unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_kernels_build_once_and_load_from_the_disk_cache() {
+    let dir = std::env::temp_dir().join(format!("gconv-kernel-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let p = ConvProblem::from_key("v1:fwd:bf16:NHWC:n2:c8:k8:i9x9:f3x3:s1x1:p1x1:d1x1:g2").unwrap();
+    let cold = CudaDevice::probe(Some(dir.clone())).unwrap();
+    let reg = registry(&cold);
+    let solver = reg.get("cuda.naive").unwrap();
+    assert!(solver.needs_build(&p, &solver.default_config(&p)));
+    Solution::build(solver, &p, solver.default_config(&p)).unwrap();
+    Solution::build(solver, &p, solver.default_config(&p)).unwrap();
+    let stats = cold.build_stats();
+    assert_eq!((stats.builds, stats.memory_hits), (1, 1), "{stats:?}");
+    assert!(!solver.needs_build(&p, &solver.default_config(&p)));
+
+    // A fresh process-like device finds the CUBIN on disk; a corrupt entry is rebuilt.
+    let warm = CudaDevice::probe(Some(dir.clone())).unwrap();
+    Solution::build(registry(&warm).get("cuda.naive").unwrap(), &p, Default::default()).unwrap();
+    assert_eq!(warm.build_stats().disk_hits, 1, "{:?}", warm.build_stats());
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        std::fs::write(entry.unwrap().path(), b"\x7fELF but not really a cubin").unwrap();
+    }
+    let corrupt = CudaDevice::probe(Some(dir.clone())).unwrap();
+    Solution::build(registry(&corrupt).get("cuda.naive").unwrap(), &p, Default::default()).unwrap();
+    assert_eq!(corrupt.build_stats().builds, 1, "{:?}", corrupt.build_stats());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn probe_never_panics_and_says_why() {
+    match CudaDevice::probe(None) {
+        Ok(device) => assert!(device.key().starts_with("cuda:"), "{}", device.key()),
+        Err(reason) => assert!(!reason.is_empty()),
+    }
+}
