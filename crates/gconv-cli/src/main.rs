@@ -13,10 +13,11 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use gconv_core::{ConvProblem, DataType};
 use gconv_cpu::CpuDevice;
-use gconv_tune::db::{default_user_path, Db};
+use gconv_cuda::CudaDevice;
+use gconv_tune::db::{default_cache_dir, default_user_path, Db};
 use gconv_tune::find::FindOptions;
 use gconv_tune::select::FindMode;
-use gconv_tune::target::CpuTarget;
+use gconv_tune::target::{CpuTarget, CudaTarget, Target};
 
 use driver::{default_run_args, first_line, jobs_from_file, DriverArgs, Job, RunArgs};
 
@@ -25,6 +26,9 @@ use driver::{default_run_args, first_line, jobs_from_file, DriverArgs, Job, RunA
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Where to run: auto (the GPU when one is usable, else the CPU), cpu, or cuda
+    #[arg(long, global = true, default_value = "auto", value_parser = ["auto", "cpu", "cuda"])]
+    backend: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -50,8 +54,22 @@ enum Command {
     /// Show the pick for each problem and how long selecting took (benchmark of selection)
     #[command(allow_negative_numbers = true, args_override_self = true)]
     Select(SelectCmd),
+    /// Build the GPU kernels of problems ahead of time, in parallel, without using the GPU
+    #[command(allow_negative_numbers = true, args_override_self = true)]
+    Precompile(PrecompileCmd),
     /// Inspect and maintain the user database
     Db(DbCmd),
+}
+
+#[derive(Debug, Args)]
+struct PrecompileCmd {
+    #[command(flatten)]
+    problems: ProblemArgs,
+    /// Parallel builds
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+    threads: u32,
+    #[command(flatten)]
+    db: DbArgs,
 }
 
 /// Problems by key, by driver flags, or from a file.
@@ -215,8 +233,44 @@ fn main() -> ExitCode {
     }
 }
 
-fn target() -> CpuTarget {
-    CpuTarget::new(CpuDevice::detect())
+/// The device commands run on.
+enum AnyTarget {
+    /// The CPU, with the reason the GPU is not used when `--backend auto` looked for one.
+    Cpu(CpuTarget, Option<String>),
+    Cuda(CudaTarget),
+}
+
+/// Runs `$body` with `$t` bound to the concrete target.
+macro_rules! on_target {
+    ($target:expr, $t:ident => $body:expr) => {
+        match $target {
+            AnyTarget::Cpu($t, _) => $body,
+            AnyTarget::Cuda($t) => $body,
+        }
+    };
+}
+
+fn target(backend: &str) -> anyhow::Result<AnyTarget> {
+    let cpu = || CpuTarget::new(CpuDevice::detect());
+    if backend == "cpu" {
+        return Ok(AnyTarget::Cpu(cpu(), None));
+    }
+    match CudaDevice::probe(Some(default_cache_dir().join("kernels"))) {
+        Ok(device) => Ok(AnyTarget::Cuda(CudaTarget::new(device))),
+        Err(reason) if backend == "auto" => Ok(AnyTarget::Cpu(cpu(), Some(reason))),
+        Err(reason) => anyhow::bail!("--backend cuda: no usable GPU: {reason}"),
+    }
+}
+
+impl AnyTarget {
+    /// The device line of reports.
+    fn describe(&self) -> String {
+        match self {
+            AnyTarget::Cpu(t, Some(reason)) => format!("{} (no GPU used: {reason})", t.describe()),
+            AnyTarget::Cpu(t, None) => t.describe(),
+            AnyTarget::Cuda(t) => t.describe(),
+        }
+    }
 }
 
 /// Opens the user db, reporting what opening it had to repair.
@@ -270,44 +324,61 @@ fn for_each_problem(jobs: Vec<Job>, mut body: impl FnMut(&ConvProblem, &RunArgs)
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let target = target(&cli.backend)?;
     match cli.command {
-        Command::Conv(cmd) => conv(cmd, DataType::F32),
-        Command::Convfp16(cmd) => conv(cmd, DataType::F16),
-        Command::Convbfp16(cmd) => conv(cmd, DataType::Bf16),
+        Command::Conv(cmd) => on_target!(&target, t => conv(t, &target.describe(), cmd, DataType::F32)),
+        Command::Convfp16(cmd) => on_target!(&target, t => conv(t, &target.describe(), cmd, DataType::F16)),
+        Command::Convbfp16(cmd) => on_target!(&target, t => conv(t, &target.describe(), cmd, DataType::Bf16)),
         Command::Explain(args) => {
-            let target = target();
             let jobs = args.jobs()?;
-            Ok(for_each_problem(jobs, |p, _| {
-                explain::explain(gconv_tune::target::Target::registry(&target), p);
+            println!("device:    {}\n", target.describe());
+            Ok(on_target!(&target, t => for_each_problem(jobs, |p, _| {
+                explain::explain(t.registry(), p);
                 Ok(true)
-            }))
+            })))
         }
-        Command::Find(cmd) => tuning::find(&target(), &mut open_db(&cmd.db)?, cmd.problems.jobs()?, &cmd.find.options(), cmd.json),
+        Command::Find(cmd) => {
+            let mut db = open_db(&cmd.db)?;
+            on_target!(&target, t => tuning::find(t, &mut db, cmd.problems.jobs()?, &cmd.find.options(), cmd.json))
+        }
         Command::Tune(cmd) => {
             let strategy = tuning::strategy(&cmd.strategy, cmd.budget_count, cmd.budget_seconds, cmd.seed)?;
             let mut db = open_db(&cmd.db)?;
             let progress = std::io::stderr().is_terminal();
-            tuning::tune(&target(), &mut db, cmd.problems.jobs()?, strategy.as_ref(), &cmd.find.options(), progress)
+            let jobs = cmd.problems.jobs()?;
+            on_target!(&target, t => tuning::tune(t, &mut db, jobs, strategy.as_ref(), &cmd.find.options(), progress))
         }
-        Command::Select(cmd) => tuning::select_bench(&target(), &mut open_db(&cmd.db)?, cmd.problems.jobs()?, cmd.find_mode, &cmd.find.options(), cmd.repeat),
-        Command::Db(cmd) => tuning::db(&target(), &mut open_db(&cmd.db)?, cmd.action),
+        Command::Select(cmd) => {
+            let mut db = open_db(&cmd.db)?;
+            let jobs = cmd.problems.jobs()?;
+            on_target!(&target, t => tuning::select_bench(t, &mut db, jobs, cmd.find_mode, &cmd.find.options(), cmd.repeat))
+        }
+        Command::Precompile(cmd) => {
+            let AnyTarget::Cuda(t) = &target else {
+                anyhow::bail!("precompile builds GPU kernels, and {}", target.describe());
+            };
+            let mut db = open_db(&cmd.db)?;
+            tuning::precompile(t, &mut db, cmd.problems.jobs()?, cmd.threads as usize)
+        }
+        Command::Db(cmd) => {
+            let mut db = open_db(&cmd.db)?;
+            on_target!(&target, t => tuning::db(t, &mut db, cmd.action))
+        }
     }
 }
 
-fn conv(cmd: ConvCmd, dtype: DataType) -> anyhow::Result<ExitCode> {
-    let target = target();
+fn conv<T: Target>(target: &T, device_line: &str, cmd: ConvCmd, dtype: DataType) -> anyhow::Result<ExitCode> {
     let mut db = open_db(&cmd.db)?;
     let jobs = match &cmd.file {
         Some(path) => jobs_from_file(path, dtype).map_err(anyhow::Error::msg)?,
         None => vec![("command line".into(), cmd.driver.problems(dtype).map(|p| (p, cmd.run.clone())))],
     };
     if !cmd.json {
-        let d = &target.device;
-        println!("device:    {} ({}, {} threads)\n", d.model, d.simd, d.threads);
+        println!("device:    {device_line}\n");
     }
     let opts = cmd.find.options();
     Ok(for_each_problem(jobs, |p, run_args| {
-        let report = run::run(&target, &mut db, p, run_args, cmd.find_mode, &opts);
+        let report = run::run(target, &mut db, p, run_args, cmd.find_mode, &opts);
         print_warnings(&mut db);
         let report = report?;
         if cmd.json {

@@ -8,7 +8,8 @@ use gconv_tune::find::{FindOptions, DATA_SEED};
 use gconv_tune::known::origin_of;
 use gconv_tune::measure::{evaluate, TimingPlan};
 use gconv_tune::select::{select, FindMode};
-use gconv_tune::target::{CpuTarget, Target};
+use gconv_core::BuildStats;
+use gconv_tune::target::Target;
 use serde::Serialize;
 
 use crate::driver::RunArgs;
@@ -31,10 +32,12 @@ pub struct Report {
     pub tflops: Option<f64>,
     pub gbps: Option<f64>,
     pub verify: Option<Verification>,
+    /// Kernel builds of the process so far (GPU only).
+    pub build: Option<BuildStats>,
 }
 
-pub fn run(
-    target: &CpuTarget,
+pub fn run<T: Target>(
+    target: &T,
     db: &mut Db,
     p: &ConvProblem,
     args: &RunArgs,
@@ -78,6 +81,7 @@ pub fn run(
         tflops: e.time_ms.map(|ms| p.flops() / (ms * 1e-3) / 1e12),
         gbps: e.time_ms.map(|ms| p.bytes() / (ms * 1e-3) / 1e9),
         verify: e.verification,
+        build: target.build_stats(),
     })
 }
 

@@ -11,7 +11,8 @@ use gconv_tune::find::{find as run_find, FindOptions};
 use gconv_tune::known::{checked, origin_of};
 use gconv_tune::search::{Exhaustive, Random, SearchStrategy};
 use gconv_tune::select::{select, FindMode};
-use gconv_tune::target::{CpuTarget, Target};
+use gconv_tune::known::known_config;
+use gconv_tune::target::{CudaTarget, Target};
 use gconv_tune::tune::{tune as run_tune, Progress};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -44,7 +45,7 @@ fn print_ranking(rows: &[gconv_tune::db::FindRecord]) {
     }
 }
 
-pub fn find(target: &CpuTarget, db: &mut Db, jobs: Vec<Job>, opts: &FindOptions, json: bool) -> anyhow::Result<ExitCode> {
+pub fn find<T: Target>(target: &T, db: &mut Db, jobs: Vec<Job>, opts: &FindOptions, json: bool) -> anyhow::Result<ExitCode> {
     Ok(for_each_problem(jobs, |p, _| {
         let rows = run_find(target, db, p, opts);
         print_warnings(db);
@@ -61,15 +62,15 @@ pub fn find(target: &CpuTarget, db: &mut Db, jobs: Vec<Job>, opts: &FindOptions,
     }))
 }
 
-pub fn tune(
-    target: &CpuTarget,
+pub fn tune<T: Target>(
+    target: &T,
     db: &mut Db,
     jobs: Vec<Job>,
     strategy: &dyn SearchStrategy,
     opts: &FindOptions,
     show_bar: bool,
 ) -> anyhow::Result<ExitCode> {
-    println!("tune:      strategy {} on {}\n", strategy.describe(), target.device_key());
+    println!("tune:      strategy {} on {}\n", strategy.describe(), target.describe());
     Ok(for_each_problem(jobs, |p, _| {
         let bar = show_bar.then(|| {
             let bar = ProgressBar::new(0);
@@ -113,8 +114,8 @@ pub fn tune(
     }))
 }
 
-pub fn select_bench(
-    target: &CpuTarget,
+pub fn select_bench<T: Target>(
+    target: &T,
     db: &mut Db,
     jobs: Vec<Job>,
     mode: FindMode,
@@ -156,7 +157,7 @@ pub fn select_bench(
     Ok(code)
 }
 
-pub fn db(target: &CpuTarget, db: &mut Db, action: DbAction) -> anyhow::Result<ExitCode> {
+pub fn db<T: Target>(target: &T, db: &mut Db, action: DbAction) -> anyhow::Result<ExitCode> {
     match action {
         DbAction::Stats => {
             let s = db.stats()?;
@@ -223,4 +224,47 @@ pub fn db(target: &CpuTarget, db: &mut Db, action: DbAction) -> anyhow::Result<E
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Builds the kernels of every applicable solver (with its known config) of every problem,
+/// `threads` at a time, without a GPU context.
+pub fn precompile(target: &CudaTarget, db: &mut Db, jobs: Vec<Job>, threads: usize) -> anyhow::Result<ExitCode> {
+    let mut work = Vec::new();
+    let code = for_each_problem(jobs, |p, _| {
+        for solver in target.registry().iter().filter(|s| s.applicable(p).is_ok()) {
+            let (config, _) = known_config(db, target.device_key(), solver, p)?;
+            work.push((solver, p.clone(), config));
+        }
+        Ok(true)
+    });
+    print_warnings(db);
+    let start = Instant::now();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failures = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..threads.min(work.len()) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((solver, p, config)) = work.get(i) else { break };
+                if let Err(e) = solver.prepare(p, config) {
+                    failures.lock().unwrap().push(format!("{} {config} for {}: {e}", solver.id(), p.key()));
+                }
+            });
+        }
+    });
+    let stats = target.device.build_stats();
+    println!(
+        "precompile: {} solutions in {:.0} ms wall: {} builds ({:.0} ms of NVRTC), {} from the disk cache, {} shared",
+        work.len(),
+        start.elapsed().as_secs_f64() * 1e3,
+        stats.builds,
+        stats.build_ms,
+        stats.disk_hits,
+        stats.memory_hits
+    );
+    let failures = failures.into_inner().unwrap();
+    for f in &failures {
+        eprintln!("error: {f}");
+    }
+    Ok(if failures.is_empty() { code } else { ExitCode::FAILURE })
 }

@@ -16,7 +16,7 @@ pub use config::Config;
 pub use error::{GconvError, Result};
 pub use geometry::Geometry;
 pub use problem::{ConvProblem, DataType, Direction, Layout, SpatialDim};
-pub use solver::{Backend, Invoker, NotApplicable, Registry, Solution, Solver};
+pub use solver::{Backend, BuildStats, Invoker, NotApplicable, Registry, Solution, Solver};
 pub use tensor::{ConvTensors, Tensor};
 
 #[cfg(test)]

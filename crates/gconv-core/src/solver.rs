@@ -81,6 +81,12 @@ pub trait Solver<B: Backend>: Send + Sync {
         false
     }
 
+    /// The part of `solution` that needs no device, such as building kernels, so that it can
+    /// run ahead of time in parallel (`gconv precompile`).
+    fn prepare(&self, _p: &ConvProblem, _config: &Config) -> Result<()> {
+        Ok(())
+    }
+
     /// The oracle: always applicable and slow, there to check others, never a find candidate.
     fn is_oracle(&self) -> bool {
         false
@@ -93,6 +99,16 @@ pub trait Solver<B: Backend>: Send + Sync {
 /// Runs a prepared solution on buffers; built once, invoked many times.
 pub trait Invoker<B: Backend>: Send + Sync {
     fn run(&self, buffers: &mut B::Buffers<'_>) -> Result<()>;
+}
+
+/// Kernel builds since the process started: NVRTC compilations, binaries found in the disk
+/// cache and in the process, and milliseconds spent compiling.
+#[derive(Debug, Default, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct BuildStats {
+    pub builds: u32,
+    pub disk_hits: u32,
+    pub memory_hits: u32,
+    pub build_ms: f64,
 }
 
 /// A solver and config made ready to run: what `Solver::solution` builds plus what it needs.

@@ -9,8 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
-use gconv_core::{DataType, GconvError, Result};
-use serde::Serialize;
+use gconv_core::{BuildStats, DataType, GconvError, Result};
 
 const COMMON: &str = include_str!("kernels/common.cuh");
 
@@ -42,19 +41,6 @@ impl KernelSource {
     fn full_text(&self) -> String {
         format!("{COMMON}\n#line 1 \"{}\"\n{}", self.file, self.text)
     }
-}
-
-/// Counts since the process started, reported by `gconv conv --json` and the bench.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Serialize)]
-pub struct BuildStats {
-    /// NVRTC compilations.
-    pub builds: u32,
-    /// CUBINs read from the disk cache.
-    pub disk_hits: u32,
-    /// CUBINs already in this process.
-    pub memory_hits: u32,
-    /// Milliseconds spent in NVRTC.
-    pub build_ms: f64,
 }
 
 pub struct Compiler {

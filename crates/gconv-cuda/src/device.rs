@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::sys as cu;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
-use gconv_core::{GconvError, Result};
+use gconv_core::{BuildStats, GconvError, Result};
 
-use crate::compile::{BuildStats, Compiler, KernelSource};
+use crate::compile::{Compiler, KernelSource};
 
 pub struct CudaDevice {
     pub ordinal: usize,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 use gconv_core::{Backend, Registry};
 
-pub use compile::{BuildStats, KernelSource};
+pub use compile::KernelSource;
 pub use device::CudaDevice;
 pub use params::ConvParams;
 pub use tensors::DeviceTensors;

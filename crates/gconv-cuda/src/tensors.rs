@@ -1,10 +1,11 @@
 //! A problem's three tensors and a workspace in GPU memory.
 
+use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, DevicePtr};
-use gconv_core::{ConvProblem, ConvTensors, Result, Tensor};
+use gconv_core::{ConvProblem, ConvTensors, Result, Solution, Tensor};
 
 use crate::device::{backend_error, CudaDevice};
-use crate::CudaBuffers;
+use crate::{Cuda, CudaBuffers};
 
 pub struct DeviceTensors {
     x: CudaSlice<u8>,
@@ -44,8 +45,24 @@ impl DeviceTensors {
         })
     }
 
-    /// Copies the direction's output back into the matching host tensor.
-    pub fn download_output(&self, device: &CudaDevice, p: &ConvProblem, host: &mut ConvTensors) -> Result<()> {
+    /// Runs a solution once on these tensors and returns its GPU time in seconds, measured
+    /// with CUDA events around the launches.
+    pub fn run_timed(&mut self, device: &CudaDevice, solution: &Solution<Cuda>) -> Result<f64> {
+        self.reserve_workspace(device, solution.workspace_bytes)?;
+        let ctx = device.context()?;
+        let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| backend_error("create an event", e));
+        let (start, end) = (event()?, event()?);
+        let mut buffers = self.buffers(device)?;
+        start.record(buffers.stream).map_err(|e| backend_error("record an event", e))?;
+        solution.invoker.run(&mut buffers)?;
+        end.record(buffers.stream).map_err(|e| backend_error("record an event", e))?;
+        end.synchronize().map_err(|e| backend_error("run on the GPU", e))?;
+        let ms = start.elapsed_ms(&end).map_err(|e| backend_error("read an event", e))?;
+        Ok(f64::from(ms) * 1e-3)
+    }
+
+    /// Copies the direction's output back into `out`, a host tensor of the same size.
+    pub fn download_output(&self, device: &CudaDevice, p: &ConvProblem, out: &mut Tensor) -> Result<()> {
         let stream = device.stream()?;
         let src = match p.direction {
             gconv_core::Direction::Forward => &self.y,
@@ -53,6 +70,6 @@ impl DeviceTensors {
             gconv_core::Direction::BackwardWeight => &self.w,
         };
         let bytes = stream.clone_dtoh(src).map_err(|e| backend_error("copy from the GPU", e))?;
-        host.output_mut(p.direction).copy_from_bytes(&bytes)
+        out.copy_from_bytes(&bytes)
     }
 }

@@ -111,9 +111,14 @@ pub struct Db {
     pub warnings: Vec<String>,
 }
 
-/// The default user db: under the user's cache directory.
+/// gconv's folder under the user's cache directory: the user db, the kernel cache.
+pub fn default_cache_dir() -> PathBuf {
+    dirs::cache_dir().unwrap_or_else(std::env::temp_dir).join("gconv")
+}
+
+/// The default user db.
 pub fn default_user_path() -> PathBuf {
-    dirs::cache_dir().unwrap_or_else(std::env::temp_dir).join("gconv").join("user.db")
+    default_cache_dir().join("user.db")
 }
 
 enum OpenFailure {

@@ -3,8 +3,11 @@
 
 use std::time::Instant;
 
-use gconv_core::{Backend, ConvProblem, ConvTensors, Registry, Result, Solution, Tensor};
+use std::sync::Arc;
+
+use gconv_core::{Backend, BuildStats, ConvProblem, ConvTensors, Registry, Result, Solution, Tensor};
 use gconv_cpu::{CpuDevice, Host, HostBuffers};
+use gconv_cuda::{Cuda, CudaDevice, DeviceTensors};
 
 pub trait Target {
     type B: Backend;
@@ -13,6 +16,12 @@ pub trait Target {
 
     fn registry(&self) -> &Registry<Self::B>;
     fn device_key(&self) -> &str;
+    /// One line for people: the device, its properties.
+    fn describe(&self) -> String;
+    /// Kernel builds so far (none on the CPU).
+    fn build_stats(&self) -> Option<BuildStats> {
+        None
+    }
     /// Places the host tensors where the backend's solutions read them.
     fn workload(&self, p: &ConvProblem, tensors: &ConvTensors) -> Result<Self::Workload>;
     /// Runs the solution once and returns its duration in seconds.
@@ -51,6 +60,10 @@ impl Target for CpuTarget {
         &self.key
     }
 
+    fn describe(&self) -> String {
+        format!("cpu: {} ({}, {} threads)", self.device.model, self.device.simd, self.device.threads)
+    }
+
     fn workload(&self, _p: &ConvProblem, tensors: &ConvTensors) -> Result<CpuWorkload> {
         Ok(CpuWorkload { tensors: tensors.clone(), workspace: Vec::new() })
     }
@@ -71,5 +84,60 @@ impl Target for CpuTarget {
 
     fn output(&self, w: &CpuWorkload, p: &ConvProblem) -> Result<Tensor> {
         Ok(w.tensors.output(p.direction).clone())
+    }
+}
+
+/// An NVIDIA GPU: tensors live in GPU memory, timing by CUDA events.
+pub struct CudaTarget {
+    pub device: Arc<CudaDevice>,
+    registry: Registry<Cuda>,
+    key: String,
+}
+
+impl CudaTarget {
+    pub fn new(device: Arc<CudaDevice>) -> Self {
+        CudaTarget { registry: gconv_cuda::registry(&device), key: device.key(), device }
+    }
+}
+
+pub struct CudaWorkload {
+    gpu: DeviceTensors,
+    /// The output tensor's host twin, for reading results back.
+    output: Tensor,
+}
+
+impl Target for CudaTarget {
+    type B = Cuda;
+    type Workload = CudaWorkload;
+
+    fn registry(&self) -> &Registry<Cuda> {
+        &self.registry
+    }
+
+    fn device_key(&self) -> &str {
+        &self.key
+    }
+
+    fn describe(&self) -> String {
+        let d = &self.device;
+        format!("cuda: {} ({}, {} SMs, NVRTC {}.{}, driver {})", d.name, d.arch(), d.sm_count, d.nvrtc_version.0, d.nvrtc_version.1, d.driver_version)
+    }
+
+    fn build_stats(&self) -> Option<BuildStats> {
+        Some(self.device.build_stats())
+    }
+
+    fn workload(&self, p: &ConvProblem, tensors: &ConvTensors) -> Result<CudaWorkload> {
+        Ok(CudaWorkload { gpu: DeviceTensors::upload(&self.device, tensors)?, output: tensors.output(p.direction).clone() })
+    }
+
+    fn run(&self, w: &mut CudaWorkload, s: &Solution<Cuda>) -> Result<f64> {
+        w.gpu.run_timed(&self.device, s)
+    }
+
+    fn output(&self, w: &CudaWorkload, p: &ConvProblem) -> Result<Tensor> {
+        let mut out = w.output.clone();
+        w.gpu.download_output(&self.device, p, &mut out)?;
+        Ok(out)
     }
 }

@@ -42,6 +42,10 @@ impl Solver<Cuda> for Naive {
         !self.device.is_built(&source(p))
     }
 
+    fn prepare(&self, p: &ConvProblem, _config: &Config) -> Result<()> {
+        self.device.precompile(&source(p))
+    }
+
     fn solution(&self, p: &ConvProblem, _config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
         let function = self.device.function(&source(p), function_name(p.direction))?;
         let outputs = p.result_elements(p.direction);
