@@ -1,5 +1,6 @@
 //! `gconv`: select, run, time, verify, find and tune grouped convolutions.
 
+mod bench;
 mod driver;
 mod explain;
 mod run;
@@ -54,11 +55,63 @@ enum Command {
     /// Show the pick for each problem and how long selecting took (benchmark of selection)
     #[command(allow_negative_numbers = true, args_override_self = true)]
     Select(SelectCmd),
+    /// gconv against cuDNN on the GPU, layer by layer, beside the roofline bound
+    Bench(BenchCmd),
     /// Build the GPU kernels of problems ahead of time, in parallel, without using the GPU
     #[command(allow_negative_numbers = true, args_override_self = true)]
     Precompile(PrecompileCmd),
     /// Inspect and maintain the user database
     Db(DbCmd),
+}
+
+#[derive(Debug, Args)]
+struct BenchCmd {
+    /// Problems: driver lines or keys, one per line (`#` comments)
+    #[arg(long, value_name = "FILE")]
+    file: PathBuf,
+    /// Run every problem in this data type instead of the file's
+    #[arg(long, value_parser = ["f32", "f16", "bf16"])]
+    dtype: Option<String>,
+    /// Directions to run, comma-separated (default: those of each line)
+    #[arg(long, value_delimiter = ',', value_parser = ["fwd", "bwd-data", "bwd-weight"])]
+    dir: Vec<String>,
+    /// How gconv's pick is made
+    #[arg(long = "find-mode", default_value = "dynamic-hybrid")]
+    find_mode: FindMode,
+    /// Timed runs per measurement (after one warm-up)
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    iter: u32,
+    /// Also write one CSV row per problem to this file
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+    /// Let cuDNN use TF32 tensor cores for fp32, as PyTorch allows by flag
+    #[arg(long = "allow-tf32")]
+    allow_tf32: bool,
+    #[command(flatten)]
+    find: FindArgs,
+    #[command(flatten)]
+    db: DbArgs,
+}
+
+impl BenchCmd {
+    /// The file's problems with the dtype and direction choices applied, each once.
+    fn problems(&self) -> anyhow::Result<(Vec<ConvProblem>, ExitCode)> {
+        let dtype = self.dtype.as_deref().map(|d| d.parse::<DataType>().map_err(anyhow::Error::msg)).transpose()?;
+        let directions: Vec<gconv_core::Direction> =
+            self.dir.iter().map(|d| d.parse().map_err(anyhow::Error::msg)).collect::<anyhow::Result<_>>()?;
+        let mut problems: Vec<ConvProblem> = Vec::new();
+        let code = for_each_problem(jobs_from_file(&self.file, DataType::F32).map_err(anyhow::Error::msg)?, |p, _| {
+            let mut p = p.clone();
+            if let Some(dtype) = dtype {
+                p.dtype = dtype;
+            }
+            if (directions.is_empty() || directions.contains(&p.direction)) && !problems.contains(&p) {
+                problems.push(p);
+            }
+            Ok(true)
+        });
+        Ok((problems, code))
+    }
 }
 
 #[derive(Debug, Args)]
@@ -352,6 +405,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let mut db = open_db(&cmd.db)?;
             let jobs = cmd.problems.jobs()?;
             on_target!(&target, t => tuning::select_bench(t, &mut db, jobs, cmd.find_mode, &cmd.find.options(), cmd.repeat))
+        }
+        Command::Bench(cmd) => {
+            let AnyTarget::Cuda(t) = &target else {
+                anyhow::bail!("bench compares gconv with cuDNN on a GPU, and {}", target.describe());
+            };
+            let (problems, parsed) = cmd.problems()?;
+            let opts = bench::BenchOptions {
+                mode: cmd.find_mode,
+                iterations: cmd.iter,
+                find: FindOptions { iterations: cmd.iter, ..cmd.find.options() },
+                allow_tf32: cmd.allow_tf32,
+                csv: cmd.csv.clone(),
+            };
+            let code = bench::bench(t, &mut open_db(&cmd.db)?, problems, &opts)?;
+            Ok(if parsed == ExitCode::SUCCESS { code } else { parsed })
         }
         Command::Precompile(cmd) => {
             let AnyTarget::Cuda(t) = &target else {

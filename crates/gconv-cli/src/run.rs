@@ -1,6 +1,5 @@
 //! `gconv conv`: select a solver (by find mode, or forced), run it, time it, verify it.
 
-use gconv_core::reference::reference;
 use gconv_core::verify::Verification;
 use gconv_core::{ConvProblem, ConvTensors, Solution};
 use gconv_tune::db::Db;
@@ -61,7 +60,7 @@ pub fn run<T: Target>(
         }
     };
     let tensors = ConvTensors::try_random(p, DATA_SEED)?;
-    let exact = (args.verify == 1).then(|| reference(p, &tensors));
+    let exact = if args.verify == 1 { Some(target.reference(p, &tensors)?) } else { None };
     let mut workload = target.workload(p, &tensors)?;
     let iterations = if args.time == 1 { args.iter } else { 0 };
     let plan = TimingPlan { iterations, best_ms: None };

@@ -148,6 +148,20 @@ impl CudaDevice {
         Ok(&self.gpu()?.stream)
     }
 
+    /// Runs `launch`, which enqueues work on the stream, and returns the GPU time of that work
+    /// in seconds, measured with CUDA events around it.
+    pub fn time(&self, launch: impl FnOnce(&Arc<CudaStream>) -> Result<()>) -> Result<f64> {
+        let gpu = self.gpu()?;
+        let event = || gpu.ctx.new_event(Some(cu::CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| backend_error("create an event", e));
+        let (start, end) = (event()?, event()?);
+        start.record(&gpu.stream).map_err(|e| backend_error("record an event", e))?;
+        launch(&gpu.stream)?;
+        end.record(&gpu.stream).map_err(|e| backend_error("record an event", e))?;
+        end.synchronize().map_err(|e| backend_error("run on the GPU", e))?;
+        let ms = start.elapsed_ms(&end).map_err(|e| backend_error("read an event", e))?;
+        Ok(f64::from(ms) * 1e-3)
+    }
+
     /// Loads `function` of the built source; a cached CUBIN that fails to load is rebuilt once.
     pub fn function(&self, src: &KernelSource, function: &str) -> Result<CudaFunction> {
         let gpu = self.gpu()?;

@@ -4,8 +4,10 @@
 //! says why and nothing else here is used.
 
 mod compile;
+pub mod cudnn_peer;
 mod device;
 mod params;
+pub mod roofline;
 pub mod solvers;
 mod tensors;
 

@@ -1,6 +1,5 @@
 //! A problem's three tensors and a workspace in GPU memory.
 
-use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, DevicePtr};
 use gconv_core::{ConvProblem, ConvTensors, Result, Solution, Tensor};
 
@@ -45,20 +44,22 @@ impl DeviceTensors {
         })
     }
 
-    /// Runs a solution once on these tensors and returns its GPU time in seconds, measured
-    /// with CUDA events around the launches.
+    /// Runs a solution once on these tensors and returns its GPU time in seconds.
     pub fn run_timed(&mut self, device: &CudaDevice, solution: &Solution<Cuda>) -> Result<f64> {
-        self.reserve_workspace(device, solution.workspace_bytes)?;
-        let ctx = device.context()?;
-        let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| backend_error("create an event", e));
-        let (start, end) = (event()?, event()?);
+        self.timed(device, solution.workspace_bytes, |b| solution.invoker.run(b))
+    }
+
+    /// Runs `launch` (with a workspace of at least `workspace_bytes`) and returns the GPU
+    /// time of what it enqueued, in seconds, measured with CUDA events around it.
+    pub fn timed(
+        &mut self,
+        device: &CudaDevice,
+        workspace_bytes: u64,
+        launch: impl FnOnce(&mut CudaBuffers<'_>) -> Result<()>,
+    ) -> Result<f64> {
+        self.reserve_workspace(device, workspace_bytes)?;
         let mut buffers = self.buffers(device)?;
-        start.record(buffers.stream).map_err(|e| backend_error("record an event", e))?;
-        solution.invoker.run(&mut buffers)?;
-        end.record(buffers.stream).map_err(|e| backend_error("record an event", e))?;
-        end.synchronize().map_err(|e| backend_error("run on the GPU", e))?;
-        let ms = start.elapsed_ms(&end).map_err(|e| backend_error("read an event", e))?;
-        Ok(f64::from(ms) * 1e-3)
+        device.time(|_| launch(&mut buffers))
     }
 
     /// Copies the direction's output back into `out`, a host tensor of the same size.

@@ -1,7 +1,6 @@
 //! Find: run every applicable candidate (each solver with its best known config), verify it,
 //! rank by measured time, and keep the ranking in the find-db.
 
-use gconv_core::reference::reference;
 use gconv_core::{ConvProblem, ConvTensors, Solution};
 
 use crate::db::{Db, FindRecord, GCONV_VERSION};
@@ -42,7 +41,7 @@ impl<T: Target> Bench<T> {
     pub fn new(target: &T, p: &ConvProblem) -> Result<Self> {
         p.validate()?;
         let tensors = ConvTensors::try_random(p, DATA_SEED)?;
-        let exact = reference(p, &tensors);
+        let exact = target.reference(p, &tensors)?;
         Ok(Bench { workload: target.workload(p, &tensors)?, exact })
     }
 }

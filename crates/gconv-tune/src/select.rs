@@ -92,11 +92,15 @@ pub fn select<T: Target>(target: &T, db: &mut Db, p: &ConvProblem, mode: FindMod
     match mode {
         FindMode::Fast => by_rule(target, db, p, opts.workspace_limit),
         _ => {
-            let opts = FindOptions { only_prebuilt: mode == FindMode::DynamicHybrid, ..*opts };
-            let rows = find(target, db, p, &opts)?;
-            let best = rows.iter().find(|r| r.status == STATUS_OK).ok_or_else(|| {
-                gconv_core::GconvError::Backend(format!("no candidate ran successfully for {}", p.key()))
-            })?;
+            let only_prebuilt = mode == FindMode::DynamicHybrid;
+            let rows = find(target, db, p, &FindOptions { only_prebuilt, ..*opts })?;
+            let Some(best) = rows.iter().find(|r| r.status == STATUS_OK) else {
+                if only_prebuilt {
+                    // Nothing is built yet: build only what the rule picks.
+                    return by_rule(target, db, p, opts.workspace_limit);
+                }
+                return Err(gconv_core::GconvError::Backend(format!("no candidate ran successfully for {}", p.key())).into());
+            };
             let solver = target.registry().get(&best.solver)?;
             let config: Config = best.config.parse()?;
             Ok(Selection { solver: solver.id(), config, source: Source::Find, config_origin: None, find: Some(rows) })

@@ -28,6 +28,10 @@ pub trait Target {
     fn run(&self, w: &mut Self::Workload, s: &Solution<Self::B>) -> Result<f64>;
     /// The output tensor of the last run, on the host.
     fn output(&self, w: &Self::Workload, p: &ConvProblem) -> Result<Tensor>;
+    /// The exact result that runs are verified against.
+    fn reference(&self, p: &ConvProblem, tensors: &ConvTensors) -> Result<Vec<f64>> {
+        Ok(gconv_core::reference::reference(p, tensors))
+    }
 }
 
 /// The CPU: tensors stay in host memory, a fresh workspace per solution.
@@ -120,7 +124,16 @@ impl Target for CudaTarget {
 
     fn describe(&self) -> String {
         let d = &self.device;
-        format!("cuda: {} ({}, {} SMs, NVRTC {}.{}, driver {})", d.name, d.arch(), d.sm_count, d.nvrtc_version.0, d.nvrtc_version.1, d.driver_version)
+        format!(
+            "cuda: {} ({}, {} SMs, NVRTC {}.{}, driver API {}.{})",
+            d.name,
+            d.arch(),
+            d.sm_count,
+            d.nvrtc_version.0,
+            d.nvrtc_version.1,
+            d.driver_version / 1000,
+            d.driver_version % 1000 / 10
+        )
     }
 
     fn build_stats(&self) -> Option<BuildStats> {
@@ -133,6 +146,12 @@ impl Target for CudaTarget {
 
     fn run(&self, w: &mut CudaWorkload, s: &Solution<Cuda>) -> Result<f64> {
         w.gpu.run_timed(&self.device, s)
+    }
+
+    /// The naive GPU kernels with fp32 output: the CPU's plain loops are too slow for real
+    /// layers.
+    fn reference(&self, p: &ConvProblem, tensors: &ConvTensors) -> Result<Vec<f64>> {
+        gconv_cuda::solvers::naive::gpu_reference(&self.device, p, tensors)
     }
 
     fn output(&self, w: &CudaWorkload, p: &ConvProblem) -> Result<Tensor> {

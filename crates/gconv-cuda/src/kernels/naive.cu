@@ -1,7 +1,17 @@
 // cuda.naive: one thread per output element, each sum straight from the definition. The GPU
 // reference: slow, simple, every direction, dtype and layout, sizes as run-time arguments.
+// Built with GCONV_REF_OUT, the output is fp32 (not rounded to the storage type): the
+// reference that GPU find and verification compare against.
 
-extern "C" __global__ void naive_fwd(ConvParams p, const elem_t* x, const elem_t* w, elem_t* y) {
+#if defined(GCONV_REF_OUT)
+typedef float out_t;
+__device__ __forceinline__ out_t to_out(float v) { return v; }
+#else
+typedef elem_t out_t;
+__device__ __forceinline__ out_t to_out(float v) { return from_f32(v); }
+#endif
+
+extern "C" __global__ void naive_fwd(ConvParams p, const elem_t* x, const elem_t* w, out_t* y) {
     const int k_total = p.g * p.kg;
     const long long total = (long long)p.n * k_total * p.out[0] * p.out[1] * p.out[2];
     for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < total;
@@ -29,7 +39,7 @@ extern "C" __global__ void naive_fwd(ConvParams p, const elem_t* x, const elem_t
                     }
                 }
             }
-        y[offset(p.ys, n, k, od, oh, ow)] = from_f32(sum);
+        y[offset(p.ys, n, k, od, oh, ow)] = to_out(sum);
     }
 }
 
@@ -41,7 +51,7 @@ __device__ __forceinline__ int out_coord(int i, int f, int s, int pad, int dil, 
     return o < out ? o : -1;
 }
 
-extern "C" __global__ void naive_bwd_data(ConvParams p, const elem_t* dy, const elem_t* w, elem_t* dx) {
+extern "C" __global__ void naive_bwd_data(ConvParams p, const elem_t* dy, const elem_t* w, out_t* dx) {
     const int c_total = p.g * p.cg;
     const long long total = (long long)p.n * c_total * p.in[0] * p.in[1] * p.in[2];
     for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < total;
@@ -71,11 +81,11 @@ extern "C" __global__ void naive_bwd_data(ConvParams p, const elem_t* dy, const 
                 }
             }
         }
-        dx[offset(p.xs, n, c, id, ih, iw)] = from_f32(sum);
+        dx[offset(p.xs, n, c, id, ih, iw)] = to_out(sum);
     }
 }
 
-extern "C" __global__ void naive_bwd_weight(ConvParams p, const elem_t* x, const elem_t* dy, elem_t* dw) {
+extern "C" __global__ void naive_bwd_weight(ConvParams p, const elem_t* x, const elem_t* dy, out_t* dw) {
     const int k_total = p.g * p.kg;
     const long long total = (long long)k_total * p.cg * p.fil[0] * p.fil[1] * p.fil[2];
     for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < total;
@@ -103,6 +113,6 @@ extern "C" __global__ void naive_bwd_weight(ConvParams p, const elem_t* x, const
                     }
                 }
             }
-        dw[offset(p.ws, k, c_local, fd, fh, fw)] = from_f32(sum);
+        dw[offset(p.ws, k, c_local, fd, fh, fw)] = to_out(sum);
     }
 }

@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, DevicePtr, LaunchConfig, PushKernelArg};
 use gconv_core::{Config, ConvProblem, Direction, Invoker, NotApplicable, Result, Solver};
 
 use crate::device::{backend_error, CudaDevice};
-use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
+use crate::{ConvParams, Cuda, CudaBuffers, DeviceTensors, KernelSource};
 
 const SOURCE: &str = include_str!("../kernels/naive.cu");
 const THREADS: u32 = 256;
@@ -47,11 +47,28 @@ impl Solver<Cuda> for Naive {
     }
 
     fn solution(&self, p: &ConvProblem, _config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
-        let function = self.device.function(&source(p), function_name(p.direction))?;
-        let outputs = p.result_elements(p.direction);
-        let blocks = outputs.div_ceil(u64::from(THREADS)).min(u64::from(self.device.sm_count) * 64).max(1) as u32;
-        Ok(Box::new(NaiveInvoker { function, params: ConvParams::new(p), direction: p.direction, blocks }))
+        Ok(Box::new(NaiveInvoker::new(&self.device, p, source(p))?))
     }
+}
+
+/// The exact result on the GPU: the naive kernels with fp32 output, for problems too large
+/// for the CPU reference to be quick.
+pub fn gpu_reference(device: &CudaDevice, p: &ConvProblem, tensors: &gconv_core::ConvTensors) -> Result<Vec<f64>> {
+    let invoker = NaiveInvoker::new(device, p, source(p).define("GCONV_REF_OUT", 1))?;
+    let gpu = DeviceTensors::upload(device, tensors)?;
+    let stream = device.stream()?;
+    let out_len = p.result_elements(p.direction) as usize;
+    let out = stream.alloc_zeros::<f32>(out_len).map_err(|e| backend_error("allocate the reference", e))?;
+    let mut buffers = gpu.buffers(device)?;
+    let out_ptr = out.device_ptr(stream).0;
+    match p.direction {
+        Direction::Forward => buffers.y = out_ptr,
+        Direction::BackwardData => buffers.x = out_ptr,
+        Direction::BackwardWeight => buffers.w = out_ptr,
+    }
+    invoker.run(&mut buffers)?;
+    let host = stream.clone_dtoh(&out).map_err(|e| backend_error("copy the reference back", e))?;
+    Ok(host.into_iter().map(f64::from).collect())
 }
 
 struct NaiveInvoker {
@@ -59,6 +76,16 @@ struct NaiveInvoker {
     params: ConvParams,
     direction: Direction,
     blocks: u32,
+}
+
+impl NaiveInvoker {
+    fn new(device: &CudaDevice, p: &ConvProblem, source: KernelSource) -> Result<Self> {
+        let function = device.function(&source, function_name(p.direction))?;
+        let outputs = p.result_elements(p.direction);
+        // A grid-stride loop: enough blocks to fill the GPU, no more than the work needs.
+        let blocks = outputs.div_ceil(u64::from(THREADS)).min(u64::from(device.sm_count) * 64).max(1) as u32;
+        Ok(NaiveInvoker { function, params: ConvParams::new(p), direction: p.direction, blocks })
+    }
 }
 
 impl Invoker<Cuda> for NaiveInvoker {
