@@ -232,6 +232,13 @@ mod tests {
     }
 
     #[test]
+    fn comments_start_at_a_free_standing_hash() {
+        assert_eq!(strip_comment("conv -# 2 -u 1 # depth stride 2"), "conv -# 2 -u 1 ");
+        assert_eq!(strip_comment("# whole line"), "");
+        assert_eq!(strip_comment("conv -n 1"), "conv -n 1");
+    }
+
+    #[test]
     fn each_rejection_says_what_to_fix() {
         for (line, needle) in [
             ("frobnicate x", "no command word"),
@@ -263,7 +270,7 @@ pub fn jobs_from_file(path: &std::path::Path, default_dtype: DataType) -> Result
     Ok(text
         .lines()
         .enumerate()
-        .map(|(i, line)| (i + 1, line.split('#').next().unwrap_or_default().trim()))
+        .map(|(i, line)| (i + 1, strip_comment(line).trim()))
         .filter(|(_, line)| !line.is_empty())
         .map(|(number, line)| {
             let job = if line.starts_with("v1:") {
@@ -274,6 +281,14 @@ pub fn jobs_from_file(path: &std::path::Path, default_dtype: DataType) -> Result
             (format!("{}:{number}", path.display()), job)
         })
         .collect())
+}
+
+/// A line without its comment: `#` at the start or after white space begins one, so the
+/// MIOpenDriver flag `-#` (depth stride) is not mistaken for a comment.
+fn strip_comment(line: &str) -> &str {
+    let bytes = line.as_bytes();
+    let start = (0..bytes.len()).find(|&i| bytes[i] == b'#' && (i == 0 || bytes[i - 1].is_ascii_whitespace()));
+    start.map_or(line, |i| &line[..i])
 }
 
 /// The run flags' defaults, for problems given by key.
