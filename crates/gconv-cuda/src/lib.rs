@@ -41,5 +41,8 @@ pub struct CudaBuffers<'a> {
 /// Every CUDA solver, one line each, in priority order.
 pub fn registry(device: &Arc<CudaDevice>) -> Registry<Cuda> {
     use solvers::*;
-    Registry::new(vec![Box::new(naive::Naive { device: device.clone() })])
+    Registry::new(vec![
+        Box::new(depthwise::Depthwise { device: device.clone() }),
+        Box::new(naive::Naive { device: device.clone() }),
+    ])
 }

@@ -1,3 +1,4 @@
 //! One module per solver (and its `.cu` in `kernels/`); `crate::registry` lists them.
 
+pub mod depthwise;
 pub mod naive;

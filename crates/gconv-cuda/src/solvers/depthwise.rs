@@ -1,0 +1,227 @@
+//! `cuda.depthwise`: direct kernels for G = C = K (kernels/depthwise.cu). The filter height
+//! and width are compile-time parameters (1 to 7 each), so tap loops unroll. Tunable: `vec`,
+//! channels per thread in NHWC (one 4- to 16-byte load per tap), and for forward and
+//! backward-data `tw`, output columns per thread sharing the weights held in registers.
+//! Backward-weight sums into an fp32 workspace with atomics, then rounds once into dw.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use gconv_core::{require, Config, ConvProblem, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solver};
+
+use crate::device::{backend_error, CudaDevice};
+use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
+
+const SOURCE: &str = include_str!("../kernels/depthwise.cu");
+const THREADS: u32 = 256;
+const MAX_FILTER: u32 = 7;
+/// Per-thread fp32 sums of backward-weight (vec x FH x FW) kept in registers.
+const MAX_WEIGHT_ACCUMULATORS: u32 = 64;
+const COLUMN_TILES: [u32; 3] = [1, 2, 4];
+
+pub struct Depthwise {
+    pub device: Arc<CudaDevice>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tile {
+    vec: u32,
+    /// Output columns per thread; 1 for backward-weight.
+    tw: u32,
+}
+
+/// Filter (height, width): the last two spatial dimensions, 1 where the rank is lower.
+fn filter_hw(p: &ConvProblem) -> (u32, u32) {
+    let f: Vec<u32> = p.dims.iter().map(|d| d.filter).collect();
+    match f.as_slice() {
+        [w] => (1, *w),
+        [.., h, w] => (*h, *w),
+        [] => (1, 1),
+    }
+}
+
+fn vec_widths(p: &ConvProblem) -> Vec<u32> {
+    if p.layout == Layout::Nchw {
+        return vec![1];
+    }
+    let (fh, fw) = filter_hw(p);
+    let max_bytes = 16;
+    [1u32, 2, 4, 8]
+        .into_iter()
+        .filter(|&v| p.c % v == 0 && v as usize * p.dtype.size_bytes() <= max_bytes)
+        .filter(|&v| p.direction != Direction::BackwardWeight || v * fh * fw <= MAX_WEIGHT_ACCUMULATORS)
+        .collect()
+}
+
+impl Tile {
+    fn to_config(self, direction: Direction) -> Config {
+        match direction {
+            Direction::BackwardWeight => Config::new([("vec", self.vec)]),
+            _ => Config::new([("vec", self.vec), ("tw", self.tw)]),
+        }
+    }
+
+    fn from_config(p: &ConvProblem, config: &Config) -> Result<Self> {
+        let tile = match p.direction {
+            Direction::BackwardWeight => {
+                let [vec] = config.expect_fields(["vec"])?;
+                Tile { vec, tw: 1 }
+            }
+            _ => {
+                let [vec, tw] = config.expect_fields(["vec", "tw"])?;
+                Tile { vec, tw }
+            }
+        };
+        let bad = |reason: String| GconvError::BadConfig { text: config.to_string(), reason };
+        if !vec_widths(p).contains(&tile.vec) {
+            return Err(bad(format!("vec must be one of {:?} for this problem", vec_widths(p))));
+        }
+        if p.direction != Direction::BackwardWeight && !COLUMN_TILES.contains(&tile.tw) {
+            return Err(bad(format!("tw must be one of {COLUMN_TILES:?}")));
+        }
+        Ok(tile)
+    }
+
+    fn source(self, p: &ConvProblem) -> KernelSource {
+        let (fh, fw) = filter_hw(p);
+        let mut src = KernelSource::new("depthwise.cu", SOURCE, p.dtype)
+            .define("FH", fh)
+            .define("FW", fw)
+            .define("VEC", self.vec)
+            .define("TW", self.tw);
+        if p.layout == Layout::Nhwc {
+            src.defines.push("GCONV_NHWC".into());
+        }
+        src
+    }
+}
+
+impl Solver<Cuda> for Depthwise {
+    fn id(&self) -> &'static str {
+        "cuda.depthwise"
+    }
+
+    fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
+        require!(p.g == p.c && p.g == p.k, "needs G = C = K (depthwise), got G={} C={} K={}", p.g, p.c, p.k);
+        let (fh, fw) = filter_hw(p);
+        require!(fh <= MAX_FILTER && fw <= MAX_FILTER, "filter {fh}x{fw} is larger than the compiled sizes (up to {MAX_FILTER}x{MAX_FILTER})");
+        Ok(())
+    }
+
+    fn workspace_bytes(&self, p: &ConvProblem, _config: &Config) -> u64 {
+        match p.direction {
+            Direction::BackwardWeight => p.weight_elements() * 4,
+            _ => 0,
+        }
+    }
+
+    fn default_config(&self, p: &ConvProblem) -> Config {
+        let vec = vec_widths(p).into_iter().max().unwrap_or(1);
+        Tile { vec, tw: 2 }.to_config(p.direction)
+    }
+
+    fn configs<'a>(&'a self, p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
+        let tiles: &[u32] = if p.direction == Direction::BackwardWeight { &[1] } else { &COLUMN_TILES };
+        let configs: Vec<Config> = vec_widths(p)
+            .into_iter()
+            .flat_map(|vec| tiles.iter().map(move |&tw| Tile { vec, tw }.to_config(p.direction)))
+            .collect();
+        Box::new(configs.into_iter())
+    }
+
+    fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {
+        Tile::from_config(p, config).map(|_| ())
+    }
+
+    fn needs_build(&self, p: &ConvProblem, config: &Config) -> bool {
+        Tile::from_config(p, config).map_or(true, |t| !self.device.is_built(&t.source(p)))
+    }
+
+    fn prepare(&self, p: &ConvProblem, config: &Config) -> Result<()> {
+        self.device.precompile(&Tile::from_config(p, config)?.source(p))
+    }
+
+    fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
+        let tile = Tile::from_config(p, config)?;
+        let src = tile.source(p);
+        let function = |name: &str| self.device.function(&src, name);
+        let params = ConvParams::new(p);
+        let sms = self.device.sm_count;
+        let kernels = match p.direction {
+            Direction::Forward | Direction::BackwardData => {
+                let name = if p.direction == Direction::Forward { "dw_fwd" } else { "dw_bwd_data" };
+                let dst: [i32; 3] = if p.direction == Direction::Forward { params.output } else { params.input };
+                let lanes = if p.layout == Layout::Nhwc { p.c / tile.vec } else { p.c };
+                let threads = u64::from(p.n)
+                    * dst[0] as u64
+                    * dst[1] as u64
+                    * (dst[2] as u64).div_ceil(u64::from(tile.tw))
+                    * u64::from(lanes);
+                let blocks = threads.div_ceil(u64::from(THREADS)).clamp(1, u64::from(sms) * 32) as u32;
+                Kernels::Gather { function: function(name)?, blocks }
+            }
+            Direction::BackwardWeight => {
+                let lanes = if p.layout == Layout::Nhwc { p.c / tile.vec } else { p.c };
+                let lane_blocks = lanes.div_ceil(32);
+                let rows = (params.n * params.output[0] * params.output[1]) as u32;
+                let row_blocks = (rows.div_ceil(8)).clamp(1, (sms * 4).div_ceil(lane_blocks).max(1));
+                Kernels::Weight {
+                    zero: function("dw_zero")?,
+                    partial: function("dw_bwd_weight_partial")?,
+                    store: function("dw_bwd_weight_store")?,
+                    grid: (lane_blocks * row_blocks, params.filter[0] as u32),
+                    sums: p.weight_elements() as i32,
+                    blocks: (p.weight_elements() as u32).div_ceil(THREADS).clamp(1, sms * 8),
+                }
+            }
+        };
+        Ok(Box::new(DepthwiseInvoker { params, direction: p.direction, kernels }))
+    }
+}
+
+enum Kernels {
+    Gather { function: CudaFunction, blocks: u32 },
+    Weight { zero: CudaFunction, partial: CudaFunction, store: CudaFunction, grid: (u32, u32), sums: i32, blocks: u32 },
+}
+
+struct DepthwiseInvoker {
+    params: ConvParams,
+    direction: Direction,
+    kernels: Kernels,
+}
+
+fn flat(blocks: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
+}
+
+impl Invoker<Cuda> for DepthwiseInvoker {
+    fn run(&self, b: &mut CudaBuffers<'_>) -> Result<()> {
+        let launch_err = |e| backend_error("launch cuda.depthwise", e);
+        // SAFETY (every launch below): the arguments match the kernels' signatures and the
+        // pointers come from buffers sized for this problem, the workspace included.
+        match &self.kernels {
+            Kernels::Gather { function, blocks } => {
+                let (src, dst) = match self.direction {
+                    Direction::Forward => (b.x, b.y),
+                    _ => (b.y, b.x),
+                };
+                let mut l = b.stream.launch_builder(function);
+                l.arg(&self.params).arg(&src).arg(&b.w).arg(&dst);
+                unsafe { l.launch(flat(*blocks)) }.map_err(launch_err)?;
+            }
+            Kernels::Weight { zero, partial, store, grid, sums, blocks } => {
+                let mut l = b.stream.launch_builder(zero);
+                l.arg(&b.workspace).arg(sums);
+                unsafe { l.launch(flat(*blocks)) }.map_err(launch_err)?;
+                let mut l = b.stream.launch_builder(partial);
+                l.arg(&self.params).arg(&b.x).arg(&b.y).arg(&b.workspace);
+                let cfg = LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
+                unsafe { l.launch(cfg) }.map_err(launch_err)?;
+                let mut l = b.stream.launch_builder(store);
+                l.arg(&self.params).arg(&b.workspace).arg(&b.w);
+                unsafe { l.launch(flat(*blocks)) }.map_err(launch_err)?;
+            }
+        }
+        Ok(())
+    }
+}
