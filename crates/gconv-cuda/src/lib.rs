@@ -42,6 +42,7 @@ pub struct CudaBuffers<'a> {
 pub fn registry(device: &Arc<CudaDevice>) -> Registry<Cuda> {
     use solvers::*;
     Registry::new(vec![
+        Box::new(gemm_blas::GemmBlas::new(device.clone())),
         Box::new(depthwise::Depthwise { device: device.clone() }),
         Box::new(naive::Naive { device: device.clone() }),
     ])

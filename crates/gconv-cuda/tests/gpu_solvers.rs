@@ -82,3 +82,26 @@ fn probe_never_panics_and_says_why() {
         Err(reason) => assert!(!reason.is_empty()),
     }
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_every_registered_solver_is_reached() {
+    let device = CudaDevice::probe(None).expect("a usable CUDA GPU");
+    let keys = [
+        "v1:bwd-weight:bf16:NHWC:n3:c8:k12:i5x7:f1x1:s1x1:p0x0:d1x1:g2",
+        "v1:fwd:f32:NCHW:n2:c6:k4:i5x5:f1x1:s1x1:p0x0:d1x1",
+        "v1:bwd-data:f16:NCHW:n2:c6:k6:i9x9:f3x3:s2x2:p1x1:d1x1:g6",
+        "v1:bwd-weight:bf16:NHWC:n2:c16:k16:i11x9:f5x5:s1x2:p2x2:d1x1:g16",
+        "v1:fwd:f16:NDHWC:n1:c8:k8:i4x6x6:f3x3x3:s1x1x1:p1x1x1:d1x1x1:g8",
+    ];
+    let reg = registry(&device);
+    let mut reached = std::collections::HashSet::new();
+    for key in keys {
+        let p = ConvProblem::from_key(key).unwrap();
+        check_all_solvers(&device, &p).unwrap();
+        reached.extend(reg.applicable(&p).map(|s| s.id()));
+    }
+    for solver in reg.iter() {
+        assert!(reached.contains(solver.id()), "{} never ran", solver.id());
+    }
+}
