@@ -430,7 +430,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Db(cmd) => {
             let mut db = open_db(&cmd.db)?;
-            on_target!(&target, t => tuning::db(t, &mut db, cmd.action))
+            // Each record is judged by its own device's solvers; records of a kind of device
+            // that is not here are kept.
+            let cpu = gconv_cpu::registry(&CpuDevice::detect());
+            let cuda = match &target {
+                AnyTarget::Cuda(t) => Some(t.registry()),
+                AnyTarget::Cpu(..) => None,
+            };
+            let keep = |problem: &str, device: &str, solver: &str, config: &str| match device.split(':').next() {
+                Some("cpu") => tuning::usable(&cpu, problem, solver, config),
+                Some("cuda") => cuda.is_none_or(|r| tuning::usable(r, problem, solver, config)),
+                _ => false,
+            };
+            tuning::db(&mut db, cmd.action, &keep)
         }
     }
 }

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use gconv_core::ConvProblem;
+use gconv_core::{Backend, ConvProblem, Registry};
 use gconv_tune::db::{Db, ImportMode, Record};
 use gconv_tune::find::{find as run_find, FindOptions};
 use gconv_tune::known::{checked, origin_of};
@@ -157,7 +157,15 @@ pub fn select_bench<T: Target>(
     Ok(code)
 }
 
-pub fn db<T: Target>(target: &T, db: &mut Db, action: DbAction) -> anyhow::Result<ExitCode> {
+/// Whether a stored (problem, solver, config) can still run with `registry`.
+pub fn usable<B: Backend>(registry: &Registry<B>, problem: &str, solver: &str, config: &str) -> bool {
+    let Ok(p) = ConvProblem::from_key(problem) else { return false };
+    let Ok(solver) = registry.get(solver) else { return false };
+    solver.applicable(&p).is_ok() && checked(solver, &p, config).is_ok()
+}
+
+/// `keep(problem, device, solver, config)` decides what `db prune` keeps.
+pub fn db(db: &mut Db, action: DbAction, keep: &dyn Fn(&str, &str, &str, &str) -> bool) -> anyhow::Result<ExitCode> {
     match action {
         DbAction::Stats => {
             let s = db.stats()?;
@@ -214,12 +222,7 @@ pub fn db<T: Target>(target: &T, db: &mut Db, action: DbAction) -> anyhow::Resul
             println!("merged {n} records from {} (faster records won)", file.display());
         }
         DbAction::Prune => {
-            let registry = target.registry();
-            let removed = db.prune(|problem, solver, config| {
-                let Ok(p) = ConvProblem::from_key(problem) else { return false };
-                let Ok(solver) = registry.get(solver) else { return false };
-                solver.applicable(&p).is_ok() && checked(solver, &p, config).is_ok()
-            })?;
+            let removed = db.prune(keep)?;
             println!("pruned {removed} records");
         }
     }

@@ -143,8 +143,17 @@ fn configs_the_solver_rejects_are_skipped_with_a_warning() {
     assert!(err.contains("warning: skipping config `rb0_kb8_lo1` of cpu.direct_blocked from the perf-db"), "{err}");
     assert!(out.contains("config rb4_kb8_lo1, default"), "{out}");
 
-    let o = s.run(&["db", "prune", "--db", &db]);
+    // A record of a GPU is judged only where that GPU's solvers are: on this machine, kept.
+    Connection::open(&db)
+        .unwrap()
+        .execute(
+            "INSERT INTO perf SELECT problem, 'cuda:Some GPU:sm_90', 'cuda.naive', 'default', 1.0, 1, gconv_version, format_version FROM perf",
+            [],
+        )
+        .unwrap();
+    let o = s.run(&["db", "prune", "--db", &db, "--backend", "cpu"]);
     assert!(stdout(&o).contains("pruned 3 records"), "{}", stdout(&o));
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM perf WHERE device LIKE 'cuda:%'"), 1);
 }
 
 #[test]

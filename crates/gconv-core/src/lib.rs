@@ -1,6 +1,7 @@
 //! gconv-core: the problem model, host tensors, the solver contract, the reference
 //! implementation and verification. No backend lives here.
 
+pub mod applicability;
 pub mod config;
 pub mod error;
 pub mod geometry;

@@ -345,22 +345,22 @@ impl Db {
         import_into(&mut self.user, input, mode)
     }
 
-    /// Deletes records that can no longer be used, as judged by `keep` (e.g. unknown solvers,
-    /// configs their solver rejects, malformed problem keys), and trials of other versions.
-    /// Returns how many records were removed.
-    pub fn prune(&mut self, keep: impl Fn(&str, &str, &str) -> bool) -> Result<usize> {
+    /// Deletes records that can no longer be used, as judged by `keep(problem, device, solver,
+    /// config)` (e.g. unknown solvers, configs their solver rejects, malformed problem keys),
+    /// and trials of other versions. Returns how many records were removed.
+    pub fn prune(&mut self, keep: impl Fn(&str, &str, &str, &str) -> bool) -> Result<usize> {
         let records = self.records()?;
         let tx = self.user.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut removed = 0;
         for record in records {
             match record {
-                Record::Perf(p) if !keep(&p.problem, &p.solver, &p.config) => {
+                Record::Perf(p) if !keep(&p.problem, &p.device, &p.solver, &p.config) => {
                     removed += tx.execute(
                         "DELETE FROM perf WHERE problem = ?1 AND device = ?2 AND solver = ?3",
                         params![p.problem, p.device, p.solver],
                     )?;
                 }
-                Record::Find(f) if !keep(&f.problem, &f.solver, &f.config) => {
+                Record::Find(f) if !keep(&f.problem, &f.device, &f.solver, &f.config) => {
                     removed += tx.execute(
                         "DELETE FROM find WHERE problem = ?1 AND device = ?2",
                         params![f.problem, f.device],

@@ -2,7 +2,7 @@
 //! over contiguous memory so it vectorises: channels in NHWC, output columns in NCHW.
 
 use gconv_core::geometry::{positions, Strides};
-use gconv_core::{require, Config, ConvProblem, Direction, Geometry, Invoker, Layout, NotApplicable, Result, Solver};
+use gconv_core::{Config, ConvProblem, Direction, Geometry, Invoker, Layout, NotApplicable, Result, Solver};
 use rayon::prelude::*;
 
 use super::partition;
@@ -19,8 +19,7 @@ impl Solver<Host> for Depthwise {
     }
 
     fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
-        require!(p.g == p.c && p.g == p.k, "needs G = C = K (depthwise), got G={} C={} K={}", p.g, p.c, p.k);
-        Ok(())
+        gconv_core::applicability::depthwise(p)
     }
 
     fn workspace_bytes(&self, p: &ConvProblem, _config: &Config) -> u64 {

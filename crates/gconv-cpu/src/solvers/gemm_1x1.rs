@@ -1,7 +1,7 @@
 //! `cpu.gemm_1x1`: a 1x1 convolution with unit stride and no padding is a GEMM per group, with
 //! no unfolding. In NHWC all images are one matrix (one GEMM per group); in NCHW each image is.
 
-use gconv_core::{require, Config, ConvProblem, Direction, Geometry, Invoker, Layout, NotApplicable, Result, Solver};
+use gconv_core::{Config, ConvProblem, Direction, Geometry, Invoker, Layout, NotApplicable, Result, Solver};
 use rayon::prelude::*;
 
 use super::partition;
@@ -18,10 +18,7 @@ impl Solver<Host> for Gemm1x1 {
     }
 
     fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
-        require!(p.dims.iter().all(|d| d.filter == 1), "needs a 1x1 filter");
-        require!(p.dims.iter().all(|d| d.stride == 1), "needs stride 1");
-        require!(p.dims.iter().all(|d| d.pad == 0), "needs zero padding");
-        Ok(())
+        gconv_core::applicability::plain_1x1(p)
     }
 
     fn solution(&self, p: &ConvProblem, _config: &Config) -> Result<Box<dyn Invoker<Host>>> {

@@ -102,7 +102,7 @@ impl Solver<Cuda> for Depthwise {
     }
 
     fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
-        require!(p.g == p.c && p.g == p.k, "needs G = C = K (depthwise), got G={} C={} K={}", p.g, p.c, p.k);
+        gconv_core::applicability::depthwise(p)?;
         let (fh, fw) = filter_hw(p);
         require!(fh <= MAX_FILTER && fw <= MAX_FILTER, "filter {fh}x{fw} is larger than the compiled sizes (up to {MAX_FILTER}x{MAX_FILTER})");
         Ok(())

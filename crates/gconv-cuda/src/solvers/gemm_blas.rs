@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
 use cudarc::cublas::{result as blas, CudaBlas};
-use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solver};
+use gconv_core::{Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solver};
 
 use crate::device::{backend_error, CudaDevice};
 use crate::{Cuda, CudaBuffers};
@@ -118,10 +118,7 @@ impl Solver<Cuda> for GemmBlas {
     }
 
     fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
-        require!(p.dims.iter().all(|d| d.filter == 1), "needs a 1x1 filter");
-        require!(p.dims.iter().all(|d| d.stride == 1), "needs stride 1");
-        require!(p.dims.iter().all(|d| d.pad == 0), "needs zero padding");
-        Ok(())
+        gconv_core::applicability::plain_1x1(p)
     }
 
     fn solution(&self, p: &ConvProblem, _config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
