@@ -181,9 +181,21 @@ pub fn command_dtype(word: &str) -> Option<DataType> {
     }
 }
 
+impl RunArgs {
+    /// These settings as flags, so that a batch line's own flags can override them.
+    fn as_flags(&self) -> Vec<String> {
+        let mut flags = vec!["-V".into(), self.verify.to_string(), "-t".into(), self.time.to_string(), "-i".into(), self.iter.to_string()];
+        if let Some(s) = &self.solution {
+            flags.extend(["-S".into(), s.clone()]);
+        }
+        flags
+    }
+}
+
 /// Parses one batch-file line: an optional program name (e.g. `./bin/MIOpenDriver`), an
-/// optional command word that sets the data type, then flags.
-pub fn parse_line(line: &str, default_dtype: DataType) -> Result<(DataType, DriverLine), String> {
+/// optional command word that sets the data type, then flags. `defaults` (the command line's
+/// run flags) apply unless the line sets its own.
+pub fn parse_line(line: &str, default_dtype: DataType, defaults: &RunArgs) -> Result<(DataType, DriverLine), String> {
     let mut tokens: Vec<&str> = line.split_whitespace().collect();
     let command_at = tokens.iter().position(|t| t.starts_with('-') || command_dtype(t).is_some());
     let Some(start) = command_at else {
@@ -195,7 +207,9 @@ pub fn parse_line(line: &str, default_dtype: DataType) -> Result<(DataType, Driv
         dtype = d;
         tokens.remove(0);
     }
-    let parsed = DriverLine::try_parse_from(tokens).map_err(|e| first_line(&e.to_string()))?;
+    let base = defaults.as_flags();
+    let all = base.iter().map(String::as_str).chain(tokens);
+    let parsed = DriverLine::try_parse_from(all).map_err(|e| first_line(&e.to_string()))?;
     Ok((dtype, parsed))
 }
 
@@ -209,7 +223,7 @@ mod tests {
     use super::*;
 
     fn parse(line: &str) -> Result<Vec<ConvProblem>, String> {
-        let (dtype, parsed) = parse_line(line, DataType::F32)?;
+        let (dtype, parsed) = parse_line(line, DataType::F32, &default_run_args())?;
         parsed.driver.problems(dtype)
     }
 
@@ -265,7 +279,7 @@ mod tests {
 pub type Job = (String, Result<(Vec<ConvProblem>, RunArgs), String>);
 
 /// Reads a batch file: driver lines (see [`parse_line`]) or problem keys, `#` comments.
-pub fn jobs_from_file(path: &std::path::Path, default_dtype: DataType) -> Result<Vec<Job>, String> {
+pub fn jobs_from_file(path: &std::path::Path, default_dtype: DataType, defaults: &RunArgs) -> Result<Vec<Job>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     Ok(text
         .lines()
@@ -274,9 +288,9 @@ pub fn jobs_from_file(path: &std::path::Path, default_dtype: DataType) -> Result
         .filter(|(_, line)| !line.is_empty())
         .map(|(number, line)| {
             let job = if line.starts_with("v1:") {
-                ConvProblem::from_key(line).map(|p| (vec![p], default_run_args())).map_err(|e| e.to_string())
+                ConvProblem::from_key(line).map(|p| (vec![p], defaults.clone())).map_err(|e| e.to_string())
             } else {
-                parse_line(line, default_dtype).and_then(|(dtype, parsed)| parsed.driver.problems(dtype).map(|p| (p, parsed.run)))
+                parse_line(line, default_dtype, defaults).and_then(|(dtype, parsed)| parsed.driver.problems(dtype).map(|p| (p, parsed.run)))
             };
             (format!("{}:{number}", path.display()), job)
         })

@@ -100,7 +100,7 @@ impl BenchCmd {
         let directions: Vec<gconv_core::Direction> =
             self.dir.iter().map(|d| d.parse().map_err(anyhow::Error::msg)).collect::<anyhow::Result<_>>()?;
         let mut problems: Vec<ConvProblem> = Vec::new();
-        let code = for_each_problem(jobs_from_file(&self.file, DataType::F32).map_err(anyhow::Error::msg)?, |p, _| {
+        let code = for_each_problem(jobs_from_file(&self.file, DataType::F32, &default_run_args()).map_err(anyhow::Error::msg)?, |p, _| {
             let mut p = p.clone();
             if let Some(dtype) = dtype {
                 p.dtype = dtype;
@@ -172,7 +172,8 @@ struct ConvCmd {
     /// Print one JSON object per direction instead of text
     #[arg(long)]
     json: bool,
-    /// Run a batch: one driver line (or key) per line (`#` comments); each line's own flags apply
+    /// Run a batch: one driver line (or key) per line (`#` comments); -V, -t, -i and -S given
+    /// here apply to every line that does not set its own
     #[arg(long, value_name = "FILE")]
     file: Option<PathBuf>,
     /// How the solver is chosen when -S is not given: normal, fast, hybrid, dynamic-hybrid
@@ -344,7 +345,7 @@ impl ProblemArgs {
     fn jobs(&self) -> anyhow::Result<Vec<Job>> {
         let dtype: DataType = self.dtype.parse().map_err(anyhow::Error::msg)?;
         Ok(match (&self.file, &self.key) {
-            (Some(path), _) => jobs_from_file(path, dtype).map_err(anyhow::Error::msg)?,
+            (Some(path), _) => jobs_from_file(path, dtype, &default_run_args()).map_err(anyhow::Error::msg)?,
             (None, Some(key)) => vec![("command line".into(), ConvProblem::from_key(key).map(|p| (vec![p], default_run_args())).map_err(|e| e.to_string()))],
             (None, None) => vec![("command line".into(), self.driver.problems(dtype).map(|p| (p, default_run_args())))],
         })
@@ -450,7 +451,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 fn conv<T: Target>(target: &T, device_line: &str, cmd: ConvCmd, dtype: DataType) -> anyhow::Result<ExitCode> {
     let mut db = open_db(&cmd.db)?;
     let jobs = match &cmd.file {
-        Some(path) => jobs_from_file(path, dtype).map_err(anyhow::Error::msg)?,
+        Some(path) => jobs_from_file(path, dtype, &cmd.run).map_err(anyhow::Error::msg)?,
         None => vec![("command line".into(), cmd.driver.problems(dtype).map(|p| (p, cmd.run.clone())))],
     };
     if !cmd.json {

@@ -122,14 +122,13 @@ fn batch_file_runs_every_line_and_reports_bad_ones() {
          -n 1 -c 4 -H 5 -W 5 -k 4 -g 4 -F 2 -I NHWC\n",
     )
     .unwrap();
-    let o = run(&["convfp16", "--json", "--file", file.to_str().unwrap()]);
+    let o = run(&["convfp16", "--json", "-t", "1", "-i", "2", "--file", file.to_str().unwrap()]);
     assert!(!o.status.success(), "line 5 is invalid, so the batch fails");
     let err = stderr(&o);
     assert!(err.contains("problems.txt:5: invalid problem: C=6 is not divisible by G=4"), "{err}");
-    let keys: Vec<String> = stdout(&o)
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["key"].as_str().unwrap().to_string())
-        .collect();
+    let reports: Vec<serde_json::Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(reports.iter().all(|r| r["iterations"] == 2), "the command line's -t and -i apply to every line");
+    let keys: Vec<&str> = reports.iter().map(|r| r["key"].as_str().unwrap()).collect();
     assert_eq!(
         keys,
         [
