@@ -140,10 +140,6 @@ impl CudaDevice {
             .map_err(|e| GconvError::Backend(e.clone()))
     }
 
-    pub fn context(&self) -> Result<&Arc<CudaContext>> {
-        Ok(&self.gpu()?.ctx)
-    }
-
     pub fn stream(&self) -> Result<&Arc<CudaStream>> {
         Ok(&self.gpu()?.stream)
     }
