@@ -162,14 +162,18 @@ impl Solver<Cuda> for Depthwise {
             }
             Direction::BackwardWeight => {
                 let lanes = if p.layout == Layout::Nhwc { p.c / tile.vec } else { p.c };
-                let lane_blocks = lanes.div_ceil(32);
+                // Few channels leave lanes idle in a 32-wide block: give the spare threads rows.
+                let block_x = lanes.next_power_of_two().min(32);
+                let block_y = THREADS / block_x;
+                let lane_blocks = lanes.div_ceil(block_x);
                 let rows = (params.n * params.output[0] * params.output[1]) as u32;
-                let row_blocks = (rows.div_ceil(8)).clamp(1, (sms * 4).div_ceil(lane_blocks).max(1));
+                let row_blocks = (rows.div_ceil(block_y)).clamp(1, (sms * 4).div_ceil(lane_blocks).max(1));
                 Kernels::Weight {
                     zero: function("dw_zero")?,
                     partial: function("dw_bwd_weight_partial")?,
                     store: function("dw_bwd_weight_store")?,
                     grid: (lane_blocks * row_blocks, params.filter[0] as u32),
+                    block: (block_x, block_y),
                     sums: p.weight_elements() as i32,
                     blocks: (p.weight_elements() as u32).div_ceil(THREADS).clamp(1, sms * 8),
                 }
@@ -181,7 +185,7 @@ impl Solver<Cuda> for Depthwise {
 
 enum Kernels {
     Gather { function: CudaFunction, blocks: u32 },
-    Weight { zero: CudaFunction, partial: CudaFunction, store: CudaFunction, grid: (u32, u32), sums: i32, blocks: u32 },
+    Weight { zero: CudaFunction, partial: CudaFunction, store: CudaFunction, grid: (u32, u32), block: (u32, u32), sums: i32, blocks: u32 },
 }
 
 struct DepthwiseInvoker {
@@ -209,13 +213,13 @@ impl Invoker<Cuda> for DepthwiseInvoker {
                 l.arg(&self.params).arg(&src).arg(&b.w).arg(&dst);
                 unsafe { l.launch(flat(*blocks)) }.map_err(launch_err)?;
             }
-            Kernels::Weight { zero, partial, store, grid, sums, blocks } => {
+            Kernels::Weight { zero, partial, store, grid, block, sums, blocks } => {
                 let mut l = b.stream.launch_builder(zero);
                 l.arg(&b.workspace).arg(sums);
                 unsafe { l.launch(flat(*blocks)) }.map_err(launch_err)?;
                 let mut l = b.stream.launch_builder(partial);
                 l.arg(&self.params).arg(&b.x).arg(&b.y).arg(&b.workspace);
-                let cfg = LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (32, 8, 1), shared_mem_bytes: 0 };
+                let cfg = LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (block.0, block.1, 1), shared_mem_bytes: 0 };
                 unsafe { l.launch(cfg) }.map_err(launch_err)?;
                 let mut l = b.stream.launch_builder(store);
                 l.arg(&self.params).arg(&b.workspace).arg(&b.w);
