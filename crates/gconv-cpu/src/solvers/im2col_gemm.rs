@@ -5,12 +5,15 @@
 //! contiguous runs.
 
 use gconv_core::geometry::positions;
-use gconv_core::{Config, ConvProblem, Geometry, Invoker, Layout, NotApplicable, Result, Solver};
+use gconv_core::{Config, ConvProblem, Direction, Geometry, Invoker, Layout, NotApplicable, Result, Solver};
 use rayon::prelude::*;
 
 use super::partition;
 use crate::matmul::{gemm, SharedMut, Span, View};
 use crate::{Host, HostInvoker, HostKernel};
+
+/// NCHW backward-data batches images until its GEMMs are about this wide.
+const GEMM_COLUMNS: usize = 512;
 
 pub struct Im2colGemm {
     pub threads: usize,
@@ -46,6 +49,9 @@ struct Plan {
     /// Columns of the column matrix: output volume.
     cols: usize,
     slots: usize,
+    /// NCHW backward-data: images per GEMM. Small output planes make thin GEMMs, so several
+    /// images' dy is gathered side by side into one wider matrix first.
+    batch: usize,
     /// Backward-weight: split by group (each task owns whole groups of dw) when there are
     /// enough groups, else by batch into private partial sums.
     weight_by_group: bool,
@@ -55,14 +61,21 @@ impl Plan {
     fn new(p: &ConvProblem, threads: usize) -> Self {
         let geo = Geometry::new(p);
         let weight_by_group = geo.g >= threads;
+        let cols = geo.output_volume();
+        let batch = if p.layout == Layout::Nchw && p.direction == Direction::BackwardData {
+            geo.n.min((GEMM_COLUMNS / cols).max(1))
+        } else {
+            1
+        };
         let items = match p.direction {
-            gconv_core::Direction::BackwardWeight if weight_by_group => geo.g,
-            gconv_core::Direction::BackwardWeight => geo.n,
-            _ => geo.n * geo.g,
+            Direction::BackwardWeight if weight_by_group => geo.g,
+            Direction::BackwardWeight => geo.n,
+            _ => geo.n.div_ceil(batch) * geo.g,
         };
         Plan {
+            batch,
             rows: geo.cg * geo.filter_volume(),
-            cols: geo.output_volume(),
+            cols,
             channels_last: p.layout == Layout::Nhwc,
             slots: items.clamp(1, threads.max(1)),
             threads: threads.max(1),
@@ -83,8 +96,17 @@ impl Plan {
         }
     }
 
+    /// The gathered dy of a batch of images, [K/G, batch x output volume].
+    fn gathered_len(&self) -> usize {
+        if self.batch > 1 {
+            self.geo.kg * self.cols * self.batch
+        } else {
+            0
+        }
+    }
+
     fn slot_len(&self) -> usize {
-        self.col_len() + self.partial_len()
+        self.col_len() * self.batch + self.partial_len() + self.gathered_len()
     }
 
     fn workspace_elements(&self) -> usize {
@@ -154,11 +176,12 @@ impl Plan {
         }
     }
 
-    /// Adds the column matrix back into image n, group g of dx.
+    /// Adds the column matrix back into image n, group g of dx. In NCHW, rows of `col` are
+    /// `row_stride` apart (wider than a row when several images share the matrix).
     ///
     /// # Safety
     /// The caller owns channels [g*C/G, (g+1)*C/G) of image n in `dx`.
-    unsafe fn col2im(&self, col: &[f32], n: usize, g: usize, dx: SharedMut) {
+    unsafe fn col2im(&self, col: &[f32], row_stride: usize, n: usize, g: usize, dx: SharedMut) {
         let geo = &self.geo;
         let c0 = g * geo.cg;
         if self.channels_last {
@@ -178,7 +201,7 @@ impl Plan {
             for c in 0..geo.cg {
                 let plane = dx.slice(geo.x.offset(n, c0 + c, [0; 3]), geo.input_volume());
                 for (t, tap) in positions(geo.filter).enumerate() {
-                    let row = &col[(c * f_vol + t) * self.cols..][..self.cols];
+                    let row = &col[(c * f_vol + t) * row_stride..][..self.cols];
                     for_each_valid_row(geo, tap, |o_row, i_row, ow| {
                         let base = geo.x.offset(0, 0, [i_row[0], i_row[1], 0]);
                         for o in ow {
@@ -228,16 +251,39 @@ impl HostKernel for Plan {
     fn backward_data(&self, dy: &[f32], w: &[f32], dx: &mut [f32], ws: &mut [f32]) {
         let geo = &self.geo;
         let dx_shared = SharedMut::new(dx);
-        let parts = partition(geo.n * geo.g, self.slots);
-        ws.par_chunks_mut(self.slot_len()).zip(parts).for_each(|(col, items)| {
+        let blocks = geo.n.div_ceil(self.batch);
+        let parts = partition(blocks * geo.g, self.slots);
+        ws.par_chunks_mut(self.slot_len()).zip(parts).for_each(|(slot, items)| {
+            let (col, gathered) = slot.split_at_mut(self.col_len() * self.batch);
             for item in items {
-                let (n, g) = (item / geo.g, item % geo.g);
-                let dst = View::at(SharedMut::new(col), self.col_span());
-                // SAFETY: the column buffer is this task's own; the col2im target is image n,
-                // group g of dx, which only this item touches.
+                let (block, g) = (item / geo.g, item % geo.g);
+                let images = block * self.batch..((block + 1) * self.batch).min(geo.n);
+                let width = images.len() * self.cols;
+                let dy_view = if self.batch == 1 {
+                    View::of(dy, self.y_span(images.start, g))
+                } else {
+                    // NCHW planes of the batch's images side by side: [K/G, images x P].
+                    for (j, n) in images.clone().enumerate() {
+                        for k in 0..geo.kg {
+                            let src = geo.y.offset(n, g * geo.kg + k, [0; 3]);
+                            gathered[k * width + j * self.cols..][..self.cols].copy_from_slice(&dy[src..src + self.cols]);
+                        }
+                    }
+                    View::of(gathered, Span { offset: 0, rows: geo.kg, cols: width, rs: width, cs: 1 })
+                };
+                let col_span = if self.batch == 1 {
+                    self.col_span()
+                } else {
+                    Span { offset: 0, rows: self.rows, cols: width, rs: width, cs: 1 }
+                };
+                let dst = View::at(SharedMut::new(col), col_span);
+                // SAFETY: the column and gather buffers are this task's own; each col2im
+                // target is one image's group g of dx, which only this item touches.
                 unsafe {
-                    gemm(dst, View::of(w, self.weight_span(g)).t(), View::of(dy, self.y_span(n, g)), false, self.gemm_threads());
-                    self.col2im(col, n, g, dx_shared);
+                    gemm(dst, View::of(w, self.weight_span(g)).t(), dy_view, false, self.gemm_threads());
+                    for (j, n) in images.enumerate() {
+                        self.col2im(&col[j * self.cols..], width, n, g, dx_shared);
+                    }
                 }
             }
         });
