@@ -4,7 +4,6 @@ use gconv_core::verify::Verification;
 use gconv_core::{ConvProblem, ConvTensors, Solution};
 use gconv_tune::db::Db;
 use gconv_tune::find::{FindOptions, DATA_SEED};
-use gconv_tune::known::origin_of;
 use gconv_tune::measure::{evaluate, TimingPlan};
 use gconv_tune::select::{select, FindMode};
 use gconv_core::BuildStats;
@@ -52,10 +51,7 @@ pub fn run<T: Target>(
         None => {
             let s = select(target, db, p, mode, opts)?;
             let solver = target.registry().get(s.solver)?;
-            let origin = match s.config_origin {
-                Some(origin) => origin,
-                None => origin_of(db, target.device_key(), solver, p, &s.config)?,
-            };
+            let origin = s.origin(target, db, p)?;
             (Solution::build(solver, p, s.config)?, origin, format!("{mode}: {}", s.source.label()))
         }
     };

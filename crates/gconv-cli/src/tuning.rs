@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use gconv_core::{Backend, ConvProblem, Registry};
 use gconv_tune::db::{Db, ImportMode, Record};
 use gconv_tune::find::{find as run_find, FindOptions};
-use gconv_tune::known::{checked, origin_of};
+use gconv_tune::known::checked;
 use gconv_tune::search::{Exhaustive, Random, SearchStrategy};
 use gconv_tune::select::{select, FindMode};
 use gconv_tune::known::known_config;
@@ -133,10 +133,7 @@ pub fn select_bench<T: Target>(
         let s = select(target, db, p, mode, opts);
         print_warnings(db);
         let s = s?;
-        let origin = match s.config_origin {
-            Some(origin) => origin,
-            None => origin_of(db, target.device_key(), target.registry().get(s.solver)?, p, &s.config)?,
-        };
+        let origin = s.origin(target, db, p)?;
         println!("{}  ->  {} {} ({}, config {})", p.key(), s.solver, s.config, s.source.label(), origin.label());
     }
     if problems.is_empty() {
@@ -208,18 +205,15 @@ pub fn db(db: &mut Db, action: DbAction, keep: &dyn Fn(&str, &str, &str, &str) -
             };
             eprintln!("exported {count} records");
         }
-        DbAction::Import { file } | DbAction::Merge { file } if !file.exists() => {
-            bail!("cannot read {}: no such file", file.display())
-        }
-        DbAction::Import { file } => {
+        action @ (DbAction::Import { .. } | DbAction::Merge { .. }) => {
+            let (file, mode, verb, note) = match action {
+                DbAction::Import { file } => (file, ImportMode::Replace, "imported", ""),
+                DbAction::Merge { file } => (file, ImportMode::KeepFaster, "merged", " (faster records won)"),
+                _ => unreachable!("matched above"),
+            };
             let reader = std::io::BufReader::new(std::fs::File::open(&file).with_context(|| format!("cannot read {}", file.display()))?);
-            let n = db.import_jsonl(reader, ImportMode::Replace).with_context(|| format!("nothing imported from {}", file.display()))?;
-            println!("imported {n} records from {}", file.display());
-        }
-        DbAction::Merge { file } => {
-            let reader = std::io::BufReader::new(std::fs::File::open(&file).with_context(|| format!("cannot read {}", file.display()))?);
-            let n = db.import_jsonl(reader, ImportMode::KeepFaster).with_context(|| format!("nothing merged from {}", file.display()))?;
-            println!("merged {n} records from {} (faster records won)", file.display());
+            let n = db.import_jsonl(reader, mode).with_context(|| format!("nothing taken from {}", file.display()))?;
+            println!("{verb} {n} records from {}{note}", file.display());
         }
         DbAction::Prune => {
             let removed = db.prune(keep)?;

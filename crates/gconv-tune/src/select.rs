@@ -7,7 +7,7 @@ use gconv_core::{Config, ConvProblem};
 
 use crate::db::{Db, FindRecord};
 use crate::find::{find, FindOptions, STATUS_OK};
-use crate::known::{checked, known_config, ConfigOrigin};
+use crate::known::{checked, known_config, origin_of, ConfigOrigin};
 use crate::target::Target;
 use crate::Result;
 
@@ -81,6 +81,16 @@ pub struct Selection {
     pub config_origin: Option<ConfigOrigin>,
     /// The ranking when a find ran.
     pub find: Option<Vec<FindRecord>>,
+}
+
+impl Selection {
+    /// Whether the chosen config is the perf-db's tuned one.
+    pub fn origin<T: Target>(&self, target: &T, db: &Db, p: &ConvProblem) -> Result<ConfigOrigin> {
+        match self.config_origin {
+            Some(origin) => Ok(origin),
+            None => origin_of(db, target.device_key(), target.registry().get(self.solver)?, p, &self.config),
+        }
+    }
 }
 
 pub fn select<T: Target>(target: &T, db: &mut Db, p: &ConvProblem, mode: FindMode, opts: &FindOptions) -> Result<Selection> {
