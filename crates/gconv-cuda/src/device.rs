@@ -19,6 +19,8 @@ pub struct CudaDevice {
     /// Compute capability (major, minor).
     pub capability: (i32, i32),
     pub sm_count: u32,
+    /// Shared memory one block may use when it opts in.
+    pub max_shared_bytes: u32,
     pub driver_version: i32,
     pub nvrtc_version: (i32, i32),
     compiler: Compiler,
@@ -53,7 +55,7 @@ impl CudaDevice {
         }
         let ordinal = 0;
         // SAFETY: plain driver queries with valid out-pointers; no context is created.
-        let (name, capability, sm_count, driver_version) = unsafe {
+        let (name, capability, sm_count, max_shared_bytes, driver_version) = unsafe {
             driver("cuInit", cu::cuInit(0))?;
             let mut count = 0;
             driver("cuDeviceGetCount", cu::cuDeviceGetCount(&mut count))?;
@@ -72,9 +74,10 @@ impl CudaDevice {
             use cu::CUdevice_attribute as A;
             let capability = (attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?, attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?);
             let sms = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+            let shared = attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32;
             let mut version = 0;
             driver("cuDriverGetVersion", cu::cuDriverGetVersion(&mut version))?;
-            (name, capability, sms, version)
+            (name, capability, sms, shared, version)
         };
         let mut nvrtc_version = (0, 0);
         // SAFETY: valid out-pointers.
@@ -87,6 +90,7 @@ impl CudaDevice {
             name,
             capability,
             sm_count,
+            max_shared_bytes,
             driver_version,
             nvrtc_version,
             compiler: Compiler::new(arch, nvrtc_version, kernel_cache),

@@ -14,8 +14,11 @@ fn check_all_solvers(device: &std::sync::Arc<CudaDevice>, p: &ConvProblem) -> Re
     let inputs = ConvTensors::random(p, 11);
     let exact = reference(p, &inputs);
     for solver in reg.applicable(p) {
-        let configs = std::iter::once(solver.default_config(p)).chain(solver.configs(p).step_by(5).take(3));
-        for config in configs {
+        // The default and three configs spread over the space: the same few per solver and
+        // direction across cases, so their kernels build once.
+        let space: Vec<_> = solver.configs(p).collect();
+        let spread = [1, 3, 5].into_iter().filter_map(|i| space.get(space.len() * i / 7).cloned());
+        for config in std::iter::once(solver.default_config(p)).chain(spread) {
             let fail = |e: gconv_core::GconvError| TestCaseError::fail(format!("{} {config} on {}: {e}", solver.id(), p.key()));
             let solution = Solution::build(solver, p, config.clone()).map_err(fail)?;
             let mut gpu = DeviceTensors::upload(device, &inputs).map_err(fail)?;
@@ -93,6 +96,7 @@ fn gpu_every_registered_solver_is_reached() {
         "v1:bwd-data:f16:NCHW:n2:c6:k6:i9x9:f3x3:s2x2:p1x1:d1x1:g6",
         "v1:bwd-weight:bf16:NHWC:n2:c16:k16:i11x9:f5x5:s1x2:p2x2:d1x1:g16",
         "v1:fwd:f16:NDHWC:n1:c8:k8:i4x6x6:f3x3x3:s1x1x1:p1x1x1:d1x1x1:g8",
+        "v1:bwd-data:f32:NHWC:n2:c12:k8:i7x7:f3x3:s2x2:p1x1:d1x1:g2",
     ];
     let reg = registry(&device);
     let mut reached = std::collections::HashSet::new();
@@ -103,5 +107,31 @@ fn gpu_every_registered_solver_is_reached() {
     }
     for solver in reg.iter() {
         assert!(reached.contains(solver.id()), "{} never ran", solver.id());
+    }
+}
+
+/// Problems with many reduction tiles, several row and column tiles and real split-K, which
+/// the small random problems rarely reach.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_implicit_gemm_on_medium_problems() {
+    let device = CudaDevice::probe(None).expect("a usable CUDA GPU");
+    let shapes = [
+        "n2:c64:k96:i20x20:f3x3:s1x1:p1x1:d1x1",
+        "n3:c48:k64:i17x15:f3x3:s2x2:p1x1:d1x1",
+        "n2:c64:k64:i14x14:f3x3:s1x1:p1x1:d1x1:g4",
+        "n2:c24:k40:i9x11:f1x1:s2x2:p0x0:d1x1",
+        "n2:c3:k32:i23x23:f7x7:s2x2:p3x3:d1x1",
+        "n2:c16:k16:i6x8x8:f3x3x3:s1x2x2:p1x1x1:d1x1x1",
+        "n1:c40:k24:i15x15:f3x3:s3x3:p2x2:d2x2",
+    ];
+    for shape in shapes {
+        for direction in ["fwd", "bwd-data", "bwd-weight"] {
+            for dtype in ["bf16", "f16", "f32"] {
+                let layout = if shape.matches('x').count() > 6 { "NDHWC" } else { "NHWC" };
+                let p = ConvProblem::from_key(&format!("v1:{direction}:{dtype}:{layout}:{shape}")).unwrap();
+                check_all_solvers(&device, &p).unwrap();
+            }
+        }
     }
 }

@@ -2,4 +2,5 @@
 
 pub mod depthwise;
 pub mod gemm_blas;
+pub mod igemm;
 pub mod naive;

@@ -1,0 +1,534 @@
+// cuda.igemm_tc and cuda.igemm_simt: implicit GEMM for channels-last tensors, one GEMM per
+// group (blockIdx.z), tiles staged through shared memory by a cp.async pipeline.
+//
+//   direction    GEMM M                 GEMM N          reduction K       A        B
+//   forward      output pixels          Kg              taps x Cg         x        w
+//   bwd-data     input pixels of phase  Cg              taps x Kg         dy       w
+//   bwd-weight   Kg                     taps x Cg       output pixels     dy       x
+//
+// Backward-data with stride s is split into s^rank phases (sub-pixel decomposition): the input
+// pixels of one phase are read by the same taps, so taps that read nothing are skipped whole
+// and no row needs a divisibility test. Backward-weight splits the pixel reduction into
+// `zdim` slices that add into an fp32 workspace (atomics) or write one slice each (two-stage).
+// A reduction tile never straddles two taps, so edges are one predicate per copied chunk,
+// computed outside the math loop.
+//
+// Compile-time: DIR (0 fwd, 1 bwd-data, 2 bwd-weight), BM, BN, BK (block tile), THREADS,
+// STAGES (pipeline depth), CPW (elements per global->shared copy: 16, 8 or 4 bytes by
+// cp.async, less by plain loads), TC (1: mma.sync m16n8k16 with fp32 accumulation on 16-bit
+// types, with WARPS_M x WARPS_N warps; 0: fp32 FMA, an 8x8 outer product per thread).
+
+#if defined(GCONV_F32)
+#define ELEM_BYTES 4
+#else
+#define ELEM_BYTES 2
+#endif
+// Row padding: keeps rows 16-byte aligned and moves consecutive rows to other banks.
+#define PAD (16 / ELEM_BYTES)
+
+// Shared-memory layout of each operand: K-major ([rows][k]) or not ([k][rows]).
+#if DIR == 2
+#define A_KMAJOR 0
+#define B_KMAJOR 0
+#elif DIR == 1
+#define A_KMAJOR 1
+#define B_KMAJOR 0
+#else
+#define A_KMAJOR 1
+#define B_KMAJOR 1
+#endif
+
+#define A_LD (A_KMAJOR ? BK + PAD : BM + PAD)
+#define B_LD (B_KMAJOR ? BK + PAD : BN + PAD)
+#define A_STAGE (A_KMAJOR ? BM * A_LD : BK * A_LD)
+#define B_STAGE (B_KMAJOR ? BN * B_LD : BK * B_LD)
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// Copies CPW elements, or writes zeros when !valid (src must then still be a mapped address).
+__device__ __forceinline__ void copy_chunk(elem_t* dst, const elem_t* src, bool valid) {
+#if CPW * ELEM_BYTES >= 4
+    const int bytes = valid ? CPW * ELEM_BYTES : 0;
+#if CPW * ELEM_BYTES == 16
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(bytes));
+#else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(smem_addr(dst)), "l"(src), "n"(CPW * ELEM_BYTES), "r"(bytes));
+#endif
+#else
+#pragma unroll
+    for (int e = 0; e < CPW; ++e) dst[e] = valid ? src[e] : from_f32(0.0f);
+#endif
+}
+
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;"); }
+
+template <int N>
+__device__ __forceinline__ void wait_pending() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+// The taps of one tile row space. Forward and backward-weight use every tap; a backward-data
+// phase only the taps f with (phase + pad - f * dil) divisible by the stride, which form an
+// arithmetic progression per dimension.
+struct Taps {
+    int first[3], step[3], count[3];
+};
+
+__device__ __forceinline__ int gcd(int a, int b) {
+    while (b) {
+        const int t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+__device__ Taps taps_of(const ConvParams& p, const int* phase) {
+    Taps t;
+#pragma unroll
+    for (int d = 0; d < 3; ++d) {
+#if DIR == 1
+        const int s = p.stride[d];
+        const int step = s / gcd(s, p.dil[d]);
+        int first = -1;
+        for (int f = 0; f < step && f < p.fil[d]; ++f)
+            if ((phase[d] + p.pad[d] - f * p.dil[d]) % s == 0) {
+                first = f;
+                break;
+            }
+        t.first[d] = first < 0 ? 0 : first;
+        t.step[d] = step;
+        t.count[d] = first < 0 ? 0 : (p.fil[d] - first + step - 1) / step;
+#else
+        t.first[d] = 0;
+        t.step[d] = 1;
+        t.count[d] = p.fil[d];
+#endif
+    }
+    return t;
+}
+
+// Tap number -> filter coordinates.
+__device__ __forceinline__ void tap_coords(const Taps& t, int tap, int* f) {
+    f[2] = t.first[2] + (tap % t.count[2]) * t.step[2];
+    tap /= t.count[2];
+    f[1] = t.first[1] + (tap % t.count[1]) * t.step[1];
+    f[0] = t.first[0] + (tap / t.count[1]) * t.step[0];
+}
+
+// How far a tap moves the gathered operand from a row's base coordinate: forward and
+// backward-weight read x at o * s - pad + f * dil, a backward-data phase reads dy at
+// q + (phase + pad - f * dil) / s (exact by the choice of taps).
+__device__ __forceinline__ int tap_shift(const ConvParams& p, int d, int f, const int* phase) {
+#if DIR == 1
+    return (phase[d] + p.pad[d] - f * p.dil[d]) / p.stride[d];
+#else
+    return f * p.dil[d] - p.pad[d];
+#endif
+}
+
+// Pixel number -> (image, coordinates) over the given extents.
+__device__ __forceinline__ int decode_pixel(int m, const int* ext, int* o) {
+    o[2] = m % ext[2];
+    m /= ext[2];
+    o[1] = m % ext[1];
+    m /= ext[1];
+    o[0] = m % ext[0];
+    return m / ext[0];
+}
+
+#if TC
+#if defined(GCONV_BF16)
+#define MMA_TYPES "bf16.bf16"
+#else
+#define MMA_TYPES "f16.f16"
+#endif
+#define WM (BM / WARPS_M)
+#define WN (BN / WARPS_N)
+#define MI (WM / 16)
+#define NI (WN / 8)
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const elem_t* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const elem_t* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void mma(float* c, const unsigned* a, const unsigned* b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPES ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#define ACC_I MI
+#define ACC_J NI
+#define ACC_E 4
+#else
+#define TX (BN / 8)
+#define TY (BM / 8)
+#define ACC_I 8
+#define ACC_J 8
+#define ACC_E 1
+#endif
+
+// Where the block writes: row offsets come from the GEMM row, columns are contiguous
+// channels from `col_base`, valid below `col_limit` counted from `col_start`.
+struct Output {
+    elem_t* out;
+    float* ws;
+    int mode;  // 0: store, 1: atomic add into ws, 2: store into ws slice `slice`
+    long long slice;
+    int col_base, col_start, col_limit;
+};
+
+__device__ __forceinline__ void emit(const Output& o, int off, float v) {
+    if (o.mode == 0)
+        o.out[off] = from_f32(v);
+    else if (o.mode == 1)
+        atomicAdd(&o.ws[off], v);
+    else
+        o.ws[o.slice + off] = v;
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+    igemm(ConvParams p, const elem_t* a_src, const elem_t* b_src, elem_t* out, float* ws, int zdim, int mode) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    elem_t* const a_smem = reinterpret_cast<elem_t*>(smem_raw);
+    elem_t* const b_smem = a_smem + STAGES * A_STAGE;
+    const int tid = threadIdx.x;
+    const int group = blockIdx.z / zdim;
+    const int z = blockIdx.z % zdim;
+    const int m0 = blockIdx.x * BM;
+
+    int phase[3] = {0, 0, 0};
+#if DIR == 1
+    {
+        int r = z;
+        phase[2] = r % p.stride[2];
+        r /= p.stride[2];
+        phase[1] = r % p.stride[1];
+        phase[0] = r / p.stride[1];
+    }
+#endif
+    const Taps taps = taps_of(p, phase);
+    const int tap_count = taps.count[0] * taps.count[1] * taps.count[2];
+
+    // Row space of the gathered rows (A for fwd/bwd-data, the reduction for bwd-weight).
+    int rows_ext[3];
+#pragma unroll
+    for (int d = 0; d < 3; ++d)
+        rows_ext[d] = DIR == 1 ? (p.in[d] - phase[d] + p.stride[d] - 1) / p.stride[d] : p.out[d];
+    const int pixels = p.n * rows_ext[0] * rows_ext[1] * rows_ext[2];
+
+#if DIR == 0
+    const int M = pixels, N = p.kg, KC = p.cg;  // KC: channels reduced per tap
+    const int n0 = blockIdx.y * BN;
+    const int a_chan = group * p.cg;
+#elif DIR == 1
+    const int M = pixels, N = p.cg, KC = p.kg;
+    const int n0 = blockIdx.y * BN;
+    const int a_chan = group * p.kg;
+#else
+    const int M = p.kg, N = p.cg;
+    const int c_chunks = (p.cg + BN - 1) / BN;
+    const int n_tap = blockIdx.y / c_chunks;  // the block's columns lie in one tap
+    const int n0 = (blockIdx.y % c_chunks) * BN;
+    int nf[3];
+    tap_coords(taps, n_tap, nf);
+#endif
+    if (m0 >= M) return;
+
+    // Reduction iterations: (tap, channel chunk) for fwd/bwd-data, pixel tiles of the
+    // block's slice for bwd-weight.
+#if DIR == 2
+    const int k_tiles = (pixels + BK - 1) / BK;
+    const int per_slice = (k_tiles + zdim - 1) / zdim;
+    const int it_begin = z * per_slice;
+    const int iters = max(0, min(k_tiles, it_begin + per_slice) - it_begin);
+#else
+    const int chunks = (KC + BK - 1) / BK;
+    const int iters = tap_count * chunks;
+#endif
+
+    // Gathered A rows (fwd/bwd-data) are fixed for the whole loop: decode them once.
+#define A_ROW_CHUNKS ((A_KMAJOR ? BK : BM) / CPW)
+#define A_CHUNKS ((BM * BK / CPW + THREADS - 1) / THREADS)
+#define B_ROW_CHUNKS ((B_KMAJOR ? BK : BN) / CPW)
+#define B_CHUNKS ((BN * BK / CPW + THREADS - 1) / THREADS)
+#if DIR == 1
+#define SRC_EXT(d) p.out[d]
+#define SRC_S(i) p.ys[i]
+#else
+#define SRC_EXT(d) p.in[d]
+#define SRC_S(i) p.xs[i]
+#endif
+#if DIR != 2
+    int a_img[A_CHUNKS], a_base[A_CHUNKS][3];
+#pragma unroll
+    for (int i = 0; i < A_CHUNKS; ++i) {
+        const int q = tid + i * THREADS;
+        const int m = m0 + q / A_ROW_CHUNKS;
+        a_img[i] = -1;
+        if (q < BM * BK / CPW && m < M) {
+            int o[3];
+            const int img = decode_pixel(m, rows_ext, o);
+            a_img[i] = img * SRC_S(0);
+#pragma unroll
+            for (int d = 0; d < 3; ++d) a_base[i][d] = DIR == 1 ? o[d] : o[d] * p.stride[d];
+        }
+    }
+#endif
+
+    auto load_tile = [&](int stage, int it) {
+        elem_t* as = a_smem + stage * A_STAGE;
+        elem_t* bs = b_smem + stage * B_STAGE;
+#if DIR != 2
+        const int tap = it / chunks;
+        const int k0 = (it % chunks) * BK;
+        int f[3], shift[3];
+        tap_coords(taps, tap, f);
+#pragma unroll
+        for (int d = 0; d < 3; ++d) shift[d] = tap_shift(p, d, f[d], phase);
+#pragma unroll
+        for (int i = 0; i < A_CHUNKS; ++i) {
+            const int q = tid + i * THREADS;
+            if (q >= BM * BK / CPW) break;
+            const int row = q / A_ROW_CHUNKS, col = (q % A_ROW_CHUNKS) * CPW;
+            bool valid = a_img[i] >= 0 && k0 + col < KC;
+            int off = a_img[i] + a_chan + k0 + col;
+#pragma unroll
+            for (int d = 0; d < 3; ++d) {
+                const int c = a_base[i][d] + shift[d];
+                valid = valid && c >= 0 && c < SRC_EXT(d);
+                off += c * SRC_S(2 + d);
+            }
+            copy_chunk(as + row * A_LD + col, a_src + (valid ? off : 0), valid);
+        }
+        const int wtap = f[0] * p.ws[2] + f[1] * p.ws[3] + f[2] * p.ws[4];
+#pragma unroll
+        for (int i = 0; i < B_CHUNKS; ++i) {
+            const int q = tid + i * THREADS;
+            if (q >= BN * BK / CPW) break;
+            const int row = q / B_ROW_CHUNKS, col = (q % B_ROW_CHUNKS) * CPW;
+#if DIR == 0
+            // w[g*Kg + n][tap][k0 + col]: rows are output channels.
+            const bool valid = n0 + row < N && k0 + col < KC;
+            const int off = (group * p.kg + n0 + row) * p.ws[0] + k0 + col + wtap;
+#else
+            // w[g*Kg + k0 + row][tap][n0 + col]: rows are output channels (the reduction).
+            const bool valid = k0 + row < KC && n0 + col < N;
+            const int off = (group * p.kg + k0 + row) * p.ws[0] + n0 + col + wtap;
+#endif
+            copy_chunk(bs + row * B_LD + col, b_src + (valid ? off : 0), valid);
+        }
+#else
+        const int p0 = (it_begin + it) * BK;
+#pragma unroll
+        for (int i = 0; i < A_CHUNKS; ++i) {
+            const int q = tid + i * THREADS;
+            if (q >= BM * BK / CPW) break;
+            const int row = q / A_ROW_CHUNKS, col = (q % A_ROW_CHUNKS) * CPW;
+            // dy[pixel p0 + row][g*Kg + m0 + col]
+            const int pix = p0 + row;
+            const bool valid = pix < pixels && m0 + col < M;
+            int off = 0;
+            if (valid) {
+                int o[3];
+                const int img = decode_pixel(pix, rows_ext, o);
+                off = img * p.ys[0] + o[0] * p.ys[2] + o[1] * p.ys[3] + o[2] * p.ys[4] + group * p.kg + m0 + col;
+            }
+            copy_chunk(as + row * A_LD + col, a_src + off, valid);
+        }
+#pragma unroll
+        for (int i = 0; i < B_CHUNKS; ++i) {
+            const int q = tid + i * THREADS;
+            if (q >= BN * BK / CPW) break;
+            const int row = q / B_ROW_CHUNKS, col = (q % B_ROW_CHUNKS) * CPW;
+            // x[input position of pixel p0 + row at the block's tap][g*Cg + n0 + col]
+            const int pix = p0 + row;
+            bool valid = pix < pixels && n0 + col < N;
+            int off = 0;
+            if (valid) {
+                int o[3];
+                const int img = decode_pixel(pix, rows_ext, o);
+                off = img * p.xs[0] + group * p.cg + n0 + col;
+#pragma unroll
+                for (int d = 0; d < 3; ++d) {
+                    const int c = o[d] * p.stride[d] + tap_shift(p, d, nf[d], phase);
+                    valid = valid && c >= 0 && c < p.in[d];
+                    off += c * p.xs[2 + d];
+                }
+            }
+            copy_chunk(bs + row * B_LD + col, b_src + (valid ? off : 0), valid);
+        }
+#endif
+    };
+
+    float acc[ACC_I][ACC_J][ACC_E];
+#pragma unroll
+    for (int i = 0; i < ACC_I; ++i)
+#pragma unroll
+        for (int j = 0; j < ACC_J; ++j)
+#pragma unroll
+            for (int e = 0; e < ACC_E; ++e) acc[i][j][e] = 0.0f;
+
+#if TC
+    const int lane = tid % 32, warp = tid / 32;
+    const int wm = warp % WARPS_M, wn = warp / WARPS_M;
+#else
+    const int tx = tid % TX, ty = tid / TX;
+#endif
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < iters) load_tile(s, s);
+        commit();
+    }
+    for (int it = 0; it < iters; ++it) {
+        wait_pending<STAGES - 2>();
+        __syncthreads();
+        // The stage refilled here was read in the previous iteration, which every warp has
+        // finished by the barrier above.
+        if (it + STAGES - 1 < iters) load_tile((it + STAGES - 1) % STAGES, it + STAGES - 1);
+        commit();
+        const elem_t* as = a_smem + (it % STAGES) * A_STAGE;
+        const elem_t* bs = b_smem + (it % STAGES) * B_STAGE;
+#if TC
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += 16) {
+            unsigned af[MI][4], bf[NI][2];
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {
+#if A_KMAJOR
+                ldmatrix_x4(af[mi], as + (wm * WM + mi * 16 + lane % 16) * A_LD + kk + (lane / 16) * 8);
+#else
+                ldmatrix_x4_trans(af[mi], as + (kk + lane % 8 + (lane / 16) * 8) * A_LD + wm * WM + mi * 16 + ((lane / 8) % 2) * 8);
+#endif
+            }
+#pragma unroll
+            for (int nj = 0; nj < NI / 2; ++nj) {
+                unsigned r[4];
+#if B_KMAJOR
+                ldmatrix_x4(r, bs + (wn * WN + nj * 16 + lane % 8 + (lane / 16) * 8) * B_LD + kk + ((lane / 8) % 2) * 8);
+#else
+                ldmatrix_x4_trans(r, bs + (kk + lane % 8 + ((lane / 8) % 2) * 8) * B_LD + wn * WN + nj * 16 + (lane / 16) * 8);
+#endif
+                bf[2 * nj][0] = r[0];
+                bf[2 * nj][1] = r[1];
+                bf[2 * nj + 1][0] = r[2];
+                bf[2 * nj + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < NI; ++ni) mma(acc[mi][ni], af[mi], bf[ni]);
+        }
+#else
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+            float a[8], b[8];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) a[i] = to_f32(A_KMAJOR ? as[(ty + i * TY) * A_LD + k] : as[k * A_LD + ty + i * TY]);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) b[j] = to_f32(B_KMAJOR ? bs[(tx + j * TX) * B_LD + k] : bs[k * B_LD + tx + j * TX]);
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc[i][j][0] += a[i] * b[j];
+        }
+#endif
+    }
+    wait_pending<0>();
+
+    // Epilogue: each accumulator to its place, straight from registers.
+    Output o;
+    o.out = out;
+    o.ws = ws;
+    o.mode = mode;
+    o.slice = (long long)z * p.g * p.kg * p.ws[0];
+    o.col_start = n0;
+    o.col_limit = N;
+#if DIR == 0
+    o.col_base = group * p.kg + n0;
+#elif DIR == 1
+    o.col_base = group * p.cg + n0;
+#else
+    o.col_base = n0 + nf[0] * p.ws[2] + nf[1] * p.ws[3] + nf[2] * p.ws[4];
+#endif
+    auto row_offset = [&](int m) {
+#if DIR == 2
+        return (group * p.kg + m) * p.ws[0];
+#else
+        int c[3];
+        const int img = decode_pixel(m, rows_ext, c);
+        int off = 0;
+#pragma unroll
+        for (int d = 0; d < 3; ++d) {
+#if DIR == 1
+            off += (phase[d] + c[d] * p.stride[d]) * p.xs[2 + d];
+#else
+            off += c[d] * p.ys[2 + d];
+#endif
+        }
+        return off + img * (DIR == 1 ? p.xs[0] : p.ys[0]);
+#endif
+    };
+#if TC
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int m = m0 + wm * WM + mi * 16 + lane / 4 + h * 8;
+            if (m >= M) continue;
+            const int roff = row_offset(m);
+#pragma unroll
+            for (int ni = 0; ni < NI; ++ni) {
+                const int col = wn * WN + ni * 8 + (lane % 4) * 2;
+                const float v0 = acc[mi][ni][h * 2], v1 = acc[mi][ni][h * 2 + 1];
+                const int off = roff + o.col_base + col;
+                if (o.mode == 0 && o.col_start + col + 1 < o.col_limit && off % 2 == 0) {
+                    const unsigned pair = (unsigned)from_f32(v0) | ((unsigned)from_f32(v1) << 16);
+                    *reinterpret_cast<unsigned*>(out + off) = pair;
+                } else {
+                    if (o.col_start + col < o.col_limit) emit(o, off, v0);
+                    if (o.col_start + col + 1 < o.col_limit) emit(o, off + 1, v1);
+                }
+            }
+        }
+#else
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int m = m0 + ty + i * TY;
+        if (m >= M) continue;
+        const int roff = row_offset(m);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int col = tx + j * TX;
+            if (o.col_start + col < o.col_limit) emit(o, roff + o.col_base + col, acc[i][j][0]);
+        }
+    }
+#endif
+}
+
+// Zeroes the fp32 workspace before atomic slices add into it.
+extern "C" __global__ void igemm_zero(float* ws, int count) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) ws[i] = 0.0f;
+}
+
+// Sums `slices` fp32 partial results of dw and rounds once into dw.
+extern "C" __global__ void igemm_reduce(const float* ws, int slices, int count, elem_t* dw) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
+        float s = 0.0f;
+        for (int k = 0; k < slices; ++k) s += ws[(long long)k * count + i];
+        dw[i] = from_f32(s);
+    }
+}

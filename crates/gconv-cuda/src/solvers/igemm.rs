@@ -1,0 +1,473 @@
+//! `cuda.igemm_tc` and `cuda.igemm_simt`: implicit GEMM for channels-last problems
+//! (kernels/igemm.cu), every direction, groups in the grid. `igemm_tc` multiplies 16-bit
+//! tiles on tensor cores (mma.sync m16n8k16, fp32 accumulation); `igemm_simt` is the same
+//! pipeline with fp32 FMAs, for fp32 data. The config space is the block tile (bm x bn x bk),
+//! the warp grid (tensor cores), the cp.async pipeline depth and, for backward-weight, the
+//! split of the pixel reduction (`ks`) and how slices are summed (`red`: 0 atomics into an
+//! fp32 workspace, 1 one workspace slice each and a reduction kernel).
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUfunction_attribute as FuncAttr;
+use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solver};
+
+use crate::device::{backend_error, CudaDevice};
+use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
+
+const SOURCE: &str = include_str!("../kernels/igemm.cu");
+/// Shared memory a block gets without opting in.
+const DEFAULT_SHARED_BYTES: u32 = 48 * 1024;
+/// The largest grid.y and grid.z.
+const MAX_GRID_YZ: u64 = 65535;
+const SPLITS: [u32; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+const SPLIT_THREADS: u32 = 256;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Math {
+    /// mma.sync on fp16/bf16.
+    TensorCores,
+    /// fp32 FMA.
+    Simt,
+}
+
+pub struct Igemm {
+    pub device: Arc<CudaDevice>,
+    pub math: Math,
+}
+
+impl Igemm {
+    pub fn tensor_cores(device: Arc<CudaDevice>) -> Self {
+        Igemm { device, math: Math::TensorCores }
+    }
+
+    pub fn simt(device: Arc<CudaDevice>) -> Self {
+        Igemm { device, math: Math::Simt }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tile {
+    bm: u32,
+    bn: u32,
+    bk: u32,
+    /// Warp grid (tensor cores); for SIMT each thread owns an 8x8 block of the tile.
+    warps_m: u32,
+    warps_n: u32,
+    stages: u32,
+    /// Backward-weight: slices of the pixel reduction, and whether they are summed by a
+    /// separate kernel (two-stage) rather than by atomics.
+    splits: u32,
+    two_stage: bool,
+}
+
+/// The problem as the kernel's GEMM sees it, per group.
+struct Shape {
+    /// GEMM rows of the largest phase, columns, and columns per tap (bwd-weight).
+    m: u64,
+    n: u64,
+    /// Reduction length per tile row, in tiles of whole taps for fwd/bwd-data.
+    taps: u64,
+    /// Channels reduced per tap (fwd/bwd-data) or pixels reduced (bwd-weight).
+    reduce: u64,
+    /// Grid z per group: bwd-data phases; 1 otherwise (bwd-weight multiplies by splits).
+    phases: u64,
+    groups: u64,
+}
+
+impl Shape {
+    fn new(p: &ConvProblem) -> Self {
+        let (cg, kg) = (u64::from(p.c / p.g), u64::from(p.k / p.g));
+        let taps: u64 = p.dims.iter().map(|d| u64::from(d.filter)).product();
+        let n = u64::from(p.n);
+        let output: u64 = p.output_dims().iter().map(|&o| u64::from(o)).product();
+        let groups = u64::from(p.g);
+        match p.direction {
+            Direction::Forward => Shape { m: n * output, n: kg, taps, reduce: cg, phases: 1, groups },
+            Direction::BackwardData => {
+                let per_phase: u64 = p.dims.iter().map(|d| u64::from(d.input.div_ceil(d.stride))).product();
+                let phases = p.dims.iter().map(|d| u64::from(d.stride)).product();
+                Shape { m: n * per_phase, n: cg, taps, reduce: kg, phases, groups }
+            }
+            Direction::BackwardWeight => Shape { m: kg, n: cg, taps, reduce: n * output, phases: 1, groups },
+        }
+    }
+}
+
+fn elem_bytes(dtype: DataType) -> u32 {
+    dtype.size_bytes() as u32
+}
+
+/// Elements per global->shared copy: the widest power of two up to 16 bytes that divides
+/// both channel counts, so a copy never straddles a group or a pixel.
+fn copy_width(p: &ConvProblem) -> u32 {
+    let (cg, kg) = (p.c / p.g, p.k / p.g);
+    let max = 16 / elem_bytes(p.dtype);
+    [8u32, 4, 2, 1].into_iter().find(|&w| w <= max && cg % w == 0 && kg % w == 0).unwrap_or(1)
+}
+
+fn direction_code(d: Direction) -> u32 {
+    match d {
+        Direction::Forward => 0,
+        Direction::BackwardData => 1,
+        Direction::BackwardWeight => 2,
+    }
+}
+
+impl Tile {
+    fn threads(&self) -> u32 {
+        self.warps_m * self.warps_n * 32
+    }
+
+    fn shared_bytes(&self, p: &ConvProblem) -> u32 {
+        let pad = 16 / elem_bytes(p.dtype);
+        let (a_kmajor, b_kmajor) = match p.direction {
+            Direction::Forward => (true, true),
+            Direction::BackwardData => (true, false),
+            Direction::BackwardWeight => (false, false),
+        };
+        let a = if a_kmajor { self.bm * (self.bk + pad) } else { self.bk * (self.bm + pad) };
+        let b = if b_kmajor { self.bn * (self.bk + pad) } else { self.bk * (self.bn + pad) };
+        self.stages * (a + b) * elem_bytes(p.dtype)
+    }
+
+    fn workspace_bytes(&self, p: &ConvProblem) -> u64 {
+        match (p.direction, self.splits, self.two_stage) {
+            (Direction::BackwardWeight, 2.., false) => p.weight_elements() * 4,
+            (Direction::BackwardWeight, 2.., true) => p.weight_elements() * 4 * u64::from(self.splits),
+            _ => 0,
+        }
+    }
+
+    fn to_config(self, math: Math, direction: Direction) -> Config {
+        let mut fields = vec![("bm", self.bm), ("bn", self.bn), ("bk", self.bk)];
+        if math == Math::TensorCores {
+            fields.extend([("wm", self.warps_m), ("wn", self.warps_n)]);
+        }
+        fields.push(("st", self.stages));
+        if direction == Direction::BackwardWeight {
+            fields.extend([("ks", self.splits), ("red", u32::from(self.two_stage))]);
+        }
+        Config::new(fields)
+    }
+
+    fn from_config(solver: &Igemm, p: &ConvProblem, config: &Config) -> Result<Self> {
+        let bad = |reason: String| GconvError::BadConfig { text: config.to_string(), reason };
+        let weight = p.direction == Direction::BackwardWeight;
+        let field_count = 4 + if solver.math == Math::TensorCores { 2 } else { 0 } + if weight { 2 } else { 0 };
+        if config.fields().len() != field_count {
+            return Err(bad(format!("expected {field_count} fields, as in `{}`", solver.default_config(p))));
+        }
+        let field = |name: &str| config.get(name).ok_or_else(|| bad(format!("missing field `{name}`")));
+        let (bm, bn, bk, stages) = (field("bm")?, field("bn")?, field("bk")?, field("st")?);
+        let (warps_m, warps_n) = match solver.math {
+            Math::TensorCores => (field("wm")?, field("wn")?),
+            // 8x8 outputs per thread, threads counted in warps.
+            Math::Simt => ((bm / 8 * (bn / 8)).div_ceil(32), 1),
+        };
+        let (splits, two_stage) = if weight { (field("ks")?, field("red")? == 1) } else { (1, false) };
+        let tile = Tile { bm, bn, bk, warps_m, warps_n, stages, splits, two_stage };
+        tile.check(solver, p).map_err(bad)?;
+        if weight && field("red")? > 1 {
+            return Err(bad("red must be 0 (atomics) or 1 (two-stage)".into()));
+        }
+        Ok(tile)
+    }
+
+    /// Why the tile cannot run the problem, if it cannot.
+    fn check(&self, solver: &Igemm, p: &ConvProblem) -> std::result::Result<(), String> {
+        let shape = Shape::new(p);
+        match solver.math {
+            Math::TensorCores => {
+                if ![32, 64, 128, 256].contains(&self.bm) || ![16, 32, 64, 128, 256].contains(&self.bn) {
+                    return Err("bm must be one of 32..256 and bn one of 16..256, powers of two".into());
+                }
+                if ![16, 32, 64].contains(&self.bk) {
+                    return Err("bk must be 16, 32 or 64".into());
+                }
+                if ![1, 2, 4].contains(&self.warps_m) || ![1, 2, 4].contains(&self.warps_n) || self.threads() > 256 {
+                    return Err("wm and wn must be 1, 2 or 4, at most 8 warps in all".into());
+                }
+                let (wm, wn) = (self.bm / self.warps_m, self.bn / self.warps_n);
+                if wm % 16 != 0 || wn % 16 != 0 || wm * wn > 64 * 64 {
+                    return Err(format!("warp tile {wm}x{wn} must be multiples of 16, at most 64x64"));
+                }
+            }
+            Math::Simt => {
+                if ![64, 128].contains(&self.bm) || ![64, 128].contains(&self.bn) {
+                    return Err("bm and bn must be 64 or 128".into());
+                }
+                if ![8, 16, 32].contains(&self.bk) {
+                    return Err("bk must be 8, 16 or 32".into());
+                }
+            }
+        }
+        // Rows of the gathered operand are decoded once per thread and kept in registers.
+        let rows_per_thread = (self.bm * self.bk / copy_width(p)).div_ceil(self.threads());
+        if p.direction != Direction::BackwardWeight && rows_per_thread > 8 {
+            return Err(format!("each thread would gather {rows_per_thread} rows (at most 8): use a smaller bm x bk"));
+        }
+        if ![2, 3, 4].contains(&self.stages) {
+            return Err("st (pipeline stages) must be 2, 3 or 4".into());
+        }
+        let shared = self.shared_bytes(p);
+        if shared > solver.device.max_shared_bytes {
+            return Err(format!("needs {shared} bytes of shared memory, the GPU has {}", solver.device.max_shared_bytes));
+        }
+        if !SPLITS.contains(&self.splits) {
+            return Err(format!("ks must be one of {SPLITS:?}"));
+        }
+        let z = shape.groups * shape.phases * u64::from(self.splits);
+        let y = shape.n.div_ceil(u64::from(self.bn)) * if p.direction == Direction::BackwardWeight { shape.taps } else { 1 };
+        if z > MAX_GRID_YZ || y > MAX_GRID_YZ {
+            return Err("the grid would exceed 65535 blocks in y or z".into());
+        }
+        Ok(())
+    }
+
+    fn source(&self, solver: &Igemm, p: &ConvProblem) -> KernelSource {
+        let src = KernelSource::new("igemm.cu", SOURCE, p.dtype)
+            .define("DIR", direction_code(p.direction))
+            .define("BM", self.bm)
+            .define("BN", self.bn)
+            .define("BK", self.bk)
+            .define("THREADS", self.threads())
+            .define("STAGES", self.stages)
+            .define("CPW", copy_width(p));
+        match solver.math {
+            Math::TensorCores => src.define("TC", 1).define("WARPS_M", self.warps_m).define("WARPS_N", self.warps_n),
+            Math::Simt => src.define("TC", 0),
+        }
+    }
+}
+
+impl Igemm {
+    /// Every tile shape of the config space, before the problem's own checks.
+    fn candidate_tiles(&self) -> Vec<Tile> {
+        let base = Tile { bm: 0, bn: 0, bk: 0, warps_m: 1, warps_n: 1, stages: 0, splits: 1, two_stage: false };
+        let mut tiles = Vec::new();
+        match self.math {
+            Math::TensorCores => {
+                for bm in [32, 64, 128, 256] {
+                    for bn in [16, 32, 64, 128, 256] {
+                        for bk in [16, 32, 64] {
+                            for (warps_m, warps_n) in [(1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4), (4, 2), (2, 4)] {
+                                for stages in [2, 3, 4] {
+                                    tiles.push(Tile { bm, bn, bk, warps_m, warps_n, stages, ..base });
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Math::Simt => {
+                for bm in [64, 128] {
+                    for bn in [64, 128] {
+                        for bk in [8, 16, 32] {
+                            for stages in [2, 3] {
+                                tiles.push(Tile { bm, bn, bk, warps_m: bm / 8 * (bn / 8) / 32, stages, ..base });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        tiles
+    }
+
+    /// A tile from the problem's shape: wide enough for its columns, rows shrunk until the
+    /// grid covers the GPU, and for backward-weight enough reduction slices to fill it.
+    fn default_tile(&self, p: &ConvProblem) -> Tile {
+        let shape = Shape::new(p);
+        let sms = u64::from(self.device.sm_count);
+        let (mut tile, bm_choices): (Tile, &[u32]) = match self.math {
+            Math::TensorCores => {
+                let bn = [16, 32, 64, 128].into_iter().find(|&b| u64::from(b) >= shape.n).unwrap_or(128);
+                let bk = if shape.reduce >= 32 || p.direction == Direction::BackwardWeight { 32 } else { 16 };
+                (Tile { bm: 128, bn, bk, warps_m: 2, warps_n: 2, stages: 3, splits: 1, two_stage: false }, &[128, 64, 32])
+            }
+            Math::Simt => {
+                let bn = if shape.n > 64 { 128 } else { 64 };
+                // Narrow copies mean more gathered rows per thread: a shallower tile.
+                let bk = if copy_width(p) < 4 { 8 } else { 16 };
+                (Tile { bm: 128, bn, bk, warps_m: 128 / 8 * (bn / 8) / 32, warps_n: 1, stages: 3, splits: 1, two_stage: false }, &[128, 64])
+            }
+        };
+        let columns = shape.n.div_ceil(u64::from(tile.bn)) * if p.direction == Direction::BackwardWeight { shape.taps } else { 1 };
+        let with_rows = |bm: u32| {
+            let mut t = Tile { bm, ..tile };
+            match self.math {
+                // Four warps where the tile allows, warp tiles at most 64x64 and 16 wide.
+                Math::TensorCores => {
+                    t.warps_n = (t.bn / 16).min(2);
+                    t.warps_m = (4 / t.warps_n).min(t.bm / 16);
+                }
+                Math::Simt => t.warps_m = t.bm / 8 * (t.bn / 8) / 32,
+            }
+            t
+        };
+        // The tallest valid tile whose grid still gives every SM two blocks.
+        let mut fallback = with_rows(bm_choices[bm_choices.len() - 1]);
+        for &bm in bm_choices {
+            let t = with_rows(bm);
+            if t.check(self, p).is_err() {
+                continue;
+            }
+            fallback = t;
+            if shape.m.div_ceil(u64::from(bm)) * columns * shape.groups * shape.phases >= 2 * sms {
+                break;
+            }
+        }
+        tile = fallback;
+        if p.direction == Direction::BackwardWeight {
+            let blocks = shape.m.div_ceil(u64::from(tile.bm)) * columns * shape.groups;
+            let k_tiles = shape.reduce.div_ceil(u64::from(tile.bk));
+            // Enough slices for two blocks per SM, each still reducing at least 8 tiles.
+            let allowed: Vec<u32> = SPLITS
+                .into_iter()
+                .filter(|&s| s == 1 || (u64::from(s) * 8 <= k_tiles && shape.groups * u64::from(s) <= MAX_GRID_YZ))
+                .collect();
+            tile.splits = allowed.iter().copied().find(|&s| blocks * u64::from(s) >= 2 * sms).unwrap_or(allowed[allowed.len() - 1]);
+        }
+        tile
+    }
+}
+
+impl Solver<Cuda> for Igemm {
+    fn id(&self) -> &'static str {
+        match self.math {
+            Math::TensorCores => "cuda.igemm_tc",
+            Math::Simt => "cuda.igemm_simt",
+        }
+    }
+
+    fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
+        require!(p.layout == Layout::Nhwc, "implicit GEMM here reads channels-last (NHWC) tensors only");
+        match self.math {
+            Math::TensorCores => require!(p.dtype != DataType::F32, "fp32 runs on cuda.igemm_simt (TF32 is not enabled)"),
+            Math::Simt => require!(p.dtype == DataType::F32, "16-bit types run on tensor cores (cuda.igemm_tc)"),
+        }
+        let (major, minor) = self.device.capability;
+        require!(major >= 8, "needs cp.async and mma.sync (sm_80 or newer), the GPU is sm_{major}{minor}");
+        let tile = self.default_tile(p);
+        tile.check(self, p).map_err(NotApplicable)?;
+        Ok(())
+    }
+
+    fn workspace_bytes(&self, p: &ConvProblem, config: &Config) -> u64 {
+        Tile::from_config(self, p, config).map_or(0, |t| t.workspace_bytes(p))
+    }
+
+    fn default_config(&self, p: &ConvProblem) -> Config {
+        self.default_tile(p).to_config(self.math, p.direction)
+    }
+
+    fn configs<'a>(&'a self, p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
+        let splits: Vec<(u32, bool)> = if p.direction == Direction::BackwardWeight {
+            SPLITS.into_iter().flat_map(|s| [(s, false), (s, true)]).filter(|&(s, two)| s > 1 || !two).collect()
+        } else {
+            vec![(1, false)]
+        };
+        let tiles = self.candidate_tiles().into_iter().flat_map(move |t| {
+            splits.clone().into_iter().map(move |(splits, two_stage)| Tile { splits, two_stage, ..t })
+        });
+        Box::new(tiles.filter(move |t| t.check(self, p).is_ok()).map(move |t| t.to_config(self.math, p.direction)))
+    }
+
+    fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {
+        Tile::from_config(self, p, config).map(|_| ())
+    }
+
+    fn needs_build(&self, p: &ConvProblem, config: &Config) -> bool {
+        Tile::from_config(self, p, config).map_or(true, |t| !self.device.is_built(&t.source(self, p)))
+    }
+
+    fn prepare(&self, p: &ConvProblem, config: &Config) -> Result<()> {
+        self.device.precompile(&Tile::from_config(self, p, config)?.source(self, p))
+    }
+
+    fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
+        let tile = Tile::from_config(self, p, config)?;
+        let src = tile.source(self, p);
+        let main = self.device.function(&src, "igemm")?;
+        let shared = tile.shared_bytes(p);
+        if shared > DEFAULT_SHARED_BYTES {
+            main.set_attribute(FuncAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared as i32)
+                .map_err(|e| backend_error("allow cuda.igemm's shared memory", e))?;
+        }
+        let shape = Shape::new(p);
+        let columns = shape.n.div_ceil(u64::from(tile.bn)) * if p.direction == Direction::BackwardWeight { shape.taps } else { 1 };
+        let zdim = shape.phases * u64::from(tile.splits);
+        let launch = LaunchConfig {
+            grid_dim: (shape.m.div_ceil(u64::from(tile.bm)) as u32, columns as u32, (shape.groups * zdim) as u32),
+            block_dim: (tile.threads(), 1, 1),
+            shared_mem_bytes: shared,
+        };
+        let split = match (p.direction, tile.splits) {
+            (Direction::BackwardWeight, 2..) => {
+                let weights = p.weight_elements();
+                Some(Split {
+                    zero: (!tile.two_stage).then(|| self.device.function(&src, "igemm_zero")).transpose()?,
+                    reduce: self.device.function(&src, "igemm_reduce")?,
+                    slices: if tile.two_stage { tile.splits as i32 } else { 1 },
+                    count: weights as i32,
+                    blocks: (weights.div_ceil(u64::from(SPLIT_THREADS)) as u32).clamp(1, self.device.sm_count * 8),
+                })
+            }
+            _ => None,
+        };
+        let mode = match &split {
+            None => 0,
+            Some(s) if s.zero.is_some() => 1,
+            Some(_) => 2,
+        };
+        Ok(Box::new(IgemmInvoker { main, params: ConvParams::new(p), direction: p.direction, launch, zdim: zdim as i32, mode, split }))
+    }
+}
+
+/// Backward-weight with more than one slice: zero the workspace (atomics) and reduce it.
+struct Split {
+    zero: Option<CudaFunction>,
+    reduce: CudaFunction,
+    slices: i32,
+    count: i32,
+    blocks: u32,
+}
+
+struct IgemmInvoker {
+    main: CudaFunction,
+    params: ConvParams,
+    direction: Direction,
+    launch: LaunchConfig,
+    zdim: i32,
+    mode: i32,
+    split: Option<Split>,
+}
+
+impl Invoker<Cuda> for IgemmInvoker {
+    fn run(&self, b: &mut CudaBuffers<'_>) -> Result<()> {
+        let launch_err = |e| backend_error("launch cuda.igemm", e);
+        let (a, bm, out) = match self.direction {
+            Direction::Forward => (b.x, b.w, b.y),
+            Direction::BackwardData => (b.y, b.w, b.x),
+            Direction::BackwardWeight => (b.y, b.x, b.w),
+        };
+        let flat = |blocks| LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (SPLIT_THREADS, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY (every launch): the arguments match the kernels' signatures; the pointers
+        // come from buffers sized for this problem, the workspace included.
+        if let Some(Split { zero: Some(zero), count, blocks, .. }) = &self.split {
+            let mut l = b.stream.launch_builder(zero);
+            l.arg(&b.workspace).arg(count);
+            unsafe { l.launch(flat(*blocks)) }.map_err(launch_err)?;
+        }
+        let mut l = b.stream.launch_builder(&self.main);
+        l.arg(&self.params).arg(&a).arg(&bm).arg(&out).arg(&b.workspace).arg(&self.zdim).arg(&self.mode);
+        unsafe { l.launch(self.launch) }.map_err(launch_err)?;
+        if let Some(Split { reduce, slices, count, blocks, .. }) = &self.split {
+            let mut l = b.stream.launch_builder(reduce);
+            l.arg(&b.workspace).arg(slices).arg(count).arg(&out);
+            unsafe { l.launch(flat(*blocks)) }.map_err(launch_err)?;
+        }
+        Ok(())
+    }
+}
