@@ -14,8 +14,8 @@
 // computed outside the math loop.
 //
 // Compile-time: DIR (0 fwd, 1 bwd-data, 2 bwd-weight), BM, BN, BK (block tile), THREADS,
-// STAGES (pipeline depth), CPW (elements per global->shared copy: 16, 8 or 4 bytes by
-// cp.async, less by plain loads), TC (1: mma.sync m16n8k16 with fp32 accumulation on 16-bit
+// STAGES (pipeline depth), CPW_A and CPW_B (elements per global->shared copy of each operand:
+// 16, 8 or 4 bytes by cp.async, 2 bytes by plain loads), TC (1: mma.sync m16n8k16 with fp32 accumulation on 16-bit
 // types, with WARPS_M x WARPS_N warps; 0: fp32 FMA, an 8x8 outer product per thread).
 
 #if defined(GCONV_F32)
@@ -49,19 +49,18 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
     return a;
 }
 
-// Copies CPW elements, or writes zeros when !valid (src must then still be a mapped address).
+// Copies W elements, or writes zeros when !valid (src must then still be a mapped address).
+template <int W>
 __device__ __forceinline__ void copy_chunk(elem_t* dst, const elem_t* src, bool valid) {
-#if CPW * ELEM_BYTES >= 4
-    const int bytes = valid ? CPW * ELEM_BYTES : 0;
-#if CPW * ELEM_BYTES == 16
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(bytes));
-#else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(smem_addr(dst)), "l"(src), "n"(CPW * ELEM_BYTES), "r"(bytes));
-#endif
-#else
+    constexpr int BYTES = W * ELEM_BYTES;
+    if constexpr (BYTES == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
+    } else if constexpr (BYTES >= 4) {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(smem_addr(dst)), "l"(src), "n"(BYTES), "r"(valid ? BYTES : 0));
+    } else {
 #pragma unroll
-    for (int e = 0; e < CPW; ++e) dst[e] = valid ? src[e] : from_f32(0.0f);
-#endif
+        for (int e = 0; e < W; ++e) dst[e] = valid ? src[e] : from_f32(0.0f);
+    }
 }
 
 __device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;"); }
@@ -140,6 +139,34 @@ __device__ __forceinline__ int decode_pixel(int m, const int* ext, int* o) {
     o[0] = m % ext[0];
     return m / ext[0];
 }
+
+// A pixel number and its (image, coordinates), moved forward without dividing in the common
+// case.
+struct PixelCursor {
+    int pix, img, o[3];
+
+    __device__ __forceinline__ void start(int m, const int* ext) {
+        pix = m;
+        img = decode_pixel(m, ext, o);
+    }
+
+    __device__ __forceinline__ void advance(int by, const int* ext) {
+        pix += by;
+        o[2] += by;
+        if (o[2] < ext[2]) return;
+        int q = o[2] / ext[2];
+        o[2] -= q * ext[2];
+        o[1] += q;
+        if (o[1] < ext[1]) return;
+        q = o[1] / ext[1];
+        o[1] -= q * ext[1];
+        o[0] += q;
+        if (o[0] < ext[0]) return;
+        q = o[0] / ext[0];
+        o[0] -= q * ext[0];
+        img += q;
+    }
+};
 
 #if TC
 #if defined(GCONV_BF16)
@@ -260,10 +287,12 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #endif
 
     // Gathered A rows (fwd/bwd-data) are fixed for the whole loop: decode them once.
-#define A_ROW_CHUNKS ((A_KMAJOR ? BK : BM) / CPW)
-#define A_CHUNKS ((BM * BK / CPW + THREADS - 1) / THREADS)
-#define B_ROW_CHUNKS ((B_KMAJOR ? BK : BN) / CPW)
-#define B_CHUNKS ((BN * BK / CPW + THREADS - 1) / THREADS)
+#define A_ROW_CHUNKS ((A_KMAJOR ? BK : BM) / CPW_A)
+#define A_TILE_CHUNKS (BM * BK / CPW_A)
+#define A_CHUNKS ((A_TILE_CHUNKS + THREADS - 1) / THREADS)
+#define B_ROW_CHUNKS ((B_KMAJOR ? BK : BN) / CPW_B)
+#define B_TILE_CHUNKS (BN * BK / CPW_B)
+#define B_CHUNKS ((B_TILE_CHUNKS + THREADS - 1) / THREADS)
 #if DIR == 1
 #define SRC_EXT(d) p.out[d]
 #define SRC_S(i) p.ys[i]
@@ -278,7 +307,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         const int q = tid + i * THREADS;
         const int m = m0 + q / A_ROW_CHUNKS;
         a_img[i] = -1;
-        if (q < BM * BK / CPW && m < M) {
+        if (q < A_TILE_CHUNKS && m < M) {
             int o[3];
             const int img = decode_pixel(m, rows_ext, o);
             a_img[i] = img * SRC_S(0);
@@ -286,6 +315,15 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             for (int d = 0; d < 3; ++d) a_base[i][d] = DIR == 1 ? o[d] : o[d] * p.stride[d];
         }
     }
+#else
+    PixelCursor a_rows[A_CHUNKS], b_rows[B_CHUNKS];
+#pragma unroll
+    for (int i = 0; i < A_CHUNKS; ++i) a_rows[i].start(it_begin * BK + (tid + i * THREADS) / A_ROW_CHUNKS, rows_ext);
+#pragma unroll
+    for (int i = 0; i < B_CHUNKS; ++i) b_rows[i].start(it_begin * BK + (tid + i * THREADS) / B_ROW_CHUNKS, rows_ext);
+    int nshift[3];
+#pragma unroll
+    for (int d = 0; d < 3; ++d) nshift[d] = tap_shift(p, d, nf[d], phase);
 #endif
 
     auto load_tile = [&](int stage, int it) {
@@ -301,8 +339,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #pragma unroll
         for (int i = 0; i < A_CHUNKS; ++i) {
             const int q = tid + i * THREADS;
-            if (q >= BM * BK / CPW) break;
-            const int row = q / A_ROW_CHUNKS, col = (q % A_ROW_CHUNKS) * CPW;
+            if (q >= A_TILE_CHUNKS) break;
+            const int row = q / A_ROW_CHUNKS, col = (q % A_ROW_CHUNKS) * CPW_A;
             bool valid = a_img[i] >= 0 && k0 + col < KC;
             int off = a_img[i] + a_chan + k0 + col;
 #pragma unroll
@@ -311,14 +349,14 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 valid = valid && c >= 0 && c < SRC_EXT(d);
                 off += c * SRC_S(2 + d);
             }
-            copy_chunk(as + row * A_LD + col, a_src + (valid ? off : 0), valid);
+            copy_chunk<CPW_A>(as + row * A_LD + col, a_src + (valid ? off : 0), valid);
         }
         const int wtap = f[0] * p.ws[2] + f[1] * p.ws[3] + f[2] * p.ws[4];
 #pragma unroll
         for (int i = 0; i < B_CHUNKS; ++i) {
             const int q = tid + i * THREADS;
-            if (q >= BN * BK / CPW) break;
-            const int row = q / B_ROW_CHUNKS, col = (q % B_ROW_CHUNKS) * CPW;
+            if (q >= B_TILE_CHUNKS) break;
+            const int row = q / B_ROW_CHUNKS, col = (q % B_ROW_CHUNKS) * CPW_B;
 #if DIR == 0
             // w[g*Kg + n][tap][k0 + col]: rows are output channels.
             const bool valid = n0 + row < N && k0 + col < KC;
@@ -328,47 +366,39 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             const bool valid = k0 + row < KC && n0 + col < N;
             const int off = (group * p.kg + k0 + row) * p.ws[0] + n0 + col + wtap;
 #endif
-            copy_chunk(bs + row * B_LD + col, b_src + (valid ? off : 0), valid);
+            copy_chunk<CPW_B>(bs + row * B_LD + col, b_src + (valid ? off : 0), valid);
         }
 #else
-        const int p0 = (it_begin + it) * BK;
+        // Tiles are loaded in order, so each chunk's pixel moves on by BK per call.
 #pragma unroll
         for (int i = 0; i < A_CHUNKS; ++i) {
             const int q = tid + i * THREADS;
-            if (q >= BM * BK / CPW) break;
-            const int row = q / A_ROW_CHUNKS, col = (q % A_ROW_CHUNKS) * CPW;
-            // dy[pixel p0 + row][g*Kg + m0 + col]
-            const int pix = p0 + row;
-            const bool valid = pix < pixels && m0 + col < M;
-            int off = 0;
-            if (valid) {
-                int o[3];
-                const int img = decode_pixel(pix, rows_ext, o);
-                off = img * p.ys[0] + o[0] * p.ys[2] + o[1] * p.ys[3] + o[2] * p.ys[4] + group * p.kg + m0 + col;
-            }
-            copy_chunk(as + row * A_LD + col, a_src + off, valid);
+            if (q >= A_TILE_CHUNKS) break;
+            const int row = q / A_ROW_CHUNKS, col = (q % A_ROW_CHUNKS) * CPW_A;
+            // dy[pixel][g*Kg + m0 + col]
+            PixelCursor& c = a_rows[i];
+            const bool valid = c.pix < pixels && m0 + col < M;
+            const int off = c.img * p.ys[0] + c.o[0] * p.ys[2] + c.o[1] * p.ys[3] + c.o[2] * p.ys[4] + group * p.kg + m0 + col;
+            copy_chunk<CPW_A>(as + row * A_LD + col, a_src + (valid ? off : 0), valid);
+            c.advance(BK, rows_ext);
         }
 #pragma unroll
         for (int i = 0; i < B_CHUNKS; ++i) {
             const int q = tid + i * THREADS;
-            if (q >= BN * BK / CPW) break;
-            const int row = q / B_ROW_CHUNKS, col = (q % B_ROW_CHUNKS) * CPW;
-            // x[input position of pixel p0 + row at the block's tap][g*Cg + n0 + col]
-            const int pix = p0 + row;
-            bool valid = pix < pixels && n0 + col < N;
-            int off = 0;
-            if (valid) {
-                int o[3];
-                const int img = decode_pixel(pix, rows_ext, o);
-                off = img * p.xs[0] + group * p.cg + n0 + col;
+            if (q >= B_TILE_CHUNKS) break;
+            const int row = q / B_ROW_CHUNKS, col = (q % B_ROW_CHUNKS) * CPW_B;
+            // x[input position of the pixel at the block's tap][g*Cg + n0 + col]
+            PixelCursor& c = b_rows[i];
+            bool valid = c.pix < pixels && n0 + col < N;
+            int off = c.img * p.xs[0] + group * p.cg + n0 + col;
 #pragma unroll
-                for (int d = 0; d < 3; ++d) {
-                    const int c = o[d] * p.stride[d] + tap_shift(p, d, nf[d], phase);
-                    valid = valid && c >= 0 && c < p.in[d];
-                    off += c * p.xs[2 + d];
-                }
+            for (int d = 0; d < 3; ++d) {
+                const int x = c.o[d] * p.stride[d] + nshift[d];
+                valid = valid && x >= 0 && x < p.in[d];
+                off += x * p.xs[2 + d];
             }
-            copy_chunk(bs + row * B_LD + col, b_src + (valid ? off : 0), valid);
+            copy_chunk<CPW_B>(bs + row * B_LD + col, b_src + (valid ? off : 0), valid);
+            c.advance(BK, rows_ext);
         }
 #endif
     };

@@ -98,12 +98,15 @@ fn elem_bytes(dtype: DataType) -> u32 {
     dtype.size_bytes() as u32
 }
 
-/// Elements per global->shared copy: the widest power of two up to 16 bytes that divides
-/// both channel counts, so a copy never straddles a group or a pixel.
-fn copy_width(p: &ConvProblem) -> u32 {
+/// Elements per global->shared copy of each operand (A, B): the widest power of two up to 16
+/// bytes that divides the operand's contiguous channel count, so a copy never straddles a
+/// group or a pixel.
+fn copy_widths(p: &ConvProblem) -> (u32, u32) {
     let (cg, kg) = (p.c / p.g, p.k / p.g);
     let max = 16 / elem_bytes(p.dtype);
-    [8u32, 4, 2, 1].into_iter().find(|&w| w <= max && cg % w == 0 && kg % w == 0).unwrap_or(1)
+    let width = |channels: u32| [8u32, 4, 2, 1].into_iter().find(|&w| w <= max && channels % w == 0).unwrap_or(1);
+    let a = if p.direction == Direction::Forward { cg } else { kg };
+    (width(a), width(cg))
 }
 
 fn direction_code(d: Direction) -> u32 {
@@ -203,7 +206,7 @@ impl Tile {
             }
         }
         // Rows of the gathered operand are decoded once per thread and kept in registers.
-        let rows_per_thread = (self.bm * self.bk / copy_width(p)).div_ceil(self.threads());
+        let rows_per_thread = (self.bm * self.bk / copy_widths(p).0).div_ceil(self.threads());
         if p.direction != Direction::BackwardWeight && rows_per_thread > 8 {
             return Err(format!("each thread would gather {rows_per_thread} rows (at most 8): use a smaller bm x bk"));
         }
@@ -233,7 +236,8 @@ impl Tile {
             .define("BK", self.bk)
             .define("THREADS", self.threads())
             .define("STAGES", self.stages)
-            .define("CPW", copy_width(p));
+            .define("CPW_A", copy_widths(p).0)
+            .define("CPW_B", copy_widths(p).1);
         match solver.math {
             Math::TensorCores => src.define("TC", 1).define("WARPS_M", self.warps_m).define("WARPS_N", self.warps_n),
             Math::Simt => src.define("TC", 0),
@@ -275,61 +279,71 @@ impl Igemm {
         tiles
     }
 
-    /// A tile from the problem's shape: wide enough for its columns, rows shrunk until the
-    /// grid covers the GPU, and for backward-weight enough reduction slices to fill it.
+    /// The valid tile with the least estimated time: SMs run `ceil(blocks / SMs)` tiles each,
+    /// at a speed set by the warp tile's operand reuse and by how many warps they keep busy.
+    /// Padding waste shows in `bm x bn` against the problem's rows and columns.
     fn default_tile(&self, p: &ConvProblem) -> Tile {
         let shape = Shape::new(p);
         let sms = u64::from(self.device.sm_count);
-        let (mut tile, bm_choices): (Tile, &[u32]) = match self.math {
+        let weight = p.direction == Direction::BackwardWeight;
+        let bk = match self.math {
+            Math::TensorCores if !weight && shape.reduce <= 16 => 16,
+            Math::TensorCores => 32,
+            // Narrow copies mean more gathered rows per thread: a shallower tile.
+            Math::Simt if copy_widths(p).0 < 4 => 8,
+            Math::Simt => 16,
+        };
+        let base = Tile { bm: 0, bn: 0, bk, warps_m: 1, warps_n: 1, stages: 3, splits: 1, two_stage: false };
+        let mut candidates = Vec::new();
+        match self.math {
             Math::TensorCores => {
-                let bn = [16, 32, 64, 128].into_iter().find(|&b| u64::from(b) >= shape.n).unwrap_or(128);
-                let bk = if shape.reduce >= 32 || p.direction == Direction::BackwardWeight { 32 } else { 16 };
-                (Tile { bm: 128, bn, bk, warps_m: 2, warps_n: 2, stages: 3, splits: 1, two_stage: false }, &[128, 64, 32])
+                for bm in [256, 128, 64, 32] {
+                    for bn in [128, 64, 32, 16] {
+                        // Four warps (eight for the tallest tile), warp tiles 16 to 64 wide.
+                        let warps_n = (bn / 16).min(2);
+                        let warps_m = ((if bm == 256 { 8 } else { 4 }) / warps_n).min(bm / 16);
+                        candidates.push(Tile { bm, bn, warps_m, warps_n, ..base });
+                    }
+                }
             }
             Math::Simt => {
-                let bn = if shape.n > 64 { 128 } else { 64 };
-                // Narrow copies mean more gathered rows per thread: a shallower tile.
-                let bk = if copy_width(p) < 4 { 8 } else { 16 };
-                (Tile { bm: 128, bn, bk, warps_m: 128 / 8 * (bn / 8) / 32, warps_n: 1, stages: 3, splits: 1, two_stage: false }, &[128, 64])
-            }
-        };
-        let columns = shape.n.div_ceil(u64::from(tile.bn)) * if p.direction == Direction::BackwardWeight { shape.taps } else { 1 };
-        let with_rows = |bm: u32| {
-            let mut t = Tile { bm, ..tile };
-            match self.math {
-                // Four warps where the tile allows, warp tiles at most 64x64 and 16 wide.
-                Math::TensorCores => {
-                    t.warps_n = (t.bn / 16).min(2);
-                    t.warps_m = (4 / t.warps_n).min(t.bm / 16);
+                for bm in [128, 64] {
+                    for bn in [128, 64] {
+                        candidates.push(Tile { bm, bn, warps_m: bm / 8 * (bn / 8) / 32, ..base });
+                    }
                 }
-                Math::Simt => t.warps_m = t.bm / 8 * (t.bn / 8) / 32,
             }
-            t
+        }
+        let k_tiles = shape.reduce.div_ceil(u64::from(bk));
+        let splits: Vec<u32> = if weight {
+            // Each slice keeps at least 8 reduction tiles.
+            SPLITS.into_iter().filter(|&s| s == 1 || u64::from(s) * 8 <= k_tiles).collect()
+        } else {
+            vec![1]
         };
-        // The tallest valid tile whose grid still gives every SM two blocks.
-        let mut fallback = with_rows(bm_choices[bm_choices.len() - 1]);
-        for &bm in bm_choices {
-            let t = with_rows(bm);
-            if t.check(self, p).is_err() {
-                continue;
-            }
-            fallback = t;
-            if shape.m.div_ceil(u64::from(bm)) * columns * shape.groups * shape.phases >= 2 * sms {
-                break;
-            }
-        }
-        tile = fallback;
-        if p.direction == Direction::BackwardWeight {
-            let blocks = shape.m.div_ceil(u64::from(tile.bm)) * columns * shape.groups;
-            let k_tiles = shape.reduce.div_ceil(u64::from(tile.bk));
-            // Enough slices for two blocks per SM, each still reducing at least 8 tiles.
-            let allowed: Vec<u32> = SPLITS
-                .into_iter()
-                .filter(|&s| s == 1 || (u64::from(s) * 8 <= k_tiles && shape.groups * u64::from(s) <= MAX_GRID_YZ))
-                .collect();
-            tile.splits = allowed.iter().copied().find(|&s| blocks * u64::from(s) >= 2 * sms).unwrap_or(allowed[allowed.len() - 1]);
-        }
-        tile
+        let cost = |t: &Tile| {
+            let columns = shape.n.div_ceil(u64::from(t.bn)) * if weight { shape.taps } else { 1 };
+            let blocks = shape.m.div_ceil(u64::from(t.bm)) * columns * shape.groups * shape.phases * u64::from(t.splits);
+            let per_sm = blocks.div_ceil(sms) as f64;
+            let (warp_m, warp_n, resident) = match self.math {
+                Math::TensorCores => {
+                    let (wm, wn) = (f64::from(t.bm / t.warps_m), f64::from(t.bn / t.warps_n));
+                    (wm, wn, if wm * wn >= 4096.0 { 2.0 } else if wm * wn >= 2048.0 { 3.0 } else { 4.0 })
+                }
+                Math::Simt => (64.0, 64.0, f64::from(256 / t.threads()).max(1.0)),
+            };
+            let reuse = (warp_m * warp_n / (warp_m + warp_n) / 32.0).sqrt();
+            let busy = (per_sm.min(resident) * f64::from(t.threads() / 32) / 8.0).min(1.0);
+            // Slices pay for reading and writing an fp32 copy of the weights.
+            let reduction = if t.splits > 1 { f64::from(t.splits) * 0.02 } else { 0.0 };
+            per_sm * f64::from(t.bm * t.bn) / f64::from(t.splits) / (reuse * busy) * (1.0 + reduction)
+        };
+        candidates
+            .into_iter()
+            .flat_map(|t| splits.iter().map(move |&splits| Tile { splits, ..t }))
+            .filter(|t| t.check(self, p).is_ok())
+            .min_by(|a, b| cost(a).total_cmp(&cost(b)))
+            .unwrap_or(Tile { bm: 64, bn: 64, warps_m: 2, warps_n: 2, ..base })
     }
 }
 
