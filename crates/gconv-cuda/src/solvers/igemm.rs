@@ -22,6 +22,10 @@ const DEFAULT_SHARED_BYTES: u32 = 48 * 1024;
 const MAX_GRID_YZ: u64 = 65535;
 const SPLITS: [u32; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 const SPLIT_THREADS: u32 = 256;
+/// Copies per operand, thread and stage.
+const MAX_CHUNKS_PER_THREAD: u32 = 8;
+/// Two-stage backward-weight keeps one fp32 copy of the weights per slice.
+const MAX_WORKSPACE_BYTES: u64 = 1 << 30;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Math {
@@ -33,16 +37,31 @@ pub enum Math {
 
 pub struct Igemm {
     pub device: Arc<CudaDevice>,
-    pub math: Math,
+    plan: Planner,
 }
 
 impl Igemm {
     pub fn tensor_cores(device: Arc<CudaDevice>) -> Self {
-        Igemm { device, math: Math::TensorCores }
+        Igemm { plan: Planner::new(Math::TensorCores, &device), device }
     }
 
     pub fn simt(device: Arc<CudaDevice>) -> Self {
-        Igemm { device, math: Math::Simt }
+        Igemm { plan: Planner::new(Math::Simt, &device), device }
+    }
+}
+
+/// The tile logic, apart from the GPU so that it can be tested without one: which tiles are
+/// valid for a problem and which one to use by default.
+#[derive(Debug, Clone, Copy)]
+struct Planner {
+    math: Math,
+    sm_count: u32,
+    max_shared_bytes: u32,
+}
+
+impl Planner {
+    fn new(math: Math, device: &CudaDevice) -> Self {
+        Planner { math, sm_count: device.sm_count, max_shared_bytes: device.max_shared_bytes }
     }
 }
 
@@ -63,14 +82,16 @@ struct Tile {
 
 /// The problem as the kernel's GEMM sees it, per group.
 struct Shape {
-    /// GEMM rows of the largest phase, columns, and columns per tap (bwd-weight).
+    weight: bool,
+    /// GEMM rows (of the largest phase for bwd-data).
     m: u64,
+    /// GEMM columns: per tap for bwd-weight, whose column tiles never straddle two taps.
     n: u64,
-    /// Reduction length per tile row, in tiles of whole taps for fwd/bwd-data.
+    /// Filter taps.
     taps: u64,
     /// Channels reduced per tap (fwd/bwd-data) or pixels reduced (bwd-weight).
     reduce: u64,
-    /// Grid z per group: bwd-data phases; 1 otherwise (bwd-weight multiplies by splits).
+    /// Sub-pixel phases of bwd-data; 1 otherwise.
     phases: u64,
     groups: u64,
 }
@@ -83,14 +104,20 @@ impl Shape {
         let output: u64 = p.output_dims().iter().map(|&o| u64::from(o)).product();
         let groups = u64::from(p.g);
         match p.direction {
-            Direction::Forward => Shape { m: n * output, n: kg, taps, reduce: cg, phases: 1, groups },
+            Direction::Forward => Shape { weight: false, m: n * output, n: kg, taps, reduce: cg, phases: 1, groups },
             Direction::BackwardData => {
                 let per_phase: u64 = p.dims.iter().map(|d| u64::from(d.input.div_ceil(d.stride))).product();
                 let phases = p.dims.iter().map(|d| u64::from(d.stride)).product();
-                Shape { m: n * per_phase, n: cg, taps, reduce: kg, phases, groups }
+                Shape { weight: false, m: n * per_phase, n: cg, taps, reduce: kg, phases, groups }
             }
-            Direction::BackwardWeight => Shape { m: kg, n: cg, taps, reduce: n * output, phases: 1, groups },
+            Direction::BackwardWeight => Shape { weight: true, m: kg, n: cg, taps, reduce: n * output, phases: 1, groups },
         }
+    }
+
+    /// The launch grid of a tile: row tiles, column tiles, groups x phases x slices.
+    fn grid(&self, t: &Tile) -> (u64, u64, u64) {
+        let columns = self.n.div_ceil(u64::from(t.bn)) * if self.weight { self.taps } else { 1 };
+        (self.m.div_ceil(u64::from(t.bm)), columns, self.groups * self.phases * u64::from(t.splits))
     }
 }
 
@@ -154,33 +181,33 @@ impl Tile {
         Config::new(fields)
     }
 
-    fn from_config(solver: &Igemm, p: &ConvProblem, config: &Config) -> Result<Self> {
+    fn from_config(plan: &Planner, p: &ConvProblem, config: &Config) -> Result<Self> {
         let bad = |reason: String| GconvError::BadConfig { text: config.to_string(), reason };
         let weight = p.direction == Direction::BackwardWeight;
-        let field_count = 4 + if solver.math == Math::TensorCores { 2 } else { 0 } + if weight { 2 } else { 0 };
+        let field_count = 4 + if plan.math == Math::TensorCores { 2 } else { 0 } + if weight { 2 } else { 0 };
         if config.fields().len() != field_count {
-            return Err(bad(format!("expected {field_count} fields, as in `{}`", solver.default_config(p))));
+            return Err(bad(format!("expected {field_count} fields, as in `{}`", plan.default_tile(p).to_config(plan.math, p.direction))));
         }
         let field = |name: &str| config.get(name).ok_or_else(|| bad(format!("missing field `{name}`")));
         let (bm, bn, bk, stages) = (field("bm")?, field("bn")?, field("bk")?, field("st")?);
-        let (warps_m, warps_n) = match solver.math {
+        let (warps_m, warps_n) = match plan.math {
             Math::TensorCores => (field("wm")?, field("wn")?),
             // 8x8 outputs per thread, threads counted in warps.
             Math::Simt => ((bm / 8 * (bn / 8)).div_ceil(32), 1),
         };
         let (splits, two_stage) = if weight { (field("ks")?, field("red")? == 1) } else { (1, false) };
-        let tile = Tile { bm, bn, bk, warps_m, warps_n, stages, splits, two_stage };
-        tile.check(solver, p).map_err(bad)?;
         if weight && field("red")? > 1 {
             return Err(bad("red must be 0 (atomics) or 1 (two-stage)".into()));
         }
+        let tile = Tile { bm, bn, bk, warps_m, warps_n, stages, splits, two_stage };
+        tile.check(plan, p).map_err(bad)?;
         Ok(tile)
     }
 
     /// Why the tile cannot run the problem, if it cannot.
-    fn check(&self, solver: &Igemm, p: &ConvProblem) -> std::result::Result<(), String> {
+    fn check(&self, plan: &Planner, p: &ConvProblem) -> std::result::Result<(), String> {
         let shape = Shape::new(p);
-        match solver.math {
+        match plan.math {
             Math::TensorCores => {
                 if ![32, 64, 128, 256].contains(&self.bm) || ![16, 32, 64, 128, 256].contains(&self.bn) {
                     return Err("bm must be one of 32..256 and bn one of 16..256, powers of two".into());
@@ -205,30 +232,37 @@ impl Tile {
                 }
             }
         }
-        // Rows of the gathered operand are decoded once per thread and kept in registers.
-        let rows_per_thread = (self.bm * self.bk / copy_widths(p).0).div_ceil(self.threads());
-        if p.direction != Direction::BackwardWeight && rows_per_thread > 8 {
-            return Err(format!("each thread would gather {rows_per_thread} rows (at most 8): use a smaller bm x bk"));
+        // Copy loops unroll, and gathered rows keep their pixel coordinates in registers: a
+        // thread copies at most a few chunks of each operand per stage.
+        let (width_a, width_b) = copy_widths(p);
+        let chunks = |rows: u32, width: u32| (rows * self.bk / width).div_ceil(self.threads());
+        let (chunks_a, chunks_b) = (chunks(self.bm, width_a), chunks(self.bn, width_b));
+        if chunks_a.max(chunks_b) > MAX_CHUNKS_PER_THREAD {
+            return Err(format!(
+                "each thread would copy {chunks_a} chunks of A and {chunks_b} of B, {MAX_CHUNKS_PER_THREAD} at most: use a smaller tile"
+            ));
         }
         if ![2, 3, 4].contains(&self.stages) {
             return Err("st (pipeline stages) must be 2, 3 or 4".into());
         }
         let shared = self.shared_bytes(p);
-        if shared > solver.device.max_shared_bytes {
-            return Err(format!("needs {shared} bytes of shared memory, the GPU has {}", solver.device.max_shared_bytes));
+        if shared > plan.max_shared_bytes {
+            return Err(format!("needs {shared} bytes of shared memory, the GPU has {}", plan.max_shared_bytes));
         }
         if !SPLITS.contains(&self.splits) {
             return Err(format!("ks must be one of {SPLITS:?}"));
         }
-        let z = shape.groups * shape.phases * u64::from(self.splits);
-        let y = shape.n.div_ceil(u64::from(self.bn)) * if p.direction == Direction::BackwardWeight { shape.taps } else { 1 };
+        let (_, y, z) = shape.grid(self);
         if z > MAX_GRID_YZ || y > MAX_GRID_YZ {
             return Err("the grid would exceed 65535 blocks in y or z".into());
+        }
+        if self.workspace_bytes(p) > MAX_WORKSPACE_BYTES {
+            return Err(format!("{} slices of fp32 weights would need more than {} MiB of workspace", self.splits, MAX_WORKSPACE_BYTES >> 20));
         }
         Ok(())
     }
 
-    fn source(&self, solver: &Igemm, p: &ConvProblem) -> KernelSource {
+    fn source(&self, plan: &Planner, p: &ConvProblem) -> KernelSource {
         let src = KernelSource::new("igemm.cu", SOURCE, p.dtype)
             .define("DIR", direction_code(p.direction))
             .define("BM", self.bm)
@@ -238,14 +272,14 @@ impl Tile {
             .define("STAGES", self.stages)
             .define("CPW_A", copy_widths(p).0)
             .define("CPW_B", copy_widths(p).1);
-        match solver.math {
+        match plan.math {
             Math::TensorCores => src.define("TC", 1).define("WARPS_M", self.warps_m).define("WARPS_N", self.warps_n),
             Math::Simt => src.define("TC", 0),
         }
     }
 }
 
-impl Igemm {
+impl Planner {
     /// Every tile shape of the config space, before the problem's own checks.
     fn candidate_tiles(&self) -> Vec<Tile> {
         let base = Tile { bm: 0, bn: 0, bk: 0, warps_m: 1, warps_n: 1, stages: 0, splits: 1, two_stage: false };
@@ -284,7 +318,7 @@ impl Igemm {
     /// Padding waste shows in `bm x bn` against the problem's rows and columns.
     fn default_tile(&self, p: &ConvProblem) -> Tile {
         let shape = Shape::new(p);
-        let sms = u64::from(self.device.sm_count);
+        let sms = u64::from(self.sm_count);
         let weight = p.direction == Direction::BackwardWeight;
         let bk = match self.math {
             Math::TensorCores if !weight && shape.reduce <= 16 => 16,
@@ -322,8 +356,8 @@ impl Igemm {
             vec![1]
         };
         let cost = |t: &Tile| {
-            let columns = shape.n.div_ceil(u64::from(t.bn)) * if weight { shape.taps } else { 1 };
-            let blocks = shape.m.div_ceil(u64::from(t.bm)) * columns * shape.groups * shape.phases * u64::from(t.splits);
+            let (x, y, z) = shape.grid(t);
+            let blocks = x * y * z;
             let per_sm = blocks.div_ceil(sms) as f64;
             let (warp_m, warp_n, resident) = match self.math {
                 Math::TensorCores => {
@@ -349,7 +383,7 @@ impl Igemm {
 
 impl Solver<Cuda> for Igemm {
     fn id(&self) -> &'static str {
-        match self.math {
+        match self.plan.math {
             Math::TensorCores => "cuda.igemm_tc",
             Math::Simt => "cuda.igemm_simt",
         }
@@ -357,23 +391,23 @@ impl Solver<Cuda> for Igemm {
 
     fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
         require!(p.layout == Layout::Nhwc, "implicit GEMM here reads channels-last (NHWC) tensors only");
-        match self.math {
+        match self.plan.math {
             Math::TensorCores => require!(p.dtype != DataType::F32, "fp32 runs on cuda.igemm_simt (TF32 is not enabled)"),
             Math::Simt => require!(p.dtype == DataType::F32, "16-bit types run on tensor cores (cuda.igemm_tc)"),
         }
         let (major, minor) = self.device.capability;
         require!(major >= 8, "needs cp.async and mma.sync (sm_80 or newer), the GPU is sm_{major}{minor}");
-        let tile = self.default_tile(p);
-        tile.check(self, p).map_err(NotApplicable)?;
+        let tile = self.plan.default_tile(p);
+        tile.check(&self.plan, p).map_err(NotApplicable)?;
         Ok(())
     }
 
     fn workspace_bytes(&self, p: &ConvProblem, config: &Config) -> u64 {
-        Tile::from_config(self, p, config).map_or(0, |t| t.workspace_bytes(p))
+        Tile::from_config(&self.plan, p, config).map_or(0, |t| t.workspace_bytes(p))
     }
 
     fn default_config(&self, p: &ConvProblem) -> Config {
-        self.default_tile(p).to_config(self.math, p.direction)
+        self.plan.default_tile(p).to_config(self.plan.math, p.direction)
     }
 
     fn configs<'a>(&'a self, p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
@@ -382,27 +416,27 @@ impl Solver<Cuda> for Igemm {
         } else {
             vec![(1, false)]
         };
-        let tiles = self.candidate_tiles().into_iter().flat_map(move |t| {
+        let tiles = self.plan.candidate_tiles().into_iter().flat_map(move |t| {
             splits.clone().into_iter().map(move |(splits, two_stage)| Tile { splits, two_stage, ..t })
         });
-        Box::new(tiles.filter(move |t| t.check(self, p).is_ok()).map(move |t| t.to_config(self.math, p.direction)))
+        Box::new(tiles.filter(move |t| t.check(&self.plan, p).is_ok()).map(move |t| t.to_config(self.plan.math, p.direction)))
     }
 
     fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {
-        Tile::from_config(self, p, config).map(|_| ())
+        Tile::from_config(&self.plan, p, config).map(|_| ())
     }
 
     fn needs_build(&self, p: &ConvProblem, config: &Config) -> bool {
-        Tile::from_config(self, p, config).map_or(true, |t| !self.device.is_built(&t.source(self, p)))
+        Tile::from_config(&self.plan, p, config).map_or(true, |t| !self.device.is_built(&t.source(&self.plan, p)))
     }
 
     fn prepare(&self, p: &ConvProblem, config: &Config) -> Result<()> {
-        self.device.precompile(&Tile::from_config(self, p, config)?.source(self, p))
+        self.device.precompile(&Tile::from_config(&self.plan, p, config)?.source(&self.plan, p))
     }
 
     fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
-        let tile = Tile::from_config(self, p, config)?;
-        let src = tile.source(self, p);
+        let tile = Tile::from_config(&self.plan, p, config)?;
+        let src = tile.source(&self.plan, p);
         let main = self.device.function(&src, "igemm")?;
         let shared = tile.shared_bytes(p);
         if shared > DEFAULT_SHARED_BYTES {
@@ -410,10 +444,9 @@ impl Solver<Cuda> for Igemm {
                 .map_err(|e| backend_error("allow cuda.igemm's shared memory", e))?;
         }
         let shape = Shape::new(p);
-        let columns = shape.n.div_ceil(u64::from(tile.bn)) * if p.direction == Direction::BackwardWeight { shape.taps } else { 1 };
-        let zdim = shape.phases * u64::from(tile.splits);
+        let (x, y, z) = shape.grid(&tile);
         let launch = LaunchConfig {
-            grid_dim: (shape.m.div_ceil(u64::from(tile.bm)) as u32, columns as u32, (shape.groups * zdim) as u32),
+            grid_dim: (x as u32, y as u32, z as u32),
             block_dim: (tile.threads(), 1, 1),
             shared_mem_bytes: shared,
         };
@@ -435,7 +468,9 @@ impl Solver<Cuda> for Igemm {
             Some(s) if s.zero.is_some() => 1,
             Some(_) => 2,
         };
-        Ok(Box::new(IgemmInvoker { main, params: ConvParams::new(p), direction: p.direction, launch, zdim: zdim as i32, mode, split }))
+        // Blocks of one group, told apart by phase or slice.
+        let zdim = (z / shape.groups) as i32;
+        Ok(Box::new(IgemmInvoker { main, params: ConvParams::new(p), direction: p.direction, launch, zdim, mode, split }))
     }
 }
 
@@ -483,5 +518,90 @@ impl Invoker<Cuda> for IgemmInvoker {
             unsafe { l.launch(flat(*blocks)) }.map_err(launch_err)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gconv_core::testing::small_problem;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// An H100's limits: the tile logic needs no GPU.
+    fn planner(math: Math) -> Planner {
+        Planner { math, sm_count: 132, max_shared_bytes: 227 * 1024 }
+    }
+
+    fn math_of(p: &ConvProblem) -> Math {
+        if p.dtype == DataType::F32 {
+            Math::Simt
+        } else {
+            Math::TensorCores
+        }
+    }
+
+    fn check_default(plan: &Planner, p: &ConvProblem) {
+        let tile = plan.default_tile(p);
+        assert_eq!(tile.check(plan, p), Ok(()), "default {tile:?} of {}", p.key());
+        let config = tile.to_config(plan.math, p.direction);
+        assert_eq!(Tile::from_config(plan, p, &config).unwrap(), tile, "{config} of {}", p.key());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        #[test]
+        fn defaults_and_the_config_space_are_valid(p in small_problem().prop_filter("NHWC", |p| p.layout == Layout::Nhwc)) {
+            let plan = planner(math_of(&p));
+            check_default(&plan, &p);
+            let mut count = 0;
+            for tile in plan.candidate_tiles().into_iter().filter(|t| t.check(&plan, &p).is_ok()) {
+                let config = tile.to_config(plan.math, p.direction);
+                prop_assert_eq!(Tile::from_config(&plan, &p, &config).unwrap(), tile);
+                count += 1;
+            }
+            prop_assert!(count > 0, "no valid tile for {}", p.key());
+        }
+    }
+
+    #[test]
+    fn real_layers_get_valid_defaults() {
+        let shapes = [
+            "n32:c3:k64:i224x224:f7x7:s2x2:p3x3:d1x1",
+            "n32:c128:k128:i56x56:f3x3:s1x1:p1x1:d1x1:g32",
+            "n32:c512:k512:i7x7:f3x3:s1x1:p1x1:d1x1",
+            "n32:c1024:k2048:i14x14:f1x1:s2x2:p0x0:d1x1",
+            "n32:c3:k64:i16x112x112:f3x7x7:s1x2x2:p1x3x3:d1x1x1",
+            "n32:c960:k960:i7x7:f5x5:s1x1:p2x2:d1x1:g960",
+        ];
+        for shape in shapes {
+            for direction in ["fwd", "bwd-data", "bwd-weight"] {
+                for dtype in ["bf16", "f16", "f32"] {
+                    let layout = if shape.matches('x').count() > 6 { "NDHWC" } else { "NHWC" };
+                    let p = ConvProblem::from_key(&format!("v1:{direction}:{dtype}:{layout}:{shape}")).unwrap();
+                    check_default(&planner(math_of(&p)), &p);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bad_configs_say_why() {
+        let p = ConvProblem::from_key("v1:bwd-weight:bf16:NHWC:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1").unwrap();
+        let plan = planner(Math::TensorCores);
+        let reason = |text: &str| match Tile::from_config(&plan, &p, &text.parse().unwrap()) {
+            Err(GconvError::BadConfig { reason, .. }) => reason,
+            other => panic!("{text}: expected a bad config, got {other:?}"),
+        };
+        assert!(reason("bm64_bn64_bk32_wm2_wn2_st3").contains("expected 8 fields"));
+        assert!(reason("bm48_bn64_bk32_wm2_wn2_st3_ks1_red0").contains("bm must be"));
+        assert!(reason("bm64_bn64_bk32_wm2_wn2_st3_ks4_red2").contains("red must be"));
+        assert!(reason("bm128_bn128_bk32_wm1_wn1_st3_ks1_red0").contains("warp tile"));
+        let small_gpu = Planner { max_shared_bytes: 99 * 1024, ..plan };
+        let config = "bm256_bn128_bk64_wm4_wn2_st4_ks1_red0".parse().unwrap();
+        assert!(Tile::from_config(&plan, &p, &config).is_ok());
+        assert!(matches!(Tile::from_config(&small_gpu, &p, &config), Err(GconvError::BadConfig { reason, .. }) if reason.contains("shared memory")));
+        assert!(reason("bm64_bn64_bk32_wm2_wn2_st3_ks3_red0").contains("ks must be"));
+        assert!(Tile::from_config(&plan, &p, &"bm64_bn64_bk32_wm2_wn2_st3_ks16_red1".parse().unwrap()).is_ok());
     }
 }
