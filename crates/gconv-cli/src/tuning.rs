@@ -9,6 +9,7 @@ use gconv_core::{Backend, ConvProblem, Registry};
 use gconv_tune::db::{Db, ImportMode, Record};
 use gconv_tune::find::{find as run_find, FindOptions};
 use gconv_tune::known::checked;
+use gconv_tune::prebuild::{prepare_in_parallel, BuildJob};
 use gconv_tune::search::{Exhaustive, Random, SearchStrategy};
 use gconv_tune::select::{select, FindMode};
 use gconv_tune::known::known_config;
@@ -230,25 +231,13 @@ pub fn precompile(target: &CudaTarget, db: &mut Db, jobs: Vec<Job>, threads: usi
     let code = for_each_problem(jobs, |p, _| {
         for solver in target.registry().iter().filter(|s| s.applicable(p).is_ok()) {
             let (config, _) = known_config(db, target.device_key(), solver, p)?;
-            work.push((solver, p.clone(), config));
+            work.push(BuildJob { solver, problem: p.clone(), config });
         }
         Ok(true)
     });
     print_warnings(db);
     let start = Instant::now();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let failures = std::sync::Mutex::new(Vec::new());
-    std::thread::scope(|scope| {
-        for _ in 0..threads.min(work.len()) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some((solver, p, config)) = work.get(i) else { break };
-                if let Err(e) = solver.prepare(p, config) {
-                    failures.lock().unwrap().push(format!("{} {config} for {}: {e}", solver.id(), p.key()));
-                }
-            });
-        }
-    });
+    let failures = prepare_in_parallel(&work, threads);
     let stats = target.device.build_stats();
     println!(
         "precompile: {} solutions in {:.0} ms wall: {} builds ({:.0} ms of NVRTC), {} from the disk cache, {} shared",
@@ -259,7 +248,6 @@ pub fn precompile(target: &CudaTarget, db: &mut Db, jobs: Vec<Job>, threads: usi
         stats.disk_hits,
         stats.memory_hits
     );
-    let failures = failures.into_inner().unwrap();
     for f in &failures {
         eprintln!("error: {f}");
     }

@@ -4,7 +4,7 @@
 use gconv_core::reference::reference;
 use gconv_core::testing::small_problem;
 use gconv_core::verify::verify;
-use gconv_core::{ConvProblem, ConvTensors, Solution};
+use gconv_core::{ConvProblem, ConvTensors, Direction, Solution};
 use gconv_cuda::{registry, CudaDevice, DeviceTensors};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
@@ -41,12 +41,31 @@ fn check_all_solvers(device: &std::sync::Arc<CudaDevice>, p: &ConvProblem) -> Re
     Ok(())
 }
 
+/// 100 random problems of one direction; one test per direction, so that they build their
+/// kernels in parallel test threads.
+fn every_solver_matches_the_reference(direction: Direction) {
+    let device = CudaDevice::probe(None).expect("a usable CUDA GPU");
+    let mut runner = TestRunner::new(ProptestConfig { cases: 100, ..ProptestConfig::default() });
+    let problems = small_problem().prop_map(move |p| ConvProblem { direction, ..p });
+    runner.run(&problems, |p| check_all_solvers(&device, &p)).unwrap();
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn gpu_every_solver_matches_the_reference() {
-    let device = CudaDevice::probe(None).expect("a usable CUDA GPU");
-    let mut runner = TestRunner::new(ProptestConfig { cases: 300, ..ProptestConfig::default() });
-    runner.run(&small_problem(), |p| check_all_solvers(&device, &p)).unwrap();
+fn gpu_forward_solvers_match_the_reference() {
+    every_solver_matches_the_reference(Direction::Forward);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_backward_data_solvers_match_the_reference() {
+    every_solver_matches_the_reference(Direction::BackwardData);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_backward_weight_solvers_match_the_reference() {
+    every_solver_matches_the_reference(Direction::BackwardWeight);
 }
 
 #[test]

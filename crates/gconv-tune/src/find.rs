@@ -6,6 +6,7 @@ use gconv_core::{ConvProblem, ConvTensors, Solution};
 use crate::db::{Db, FindRecord, GCONV_VERSION};
 use crate::known::known_config;
 use crate::measure::{evaluate, TimingPlan};
+use crate::prebuild::{build_threads, prepare_in_parallel, unbuilt};
 use crate::target::Target;
 use crate::Result;
 
@@ -53,8 +54,15 @@ pub fn find<T: Target>(target: &T, db: &mut Db, p: &ConvProblem, opts: &FindOpti
     let device = target.device_key().to_string();
     let mut rows = Vec::new();
     let mut best: Option<f64> = None;
+    let mut candidates = Vec::new();
     for solver in target.registry().applicable(p).filter(|s| !s.is_oracle()) {
-        let (config, _) = known_config(db, &device, solver, p)?;
+        candidates.push((solver, known_config(db, &device, solver, p)?.0));
+    }
+    if !opts.only_prebuilt {
+        let jobs: Vec<_> = candidates.iter().flat_map(|(s, c)| unbuilt(*s, p, [c.clone()])).collect();
+        prepare_in_parallel(&jobs, build_threads());
+    }
+    for (solver, config) in candidates {
         let workspace_bytes = solver.workspace_bytes(p, &config);
         let mut row = FindRecord {
             problem: p.key(),

@@ -5,6 +5,7 @@ mod error;
 pub mod find;
 pub mod known;
 pub mod measure;
+pub mod prebuild;
 pub mod search;
 pub mod select;
 pub mod target;

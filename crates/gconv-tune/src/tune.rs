@@ -11,6 +11,7 @@ use crate::db::{Db, FindRecord, PerfRecord, TrialRecord, FORMAT_VERSION, GCONV_V
 use crate::find::{find, Bench, FindOptions, STATUS_OK, STATUS_TIME_BOXED};
 use crate::known::checked;
 use crate::measure::{evaluate, TimingPlan};
+use crate::prebuild::{build_threads, prepare_in_parallel, unbuilt};
 use crate::search::SearchStrategy;
 use crate::target::Target;
 use crate::Result;
@@ -104,8 +105,17 @@ pub fn tune<T: Target>(
         };
         let mut best: Option<(Config, f64)> = None;
         let started = Instant::now();
+        let threads = build_threads();
         for (done, config) in schedule.iter().enumerate() {
             progress(Progress { problem: &key, solver: id, done, total: schedule.len() });
+            if done % threads == 0 {
+                // Build the next batch of untried configs together, one per core.
+                let untried = schedule[done..(done + threads).min(schedule.len())]
+                    .iter()
+                    .filter(|c| !earlier.iter().any(|t| t.config == c.to_string()) && solver.workspace_bytes(p, c) <= opts.workspace_limit)
+                    .cloned();
+                prepare_in_parallel(&unbuilt(solver, p, untried), threads);
+            }
             let text = config.to_string();
             if let Some(trial) = earlier.iter().find(|t| t.config == text) {
                 report.resumed += 1;
