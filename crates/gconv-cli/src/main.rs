@@ -118,9 +118,9 @@ impl BenchCmd {
 struct PrecompileCmd {
     #[command(flatten)]
     problems: ProblemArgs,
-    /// Parallel builds
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
-    threads: u32,
+    /// Parallel builds [default: one per core]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    threads: Option<u32>,
     #[command(flatten)]
     db: DbArgs,
 }
@@ -427,7 +427,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 anyhow::bail!("precompile builds GPU kernels, and {}", target.describe());
             };
             let mut db = open_db(&cmd.db)?;
-            tuning::precompile(t, &mut db, cmd.problems.jobs()?, cmd.threads as usize)
+            tuning::precompile(t, &mut db, cmd.problems.jobs()?, cmd.threads.map_or_else(gconv_tune::prebuild::build_threads, |n| n as usize))
         }
         Command::Db(cmd) => {
             let mut db = open_db(&cmd.db)?;
