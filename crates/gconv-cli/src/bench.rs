@@ -106,7 +106,12 @@ fn bench_one(target: &CudaTarget, db: &mut Db, p: &ConvProblem, opts: &BenchOpti
     let solution = Solution::build(solver, p, selection.config.clone())?;
     let pick_ms = median_ms(opts.iterations, || gpu.run_timed(device, &solution))?;
 
-    let ranking = find(target, db, p, &opts.find)?;
+    // A full find already run by the pick (normal and hybrid modes without a find-db record)
+    // is the ranking; dynamic-hybrid's skipped unbuilt candidates, so it does not count.
+    let ranking = match selection.find {
+        Some(rows) if opts.mode != FindMode::DynamicHybrid => rows,
+        _ => find(target, db, p, &opts.find)?,
+    };
     let best = ranking.iter().find(|r| r.status == STATUS_OK).context("no gconv candidate ran")?;
     let best = (format!("{} {}", best.solver, best.config), best.time_ms.unwrap_or(f64::NAN));
 
