@@ -13,30 +13,38 @@ fn check_all_solvers(device: &std::sync::Arc<CudaDevice>, p: &ConvProblem) -> Re
     let reg = registry(device);
     let inputs = ConvTensors::random(p, 11);
     let exact = reference(p, &inputs);
+    // Per solver, the default and three configs spread over the space: the same few per
+    // solver and direction across cases, so their kernels build once.
+    let mut runs = Vec::new();
     for solver in reg.applicable(p) {
-        // The default and three configs spread over the space: the same few per solver and
-        // direction across cases, so their kernels build once.
         let space: Vec<_> = solver.configs(p).collect();
         let spread = [1, 3, 5].into_iter().filter_map(|i| space.get(space.len() * i / 7).cloned());
-        for config in std::iter::once(solver.default_config(p)).chain(spread) {
-            let fail = |e: gconv_core::GconvError| TestCaseError::fail(format!("{} {config} on {}: {e}", solver.id(), p.key()));
-            let solution = Solution::build(solver, p, config.clone()).map_err(fail)?;
-            let mut gpu = DeviceTensors::upload(device, &inputs).map_err(fail)?;
-            gpu.reserve_workspace(device, solution.workspace_bytes).map_err(fail)?;
-            solution.invoker.run(&mut gpu.buffers(device).map_err(fail)?).map_err(fail)?;
-            let mut out = inputs.output(p.direction).clone();
-            gpu.download_output(device, p, &mut out).map_err(fail)?;
-            let v = verify(p, &out, &exact);
-            prop_assert!(
-                v.passed,
-                "{} {config} on {}: error {:e} > tolerance {:e} at element {}",
-                solver.id(),
-                p.key(),
-                v.max_error,
-                v.tolerance,
-                v.worst_index
-            );
+        runs.extend(std::iter::once(solver.default_config(p)).chain(spread).map(|config| (solver, config)));
+    }
+    // Build them all in parallel first; a failed build shows again when the run builds it.
+    std::thread::scope(|scope| {
+        for (solver, config) in &runs {
+            scope.spawn(move || solver.prepare(p, config));
         }
+    });
+    for (solver, config) in runs {
+        let fail = |e: gconv_core::GconvError| TestCaseError::fail(format!("{} {config} on {}: {e}", solver.id(), p.key()));
+        let solution = Solution::build(solver, p, config.clone()).map_err(fail)?;
+        let mut gpu = DeviceTensors::upload(device, &inputs).map_err(fail)?;
+        gpu.reserve_workspace(device, solution.workspace_bytes).map_err(fail)?;
+        solution.invoker.run(&mut gpu.buffers(device).map_err(fail)?).map_err(fail)?;
+        let mut out = inputs.output(p.direction).clone();
+        gpu.download_output(device, p, &mut out).map_err(fail)?;
+        let v = verify(p, &out, &exact);
+        prop_assert!(
+            v.passed,
+            "{} {config} on {}: error {:e} > tolerance {:e} at element {}",
+            solver.id(),
+            p.key(),
+            v.max_error,
+            v.tolerance,
+            v.worst_index
+        );
     }
     Ok(())
 }
