@@ -19,7 +19,6 @@ pub struct BenchOptions {
     pub mode: FindMode,
     pub iterations: u32,
     pub find: FindOptions,
-    pub allow_tf32: bool,
     pub csv: Option<std::path::PathBuf>,
 }
 
@@ -115,7 +114,7 @@ fn bench_one(target: &CudaTarget, db: &mut Db, p: &ConvProblem, opts: &BenchOpti
     let best = ranking.iter().find(|r| r.status == STATUS_OK).context("no gconv candidate ran")?;
     let best = (format!("{} {}", best.solver, best.config), best.time_ms.unwrap_or(f64::NAN));
 
-    let peer = CudnnPeer::new(device, p, opts.allow_tf32)?;
+    let peer = CudnnPeer::new(device, p)?;
     let time_algo = |gpu: &mut DeviceTensors, algo: gconv_core::Result<Algo>| -> Result<(String, f64), String> {
         let algo = algo.map_err(|e| e.to_string())?;
         let ms = median_ms(opts.iterations, || peer.run_timed(gpu, &algo)).map_err(|e| e.to_string())?;

@@ -278,6 +278,20 @@ mod tests {
 /// that origin with how to run them, or why the origin was rejected.
 pub type Job = (String, Result<(Vec<ConvProblem>, RunArgs), String>);
 
+/// With `allow` (`--allow-tf32`), fp32 problems become tf32 ones: their products may use TF32
+/// tensor cores, and their results are kept apart from exact fp32 ones.
+pub fn allowing_tf32(jobs: Vec<Job>, allow: bool) -> Vec<Job> {
+    let convert = |mut p: ConvProblem| {
+        if allow && p.dtype == DataType::F32 {
+            p.dtype = DataType::Tf32;
+        }
+        p
+    };
+    jobs.into_iter()
+        .map(|(origin, job)| (origin, job.map(|(problems, run)| (problems.into_iter().map(convert).collect(), run))))
+        .collect()
+}
+
 /// Reads a batch file: driver lines (see [`parse_line`]) or problem keys, `#` comments.
 pub fn jobs_from_file(path: &std::path::Path, default_dtype: DataType, defaults: &RunArgs) -> Result<Vec<Job>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;

@@ -20,7 +20,7 @@ use gconv_tune::find::FindOptions;
 use gconv_tune::select::FindMode;
 use gconv_tune::target::{CpuTarget, CudaTarget, Target};
 
-use driver::{default_run_args, first_line, jobs_from_file, DriverArgs, Job, RunArgs};
+use driver::{allowing_tf32, default_run_args, first_line, jobs_from_file, DriverArgs, Job, RunArgs};
 
 #[derive(Debug, Parser)]
 #[command(name = "gconv", version, about = "Grouped convolutions: pick, run, time, verify, find and tune solvers")]
@@ -30,6 +30,10 @@ struct Cli {
     /// Where to run: auto (the GPU when one is usable, else the CPU), cpu, or cuda
     #[arg(long, global = true, default_value = "auto", value_parser = ["auto", "cpu", "cuda"])]
     backend: String,
+    /// Let fp32 problems use TF32 tensor cores, as cuDNN and PyTorch allow by flag: they run
+    /// as tf32 problems (keys with `tf32`, their own database records, looser verification)
+    #[arg(long = "allow-tf32", global = true)]
+    allow_tf32: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -70,7 +74,7 @@ struct BenchCmd {
     #[arg(long, value_name = "FILE")]
     file: PathBuf,
     /// Run every problem in this data type instead of the file's
-    #[arg(long, value_parser = ["f32", "f16", "bf16"])]
+    #[arg(long, value_parser = ["f32", "f16", "bf16", "tf32"])]
     dtype: Option<String>,
     /// Directions to run, comma-separated (default: those of each line)
     #[arg(long, value_delimiter = ',', value_parser = ["fwd", "bwd-data", "bwd-weight"])]
@@ -84,9 +88,6 @@ struct BenchCmd {
     /// Also write one CSV row per problem to this file
     #[arg(long, value_name = "FILE")]
     csv: Option<PathBuf>,
-    /// Let cuDNN use TF32 tensor cores for fp32, as PyTorch allows by flag
-    #[arg(long = "allow-tf32")]
-    allow_tf32: bool,
     #[command(flatten)]
     find: FindArgs,
     #[command(flatten)]
@@ -95,12 +96,13 @@ struct BenchCmd {
 
 impl BenchCmd {
     /// The file's problems with the dtype and direction choices applied, each once.
-    fn problems(&self) -> anyhow::Result<(Vec<ConvProblem>, ExitCode)> {
+    fn problems(&self, tf32: bool) -> anyhow::Result<(Vec<ConvProblem>, ExitCode)> {
         let dtype = self.dtype.as_deref().map(|d| d.parse::<DataType>().map_err(anyhow::Error::msg)).transpose()?;
         let directions: Vec<gconv_core::Direction> =
             self.dir.iter().map(|d| d.parse().map_err(anyhow::Error::msg)).collect::<anyhow::Result<_>>()?;
         let mut problems: Vec<ConvProblem> = Vec::new();
-        let code = for_each_problem(jobs_from_file(&self.file, DataType::F32, &default_run_args()).map_err(anyhow::Error::msg)?, |p, _| {
+        let jobs = jobs_from_file(&self.file, DataType::F32, &default_run_args()).map_err(anyhow::Error::msg)?;
+        let code = for_each_problem(allowing_tf32(jobs, tf32), |p, _| {
             let mut p = p.clone();
             if let Some(dtype) = dtype {
                 p.dtype = dtype;
@@ -134,7 +136,7 @@ struct ProblemArgs {
     #[arg(long, value_name = "FILE")]
     file: Option<PathBuf>,
     /// Data type of problems given by driver flags (a file's command words override it)
-    #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16"])]
+    #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16", "tf32"])]
     dtype: String,
     #[command(flatten)]
     driver: DriverArgs,
@@ -342,13 +344,14 @@ pub(crate) fn print_warnings(db: &mut Db) {
 }
 
 impl ProblemArgs {
-    fn jobs(&self) -> anyhow::Result<Vec<Job>> {
+    fn jobs(&self, tf32: bool) -> anyhow::Result<Vec<Job>> {
         let dtype: DataType = self.dtype.parse().map_err(anyhow::Error::msg)?;
-        Ok(match (&self.file, &self.key) {
+        let jobs = match (&self.file, &self.key) {
             (Some(path), _) => jobs_from_file(path, dtype, &default_run_args()).map_err(anyhow::Error::msg)?,
             (None, Some(key)) => vec![("command line".into(), ConvProblem::from_key(key).map(|p| (vec![p], default_run_args())).map_err(|e| e.to_string()))],
             (None, None) => vec![("command line".into(), self.driver.problems(dtype).map(|p| (p, default_run_args())))],
-        })
+        };
+        Ok(allowing_tf32(jobs, tf32))
     }
 }
 
@@ -379,12 +382,13 @@ fn for_each_problem(jobs: Vec<Job>, mut body: impl FnMut(&ConvProblem, &RunArgs)
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let target = target(&cli.backend)?;
+    let tf32 = cli.allow_tf32;
     match cli.command {
-        Command::Conv(cmd) => on_target!(&target, t => conv(t, &target.describe(), cmd, DataType::F32)),
-        Command::Convfp16(cmd) => on_target!(&target, t => conv(t, &target.describe(), cmd, DataType::F16)),
-        Command::Convbfp16(cmd) => on_target!(&target, t => conv(t, &target.describe(), cmd, DataType::Bf16)),
+        Command::Conv(cmd) => on_target!(&target, t => conv(t, &target.describe(), cmd, DataType::F32, tf32)),
+        Command::Convfp16(cmd) => on_target!(&target, t => conv(t, &target.describe(), cmd, DataType::F16, tf32)),
+        Command::Convbfp16(cmd) => on_target!(&target, t => conv(t, &target.describe(), cmd, DataType::Bf16, tf32)),
         Command::Explain(args) => {
-            let jobs = args.jobs()?;
+            let jobs = args.jobs(tf32)?;
             println!("device:    {}\n", target.describe());
             Ok(on_target!(&target, t => for_each_problem(jobs, |p, _| {
                 explain::explain(t.registry(), p);
@@ -393,30 +397,29 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Find(cmd) => {
             let mut db = open_db(&cmd.db)?;
-            on_target!(&target, t => tuning::find(t, &mut db, cmd.problems.jobs()?, &cmd.find.options(), cmd.json))
+            on_target!(&target, t => tuning::find(t, &mut db, cmd.problems.jobs(tf32)?, &cmd.find.options(), cmd.json))
         }
         Command::Tune(cmd) => {
             let strategy = tuning::strategy(&cmd.strategy, cmd.budget_count, cmd.budget_seconds, cmd.seed)?;
             let mut db = open_db(&cmd.db)?;
             let progress = std::io::stderr().is_terminal();
-            let jobs = cmd.problems.jobs()?;
+            let jobs = cmd.problems.jobs(tf32)?;
             on_target!(&target, t => tuning::tune(t, &mut db, jobs, strategy.as_ref(), &cmd.find.options(), progress))
         }
         Command::Select(cmd) => {
             let mut db = open_db(&cmd.db)?;
-            let jobs = cmd.problems.jobs()?;
+            let jobs = cmd.problems.jobs(tf32)?;
             on_target!(&target, t => tuning::select_bench(t, &mut db, jobs, cmd.find_mode, &cmd.find.options(), cmd.repeat))
         }
         Command::Bench(cmd) => {
             let AnyTarget::Cuda(t) = &target else {
                 anyhow::bail!("bench compares gconv with cuDNN on a GPU, and {}", target.describe());
             };
-            let (problems, parsed) = cmd.problems()?;
+            let (problems, parsed) = cmd.problems(tf32)?;
             let opts = bench::BenchOptions {
                 mode: cmd.find_mode,
                 iterations: cmd.iter,
                 find: FindOptions { iterations: cmd.iter, ..cmd.find.options() },
-                allow_tf32: cmd.allow_tf32,
                 csv: cmd.csv.clone(),
             };
             let code = bench::bench(t, &mut open_db(&cmd.db)?, problems, &opts)?;
@@ -427,7 +430,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 anyhow::bail!("precompile builds GPU kernels, and {}", target.describe());
             };
             let mut db = open_db(&cmd.db)?;
-            tuning::precompile(t, &mut db, cmd.problems.jobs()?, cmd.threads.map_or_else(gconv_tune::prebuild::build_threads, |n| n as usize))
+            tuning::precompile(t, &mut db, cmd.problems.jobs(tf32)?, cmd.threads.map_or_else(gconv_tune::prebuild::build_threads, |n| n as usize))
         }
         Command::Db(cmd) => {
             let mut db = open_db(&cmd.db)?;
@@ -448,12 +451,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn conv<T: Target>(target: &T, device_line: &str, cmd: ConvCmd, dtype: DataType) -> anyhow::Result<ExitCode> {
+fn conv<T: Target>(target: &T, device_line: &str, cmd: ConvCmd, dtype: DataType, tf32: bool) -> anyhow::Result<ExitCode> {
     let mut db = open_db(&cmd.db)?;
-    let jobs = match &cmd.file {
-        Some(path) => jobs_from_file(path, dtype, &cmd.run).map_err(anyhow::Error::msg)?,
-        None => vec![("command line".into(), cmd.driver.problems(dtype).map(|p| (p, cmd.run.clone())))],
-    };
+    let jobs = allowing_tf32(
+        match &cmd.file {
+            Some(path) => jobs_from_file(path, dtype, &cmd.run).map_err(anyhow::Error::msg)?,
+            None => vec![("command line".into(), cmd.driver.problems(dtype).map(|p| (p, cmd.run.clone())))],
+        },
+        tf32,
+    );
     if !cmd.json {
         println!("device:    {device_line}\n");
     }

@@ -56,6 +56,21 @@ fn json_prints_one_object_per_direction() {
 }
 
 #[test]
+fn allow_tf32_makes_fp32_problems_tf32_ones() {
+    let mut args = vec!["conv", "--allow-tf32", "-F", "1", "-t", "1", "-I", "NHWC"];
+    args.extend(SMALL);
+    let o = run(&args);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    assert!(out.contains("key:       v1:fwd:tf32:NHWC:n2:c8:k6:i9x7:f3x3:s1x1:p1x1:d1x1"), "{out}");
+    assert_eq!(out.matches(": OK").count(), 1, "{out}");
+    // Only fp32 changes: a bf16 run stays bf16.
+    args[0] = "convbfp16";
+    let out = stdout(&run(&args));
+    assert!(out.contains("key:       v1:fwd:bf16:NHWC"), "{out}");
+}
+
+#[test]
 fn every_solver_can_be_forced_and_verifies() {
     for (solver, extra) in [
         ("cpu.reference", vec![]),

@@ -47,31 +47,45 @@ pub enum DataType {
     F32,
     F16,
     Bf16,
+    /// fp32 tensors whose products may be formed from TF32 (10-bit mantissa) inputs on tensor
+    /// cores, as cuDNN and PyTorch allow by flag. A problem of its own, so results measured
+    /// with TF32 never stand in for exact fp32 ones.
+    Tf32,
 }
 
 impl DataType {
-    pub const ALL: [DataType; 3] = [Self::F32, Self::F16, Self::Bf16];
+    pub const ALL: [DataType; 4] = [Self::F32, Self::F16, Self::Bf16, Self::Tf32];
 
     pub fn token(self) -> &'static str {
         match self {
             Self::F32 => "f32",
             Self::F16 => "f16",
             Self::Bf16 => "bf16",
+            Self::Tf32 => "tf32",
+        }
+    }
+
+    /// The type the tensors are stored in: fp32 for TF32 problems.
+    pub fn storage(self) -> DataType {
+        match self {
+            Self::Tf32 => Self::F32,
+            other => other,
         }
     }
 
     pub fn size_bytes(self) -> usize {
-        match self {
-            Self::F32 => 4,
+        match self.storage() {
             Self::F16 | Self::Bf16 => 2,
+            _ => 4,
         }
     }
 
-    /// Unit roundoff of the storage format: half the distance from 1.0 to the next value.
+    /// Unit roundoff of the values the arithmetic sees: half the distance from 1.0 to the
+    /// next value (TF32 inputs keep 10 mantissa bits, like fp16).
     pub fn unit_roundoff(self) -> f64 {
         match self {
             Self::F32 => f64::powi(2.0, -24),
-            Self::F16 => f64::powi(2.0, -11),
+            Self::F16 | Self::Tf32 => f64::powi(2.0, -11),
             Self::Bf16 => f64::powi(2.0, -8),
         }
     }

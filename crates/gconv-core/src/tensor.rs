@@ -42,7 +42,7 @@ impl Tensor {
 
     pub fn try_zeros(dtype: DataType, len: usize) -> Result<Self> {
         let data = match dtype {
-            DataType::F32 => TensorData::F32(try_filled(0.0, len)?),
+            DataType::F32 | DataType::Tf32 => TensorData::F32(try_filled(0.0, len)?),
             DataType::F16 => TensorData::F16(try_filled(f16::ZERO, len)?),
             DataType::Bf16 => TensorData::Bf16(try_filled(bf16::ZERO, len)?),
         };
@@ -208,12 +208,12 @@ impl ConvTensors {
             ("w", &self.w, p.weight_elements()),
             ("y", &self.y, p.output_elements()),
         ] {
-            if t.len() as u64 != want || t.dtype() != p.dtype {
+            if t.len() as u64 != want || t.dtype() != p.dtype.storage() {
                 return Err(GconvError::TensorMismatch(format!(
                     "tensor {name} holds {} {} elements, the problem needs {want} {}",
                     t.len(),
                     t.dtype(),
-                    p.dtype
+                    p.dtype.storage()
                 )));
             }
         }

@@ -25,12 +25,14 @@ pub struct KernelSource {
 
 impl KernelSource {
     pub fn new(file: &'static str, text: &'static str, dtype: DataType) -> Self {
-        let dtype_define = match dtype {
-            DataType::F32 => "GCONV_F32",
-            DataType::F16 => "GCONV_F16",
-            DataType::Bf16 => "GCONV_BF16",
+        // Kernels see the storage type; GCONV_TF32 also lets them multiply in TF32.
+        let defines: &[&str] = match dtype {
+            DataType::F32 => &["GCONV_F32"],
+            DataType::F16 => &["GCONV_F16"],
+            DataType::Bf16 => &["GCONV_BF16"],
+            DataType::Tf32 => &["GCONV_F32", "GCONV_TF32"],
         };
-        KernelSource { file, text, defines: vec![dtype_define.to_string()] }
+        KernelSource { file, text, defines: defines.iter().map(|d| d.to_string()).collect() }
     }
 
     pub fn define(mut self, name: &str, value: impl std::fmt::Display) -> Self {

@@ -58,9 +58,9 @@ impl<'d> CudnnPeer<'d> {
         unsafe { sys::is_culib_present() }
     }
 
-    /// Describes the problem to cuDNN. fp32 uses FMA math (no TF32) unless `allow_tf32`;
-    /// 16-bit types use tensor cores; all accumulate in fp32.
-    pub fn new(device: &'d CudaDevice, p: &ConvProblem, allow_tf32: bool) -> Result<Self> {
+    /// Describes the problem to cuDNN. fp32 uses FMA math (no TF32), tf32 may use TF32 tensor
+    /// cores; 16-bit types use tensor cores; all accumulate in fp32.
+    pub fn new(device: &'d CudaDevice, p: &ConvProblem) -> Result<Self> {
         if !Self::available() {
             return Err(GconvError::Backend("cuDNN (libcudnn) not found".into()));
         }
@@ -87,7 +87,7 @@ impl<'d> CudnnPeer<'d> {
             // cuDNN wants at least 4 dimensions: ranks 1 and 2 are 2D with leading ones.
             let spatial = if p.rank() == 3 { 0..3 } else { 1..3 };
             let data_type = match p.dtype {
-                DataType::F32 => sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
+                DataType::F32 | DataType::Tf32 => sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
                 DataType::F16 => sys::cudnnDataType_t::CUDNN_DATA_HALF,
                 DataType::Bf16 => sys::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
             };
@@ -122,9 +122,10 @@ impl<'d> CudnnPeer<'d> {
             )
             .map_err(|e| err("describe the convolution", e))?;
             dnn::set_convolution_group_count(peer.conv, p.g as i32).map_err(|e| err("set the groups", e))?;
-            let math = match (p.dtype, allow_tf32) {
-                (DataType::F32, false) => sys::cudnnMathType_t::CUDNN_FMA_MATH,
-                (DataType::F32, true) => sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION,
+            // Exact fp32 stays off tensor cores; TF32 problems allow them (TF32, never a
+            // conversion to 16 bits).
+            let math = match p.dtype {
+                DataType::F32 => sys::cudnnMathType_t::CUDNN_FMA_MATH,
                 _ => sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH,
             };
             dnn::set_convolution_math_type(peer.conv, math).map_err(|e| err("set the math type", e))?;

@@ -39,6 +39,13 @@ pub fn measure_peaks(device: &CudaDevice, dtype: DataType) -> Result<Peaks> {
     let blas = CudaBlas::new(stream.clone()).map_err(|e| backend_error("create a cuBLAS handle", e))?;
     let gemm = match dtype {
         DataType::F32 => best_gemm::<f32>(device, &blas)?,
+        DataType::Tf32 => {
+            // SAFETY: a live handle; the mode only lets cuBLAS use TF32 for fp32 GEMMs.
+            unsafe { cudarc::cublas::sys::cublasSetMathMode(*blas.handle(), cudarc::cublas::sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH) }
+                .result()
+                .map_err(|e| backend_error("allow TF32 in cuBLAS", e))?;
+            best_gemm::<f32>(device, &blas)?
+        }
         DataType::F16 => best_gemm::<f16>(device, &blas)?,
         DataType::Bf16 => best_gemm::<bf16>(device, &blas)?,
     };

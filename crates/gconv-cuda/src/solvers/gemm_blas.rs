@@ -123,11 +123,15 @@ impl Solver<Cuda> for GemmBlas {
 
     fn solution(&self, p: &ConvProblem, _config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
         let data = match p.dtype {
-            DataType::F32 => cudaDataType::CUDA_R_32F,
+            DataType::F32 | DataType::Tf32 => cudaDataType::CUDA_R_32F,
             DataType::F16 => cudaDataType::CUDA_R_16F,
             DataType::Bf16 => cudaDataType::CUDA_R_16BF,
         };
-        Ok(Box::new(BlasInvoker { blas: self.blas()?, gemms: plan(p), data, elem: p.dtype.size_bytes() as u64 }))
+        let compute = match p.dtype {
+            DataType::Tf32 => cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+            _ => cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        };
+        Ok(Box::new(BlasInvoker { blas: self.blas()?, gemms: plan(p), data, compute, elem: p.dtype.size_bytes() as u64 }))
     }
 }
 
@@ -135,6 +139,7 @@ struct BlasInvoker {
     blas: Arc<CudaBlas>,
     gemms: Vec<(Gemm, f32)>,
     data: cudaDataType,
+    compute: cublasComputeType_t,
     elem: u64,
 }
 
@@ -176,7 +181,7 @@ impl Invoker<Cuda> for BlasInvoker {
                     g.c.ld,
                     g.c.stride,
                     g.batch,
-                    cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    self.compute,
                     cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
                 )
             }

@@ -392,8 +392,8 @@ impl Solver<Cuda> for Igemm {
     fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
         require!(p.layout == Layout::Nhwc, "implicit GEMM here reads channels-last (NHWC) tensors only");
         match self.plan.math {
-            Math::TensorCores => require!(p.dtype != DataType::F32, "fp32 runs on cuda.igemm_simt (TF32 is not enabled)"),
-            Math::Simt => require!(p.dtype == DataType::F32, "16-bit types run on tensor cores (cuda.igemm_tc)"),
+            Math::TensorCores => require!(p.dtype.storage() != DataType::F32, "fp32 and tf32 run on cuda.igemm_simt"),
+            Math::Simt => require!(p.dtype.storage() == DataType::F32, "16-bit types run on tensor cores (cuda.igemm_tc)"),
         }
         let (major, minor) = self.device.capability;
         require!(major >= 8, "needs cp.async and mma.sync (sm_80 or newer), the GPU is sm_{major}{minor}");
@@ -534,7 +534,7 @@ mod tests {
     }
 
     fn math_of(p: &ConvProblem) -> Math {
-        if p.dtype == DataType::F32 {
+        if p.dtype.storage() == DataType::F32 {
             Math::Simt
         } else {
             Math::TensorCores
