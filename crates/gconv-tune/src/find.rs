@@ -59,7 +59,8 @@ pub fn find<T: Target>(target: &T, db: &mut Db, p: &ConvProblem, opts: &FindOpti
         candidates.push((solver, known_config(db, &device, solver, p)?.0));
     }
     if !opts.only_prebuilt {
-        let jobs: Vec<_> = candidates.iter().flat_map(|(s, c)| unbuilt(*s, p, [c.clone()])).collect();
+        let runnable = candidates.iter().filter(|(s, c)| s.workspace_bytes(p, c) <= opts.workspace_limit);
+        let jobs: Vec<_> = runnable.flat_map(|(s, c)| unbuilt(*s, p, [c.clone()])).collect();
         prepare_in_parallel(&jobs, build_threads());
     }
     for (solver, config) in candidates {

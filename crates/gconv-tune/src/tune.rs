@@ -108,7 +108,8 @@ pub fn tune<T: Target>(
         let threads = build_threads();
         for (done, config) in schedule.iter().enumerate() {
             progress(Progress { problem: &key, solver: id, done, total: schedule.len() });
-            if done % threads == 0 {
+            let over_budget = || strategy.time_budget().is_some_and(|b| started.elapsed() >= b);
+            if done % threads == 0 && !over_budget() {
                 // Build the next batch of untried configs together, one per core.
                 let untried = schedule[done..(done + threads).min(schedule.len())]
                     .iter()
@@ -122,7 +123,7 @@ pub fn tune<T: Target>(
                 consider(config, trial.time_ms, &trial.status, &mut best);
                 continue;
             }
-            if strategy.time_budget().is_some_and(|b| started.elapsed() >= b) {
+            if over_budget() {
                 break;
             }
             let workspace = solver.workspace_bytes(p, config);
