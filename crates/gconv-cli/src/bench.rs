@@ -165,6 +165,9 @@ fn write_csv(path: &std::path::Path, rows: &[Row]) -> std::io::Result<()> {
     f.flush()
 }
 
+/// Speed against cuDNN find below which the summary counts a layer as slow.
+const SLOW_RATIO: f64 = 0.5;
+
 fn summarize(rows: &[Row], builds: gconv_core::BuildStats) {
     println!("\nsummary: geomean speed of gconv's best against cuDNN find (>1 is faster), and fractions of roofline");
     let mut groups: BTreeMap<String, Vec<&Row>> = BTreeMap::new();
@@ -179,8 +182,9 @@ fn summarize(rows: &[Row], builds: gconv_core::BuildStats) {
         let ours: Vec<f64> = members.iter().map(|r| r.bound_ms / r.best.1).collect();
         let theirs: Vec<f64> = with_find.iter().map(|r| r.bound_ms / r.cudnn_find.as_ref().unwrap().1).collect();
         let worst = ratios.iter().cloned().fold(f64::INFINITY, f64::min);
+        let slow = ratios.iter().filter(|&&r| r < SLOW_RATIO).count();
         println!(
-            "  {name:<22} {:>3} layers: {:.2}x cuDNN find (worst {:.2}x); roofline: gconv {:.1}%, cuDNN {:.1}%",
+            "  {name:<22} {:>3} layers: {:.2}x cuDNN find (worst {:.2}x, {slow} below {SLOW_RATIO}x); roofline: gconv {:.1}%, cuDNN {:.1}%",
             members.len(),
             geomean(&ratios).unwrap_or(f64::NAN),
             worst,
