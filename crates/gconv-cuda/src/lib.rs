@@ -44,6 +44,7 @@ pub fn registry(device: &Arc<CudaDevice>) -> Registry<Cuda> {
     Registry::new(vec![
         Box::new(gemm_blas::GemmBlas::new(device.clone())),
         Box::new(depthwise::Depthwise { device: device.clone() }),
+        Box::new(grouped_direct::GroupedDirect { device: device.clone() }),
         Box::new(igemm::Igemm::tensor_cores(device.clone())),
         Box::new(igemm::Igemm::simt(device.clone())),
         Box::new(naive::Naive { device: device.clone() }),

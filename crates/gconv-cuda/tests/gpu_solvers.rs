@@ -124,6 +124,7 @@ fn gpu_every_registered_solver_is_reached() {
         "v1:bwd-weight:bf16:NHWC:n2:c16:k16:i11x9:f5x5:s1x2:p2x2:d1x1:g16",
         "v1:fwd:f16:NDHWC:n1:c8:k8:i4x6x6:f3x3x3:s1x1x1:p1x1x1:d1x1x1:g8",
         "v1:bwd-data:f32:NHWC:n2:c12:k8:i7x7:f3x3:s2x2:p1x1:d1x1:g2",
+        "v1:fwd:bf16:NHWC:n2:c16:k32:i9x9:f3x3:s2x2:p1x1:d1x1:g4",
     ];
     let reg = registry(&device);
     let mut reached = std::collections::HashSet::new();
@@ -147,6 +148,8 @@ fn gpu_implicit_gemm_on_medium_problems() {
         "n2:c64:k96:i20x20:f3x3:s1x1:p1x1:d1x1",
         "n3:c48:k64:i17x15:f3x3:s2x2:p1x1:d1x1",
         "n2:c64:k64:i14x14:f3x3:s1x1:p1x1:d1x1:g4",
+        "n2:c32:k32:i15x15:f3x3:s1x1:p1x1:d1x1:g8",
+        "n3:c64:k64:i14x14:f3x3:s2x2:p1x1:d1x1:g8",
         "n2:c24:k40:i9x11:f1x1:s2x2:p0x0:d1x1",
         "n2:c3:k32:i23x23:f7x7:s2x2:p3x3:d1x1",
         "n2:c16:k16:i6x8x8:f3x3x3:s1x2x2:p1x1x1:d1x1x1",

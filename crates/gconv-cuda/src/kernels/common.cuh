@@ -43,3 +43,17 @@ struct ConvParams {
 __device__ __forceinline__ int offset(const int* s, int outer, int c, int d, int h, int w) {
     return outer * s[0] + c * s[1] + d * s[2] + h * s[3] + w * s[4];
 }
+
+// The source coordinate a destination coordinate reads at filter tap f, or -1 if none:
+// forward reads input dst * stride + f * dil - pad; backward-data reads the output position
+// (if any) whose forward read lands on dst.
+__device__ __forceinline__ int src_coord(int dst, int f, int stride, int pad, int dil, int extent, bool backward) {
+    if (!backward) {
+        const int i = dst * stride + f * dil - pad;
+        return (i >= 0 && i < extent) ? i : -1;
+    }
+    const int t = dst + pad - f * dil;
+    if (t < 0 || t % stride != 0) return -1;
+    const int o = t / stride;
+    return o < extent ? o : -1;
+}

@@ -27,21 +27,10 @@ __device__ __forceinline__ void store_vec(elem_t* p, const float* in) {
     *reinterpret_cast<vec_t*>(p) = v;
 }
 
-// Forward (GATHER_OUTPUT = 0) and backward-data (1) share one shape: every destination
+// Forward and backward-data share one shape: every destination
 // element is a sum over taps of source elements times the channel's weights. Forward reads x
 // at input positions of output positions; backward-data reads dy at the output positions
 // (if any) that read each input position.
-__device__ __forceinline__ int src_coord(int dst, int f, int stride, int pad, int dil, int extent, bool backward) {
-    if (!backward) {
-        const int i = dst * stride + f * dil - pad;
-        return (i >= 0 && i < extent) ? i : -1;
-    }
-    const int t = dst + pad - f * dil;
-    if (t < 0 || t % stride != 0) return -1;
-    const int o = t / stride;
-    return o < extent ? o : -1;
-}
-
 template <bool BACKWARD>
 __device__ __forceinline__ void gather(const ConvParams& p, const elem_t* src, const elem_t* w, elem_t* dst) {
     const int C = p.g;

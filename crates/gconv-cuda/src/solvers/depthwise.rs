@@ -6,14 +6,13 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use gconv_core::{require, Config, ConvProblem, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solver};
 
-use crate::device::{backend_error, CudaDevice};
-use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
+use super::direct::{filter_hw, DirectInvoker, Kernels, THREADS};
+use crate::device::CudaDevice;
+use crate::{ConvParams, Cuda, KernelSource};
 
 const SOURCE: &str = include_str!("../kernels/depthwise.cu");
-const THREADS: u32 = 256;
 const MAX_FILTER: u32 = 7;
 /// Per-thread fp32 sums of backward-weight (vec x FH x FW) kept in registers.
 const MAX_WEIGHT_ACCUMULATORS: u32 = 64;
@@ -28,16 +27,6 @@ struct Tile {
     vec: u32,
     /// Output columns per thread; 1 for backward-weight.
     tw: u32,
-}
-
-/// Filter (height, width): the last two spatial dimensions, 1 where the rank is lower.
-fn filter_hw(p: &ConvProblem) -> (u32, u32) {
-    let f: Vec<u32> = p.dims.iter().map(|d| d.filter).collect();
-    match f.as_slice() {
-        [w] => (1, *w),
-        [.., h, w] => (*h, *w),
-        [] => (1, 1),
-    }
 }
 
 fn vec_widths(p: &ConvProblem) -> Vec<u32> {
@@ -179,53 +168,6 @@ impl Solver<Cuda> for Depthwise {
                 }
             }
         };
-        Ok(Box::new(DepthwiseInvoker { params, direction: p.direction, kernels }))
-    }
-}
-
-enum Kernels {
-    Gather { function: CudaFunction, blocks: u32 },
-    Weight { zero: CudaFunction, partial: CudaFunction, store: CudaFunction, grid: (u32, u32), block: (u32, u32), sums: i32, blocks: u32 },
-}
-
-struct DepthwiseInvoker {
-    params: ConvParams,
-    direction: Direction,
-    kernels: Kernels,
-}
-
-fn flat(blocks: u32) -> LaunchConfig {
-    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
-}
-
-impl Invoker<Cuda> for DepthwiseInvoker {
-    fn run(&self, b: &mut CudaBuffers<'_>) -> Result<()> {
-        let launch_err = |e| backend_error("launch cuda.depthwise", e);
-        // SAFETY (every launch below): the arguments match the kernels' signatures and the
-        // pointers come from buffers sized for this problem, the workspace included.
-        match &self.kernels {
-            Kernels::Gather { function, blocks } => {
-                let (src, dst) = match self.direction {
-                    Direction::Forward => (b.x, b.y),
-                    _ => (b.y, b.x),
-                };
-                let mut l = b.stream.launch_builder(function);
-                l.arg(&self.params).arg(&src).arg(&b.w).arg(&dst);
-                unsafe { l.launch(flat(*blocks)) }.map_err(launch_err)?;
-            }
-            Kernels::Weight { zero, partial, store, grid, block, sums, blocks } => {
-                let mut l = b.stream.launch_builder(zero);
-                l.arg(&b.workspace).arg(sums);
-                unsafe { l.launch(flat(*blocks)) }.map_err(launch_err)?;
-                let mut l = b.stream.launch_builder(partial);
-                l.arg(&self.params).arg(&b.x).arg(&b.y).arg(&b.workspace);
-                let cfg = LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (block.0, block.1, 1), shared_mem_bytes: 0 };
-                unsafe { l.launch(cfg) }.map_err(launch_err)?;
-                let mut l = b.stream.launch_builder(store);
-                l.arg(&self.params).arg(&b.workspace).arg(&b.w);
-                unsafe { l.launch(flat(*blocks)) }.map_err(launch_err)?;
-            }
-        }
-        Ok(())
+        Ok(Box::new(DirectInvoker { solver: self.id(), params, direction: p.direction, kernels }))
     }
 }

@@ -1,0 +1,146 @@
+//! `cuda.grouped_direct`: direct kernels for channels-last convolutions with at most 8 input
+//! and 8 output channels per group (kernels/grouped.cu), such as ResNeXt's 32x4d blocks, where
+//! implicit-GEMM tiles would be mostly padding. Channels per group and the filter height and
+//! width are compile-time parameters. Tunable for forward and backward-data: `tw`, output
+//! columns per thread sharing the group's weights held in registers. Backward-weight sums into
+//! an fp32 workspace with atomics, then rounds once into dw.
+
+use std::sync::Arc;
+
+use gconv_core::{require, Config, ConvProblem, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solver};
+
+use super::direct::{filter_hw, DirectInvoker, Kernels, THREADS};
+use crate::device::CudaDevice;
+use crate::{ConvParams, Cuda, KernelSource};
+
+const SOURCE: &str = include_str!("../kernels/grouped.cu");
+const MAX_FILTER: u32 = 7;
+const MAX_CHANNELS: u32 = 8;
+const COLUMN_TILES: [u32; 3] = [1, 2, 4];
+
+pub struct GroupedDirect {
+    pub device: Arc<CudaDevice>,
+}
+
+fn channels(p: &ConvProblem) -> (u32, u32) {
+    (p.c / p.g, p.k / p.g)
+}
+
+fn column_tile(p: &ConvProblem, config: &Config) -> Result<u32> {
+    if p.direction == Direction::BackwardWeight {
+        return if config.is_empty() {
+            Ok(1)
+        } else {
+            Err(GconvError::BadConfig { text: config.to_string(), reason: "backward-weight has nothing to tune".into() })
+        };
+    }
+    let [tw] = config.expect_fields(["tw"])?;
+    if !COLUMN_TILES.contains(&tw) {
+        return Err(GconvError::BadConfig { text: config.to_string(), reason: format!("tw must be one of {COLUMN_TILES:?}") });
+    }
+    Ok(tw)
+}
+
+fn source(p: &ConvProblem, tw: u32) -> KernelSource {
+    let (fh, fw) = filter_hw(p);
+    let (cg, kg) = channels(p);
+    KernelSource::new("grouped.cu", SOURCE, p.dtype)
+        .define("FH", fh)
+        .define("FW", fw)
+        .define("CG", cg)
+        .define("KG", kg)
+        .define("TW", tw)
+}
+
+impl Solver<Cuda> for GroupedDirect {
+    fn id(&self) -> &'static str {
+        "cuda.grouped_direct"
+    }
+
+    fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
+        require!(p.layout == Layout::Nhwc, "reads channels-last (NHWC) tensors only");
+        let (cg, kg) = channels(p);
+        require!(p.g > 1 && !(cg == 1 && kg == 1), "for grouped, not dense or depthwise, convolutions");
+        require!(
+            cg.is_power_of_two() && kg.is_power_of_two() && cg <= MAX_CHANNELS && kg <= MAX_CHANNELS,
+            "{cg} input and {kg} output channels per group: compiled for powers of two up to {MAX_CHANNELS}"
+        );
+        let (fh, fw) = filter_hw(p);
+        require!(fh <= MAX_FILTER && fw <= MAX_FILTER, "filter {fh}x{fw} is larger than the compiled sizes (up to {MAX_FILTER}x{MAX_FILTER})");
+        Ok(())
+    }
+
+    fn workspace_bytes(&self, p: &ConvProblem, _config: &Config) -> u64 {
+        match p.direction {
+            Direction::BackwardWeight => p.weight_elements() * 4,
+            _ => 0,
+        }
+    }
+
+    fn default_config(&self, p: &ConvProblem) -> Config {
+        match p.direction {
+            Direction::BackwardWeight => Config::empty(),
+            _ => Config::new([("tw", 2)]),
+        }
+    }
+
+    fn configs<'a>(&'a self, p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
+        match p.direction {
+            Direction::BackwardWeight => Box::new(std::iter::empty()),
+            _ => Box::new(COLUMN_TILES.into_iter().map(|tw| Config::new([("tw", tw)]))),
+        }
+    }
+
+    fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {
+        column_tile(p, config).map(|_| ())
+    }
+
+    fn needs_build(&self, p: &ConvProblem, config: &Config) -> bool {
+        column_tile(p, config).map_or(true, |tw| !self.device.is_built(&source(p, tw)))
+    }
+
+    fn prepare(&self, p: &ConvProblem, config: &Config) -> Result<()> {
+        self.device.precompile(&source(p, column_tile(p, config)?))
+    }
+
+    fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
+        let tw = column_tile(p, config)?;
+        let src = source(p, tw);
+        let function = |name: &str| self.device.function(&src, name);
+        let params = ConvParams::new(p);
+        let sms = self.device.sm_count;
+        let groups = p.g;
+        let kernels = match p.direction {
+            Direction::Forward | Direction::BackwardData => {
+                let (name, dst) = match p.direction {
+                    Direction::Forward => ("gd_fwd", params.output),
+                    _ => ("gd_bwd_data", params.input),
+                };
+                let threads = u64::from(p.n) * dst[0] as u64 * dst[1] as u64 * (dst[2] as u64).div_ceil(u64::from(tw)) * u64::from(groups);
+                let blocks = threads.div_ceil(u64::from(THREADS)).clamp(1, u64::from(sms) * 32) as u32;
+                Kernels::Gather { function: function(name)?, blocks }
+            }
+            Direction::BackwardWeight => {
+                // Lanes are groups; with few groups the spare threads of a block take rows.
+                let block_x = groups.next_power_of_two().min(32);
+                let block_y = THREADS / block_x;
+                let group_blocks = groups.div_ceil(block_x);
+                let taps = params.filter[0] as u32 * params.filter[1] as u32 * params.filter[2] as u32;
+                let rows = (params.n * params.output[0] * params.output[1]) as u32;
+                // About four blocks per SM in all, over the taps.
+                let row_blocks = rows.div_ceil(block_y).clamp(1, (sms * 4).div_ceil(group_blocks * taps).max(1));
+                let weights = p.weight_elements() as u32;
+                Kernels::Weight {
+                    zero: function("gd_zero")?,
+                    partial: function("gd_bwd_weight_partial")?,
+                    store: function("gd_bwd_weight_store")?,
+                    grid: (group_blocks * row_blocks, taps),
+                    block: (block_x, block_y),
+                    sums: weights as i32,
+                    blocks: weights.div_ceil(THREADS).clamp(1, sms * 8),
+                }
+            }
+        };
+        Ok(Box::new(DirectInvoker { solver: self.id(), params, direction: p.direction, kernels }))
+    }
+}
