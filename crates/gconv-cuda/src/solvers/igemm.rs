@@ -314,8 +314,9 @@ impl Planner {
     }
 
     /// The valid tile with the least estimated time: SMs run `ceil(blocks / SMs)` tiles each,
-    /// at a speed set by the warp tile's operand reuse and by how many warps they keep busy.
-    /// Padding waste shows in `bm x bn` against the problem's rows and columns.
+    /// each of its reduction steps plus a fixed pipeline fill and epilogue, at a speed set by
+    /// the warp tile's operand reuse and by how many warps they keep busy. Padding waste shows
+    /// in `bm x bn` against the problem's rows and columns.
     fn default_tile(&self, p: &ConvProblem) -> Tile {
         let shape = Shape::new(p);
         let sms = u64::from(self.sm_count);
@@ -366,11 +367,18 @@ impl Planner {
                 }
                 Math::Simt => (64.0, 64.0, f64::from(256 / t.threads()).max(1.0)),
             };
-            let reuse = (warp_m * warp_n / (warp_m + warp_n) / 32.0).sqrt();
+            // Shared-memory traffic per mma falls with the warp tile's rows x columns over
+            // their sum; 64x64 is the reference.
+            let reuse = warp_m * warp_n / (warp_m + warp_n) / 32.0;
             let busy = (per_sm.min(resident) * f64::from(t.threads() / 32) / 8.0).min(1.0);
-            // Slices pay for reading and writing an fp32 copy of the weights.
-            let reduction = if t.splits > 1 { f64::from(t.splits) * 0.02 } else { 0.0 };
-            per_sm * f64::from(t.bm * t.bn) / f64::from(t.splits) / (reuse * busy) * (1.0 + reduction)
+            // Reduction steps per block, plus about six steps' worth of pipeline fill and
+            // epilogue, which short reductions (and many slices) pay for.
+            let steps = if weight {
+                k_tiles.div_ceil(u64::from(t.splits))
+            } else {
+                (shape.taps / shape.phases).max(1) * shape.reduce.div_ceil(u64::from(t.bk))
+            };
+            per_sm * f64::from(t.bm * t.bn) * (steps as f64 + 6.0) / (reuse * busy)
         };
         candidates
             .into_iter()
