@@ -1,6 +1,9 @@
 //! `cuda.gemm_blas`: 1x1 convolutions with unit stride and no padding are GEMMs; cuBLAS runs
 //! them as strided-batched GEMMs with groups as the batch (fp32 accumulation; fp32 data without
 //! TF32). In NHWC all images form one matrix; in NCHW each image is a batch step of its own.
+//! Any other channels-last problem takes the explicit path: im2col writes a column matrix into
+//! the workspace (kernels/im2col.cu) that stands in for x in the same GEMMs, with taps x Cg
+//! channels; backward-data has the GEMM write fp32 columns that col2im sums into dx.
 //!
 //! cuBLAS is column-major: a row-major R x C matrix with row stride ld is, to cuBLAS, a C x R
 //! matrix with leading dimension ld. Each direction below is written in those terms.
@@ -10,10 +13,14 @@ use std::sync::{Arc, OnceLock};
 
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
 use cudarc::cublas::{result as blas, CudaBlas};
-use gconv_core::{Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solver};
+use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solver};
 
 use crate::device::{backend_error, CudaDevice};
-use crate::{Cuda, CudaBuffers};
+use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
+
+const IM2COL_SOURCE: &str = include_str!("../kernels/im2col.cu");
+const THREADS: u32 = 256;
 
 pub struct GemmBlas {
     pub device: Arc<CudaDevice>,
@@ -50,6 +57,8 @@ struct Gemm {
     b: Operand,
     c: Operand,
     batch: i32,
+    /// C is fp32 whatever the problem's type (backward-data columns).
+    c_fp32: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -67,6 +76,38 @@ enum Role {
     X,
     W,
     Y,
+    /// The column matrix in the workspace.
+    Col,
+}
+
+/// Whether the problem needs the column matrix rather than being a GEMM on x itself.
+fn explicit(p: &ConvProblem) -> bool {
+    gconv_core::applicability::plain_1x1(p).is_err()
+}
+
+/// Elements of the column matrix: N x output positions x C x taps.
+fn col_elements(p: &ConvProblem) -> u64 {
+    let taps: u64 = p.dims.iter().map(|d| u64::from(d.filter)).product();
+    let outputs: u64 = p.output_dims().iter().map(|&o| u64::from(o)).product();
+    u64::from(p.n) * outputs * u64::from(p.c) * taps
+}
+
+/// Bytes of one column element: backward-data sums fp32 columns.
+fn col_bytes(p: &ConvProblem) -> u64 {
+    if p.direction == Direction::BackwardData {
+        4
+    } else {
+        p.dtype.size_bytes() as u64
+    }
+}
+
+/// The im2col (or col2im) build: channels per thread, the widest vector up to 16 bytes that
+/// divides the channels per group.
+fn im2col_source(p: &ConvProblem) -> KernelSource {
+    let cg = p.c / p.g;
+    let max = 16 / col_bytes(p).max(p.dtype.size_bytes() as u64) as u32;
+    let vec = [8u32, 4, 2, 1].into_iter().find(|&v| v <= max && cg % v == 0).unwrap_or(1);
+    KernelSource::new("im2col.cu", IM2COL_SOURCE, p.dtype).define("VEC", vec)
 }
 
 /// The GEMM calls of a problem: one per image in NCHW (accumulating over images for
@@ -76,19 +117,27 @@ fn plan(p: &ConvProblem) -> Vec<(Gemm, f32)> {
     let (cg, kg) = (c / g, k / g);
     let positions: i64 = p.dims.iter().map(|d| i64::from(d.input)).product();
     let op = |tensor, offset, ld: i64, stride| Operand { tensor, offset, ld: ld as i32, stride };
-    let weights = op(Role::W, 0, cg, kg * cg);
     match p.layout {
         Layout::Nhwc => {
-            let np = (n * positions) as i32;
-            let x = op(Role::X, 0, c, cg);
+            // The explicit path reduces over taps x Cg column values per group instead of Cg.
+            let (red, x, pixels) = if explicit(p) {
+                let taps: i64 = p.dims.iter().map(|d| i64::from(d.filter)).product();
+                let outputs: i64 = p.output_dims().iter().map(|&o| i64::from(o)).product();
+                (taps * cg, op(Role::Col, 0, g * taps * cg, taps * cg), outputs)
+            } else {
+                (cg, op(Role::X, 0, c, cg), positions)
+            };
+            let np = (n * pixels) as i32;
+            let weights = op(Role::W, 0, red, kg * red);
             let y = op(Role::Y, 0, k, kg);
+            let (red, kg, batch) = (red as i32, kg as i32, g as i32);
             let gemm = match p.direction {
-                // y^T (Kg x NP) = W (Kg x Cg) . x^T (Cg x NP)
-                Direction::Forward => Gemm { trans_a: true, trans_b: false, m: kg as i32, n: np, k: cg as i32, a: weights, b: x, c: y, batch: g as i32 },
-                // dx^T (Cg x NP) = W^T (Cg x Kg) . dy^T (Kg x NP)
-                Direction::BackwardData => Gemm { trans_a: false, trans_b: false, m: cg as i32, n: np, k: kg as i32, a: weights, b: y, c: x, batch: g as i32 },
-                // dW^T (Cg x Kg) = x^T (Cg x NP) . dy (NP x Kg)
-                Direction::BackwardWeight => Gemm { trans_a: false, trans_b: true, m: cg as i32, n: kg as i32, k: np, a: x, b: y, c: weights, batch: g as i32 },
+                // y^T (Kg x NP) = W (Kg x red) . x^T (red x NP)
+                Direction::Forward => Gemm { trans_a: true, trans_b: false, m: kg, n: np, k: red, a: weights, b: x, c: y, batch, c_fp32: false },
+                // dx^T (red x NP) = W^T (red x Kg) . dy^T (Kg x NP)
+                Direction::BackwardData => Gemm { trans_a: false, trans_b: false, m: red, n: np, k: kg, a: weights, b: y, c: x, batch, c_fp32: x.tensor == Role::Col },
+                // dW^T (red x Kg) = x^T (red x NP) . dy (NP x Kg)
+                Direction::BackwardWeight => Gemm { trans_a: false, trans_b: true, m: red, n: kg, k: np, a: x, b: y, c: weights, batch, c_fp32: false },
             };
             vec![(gemm, 0.0)]
         }
@@ -97,13 +146,14 @@ fn plan(p: &ConvProblem) -> Vec<(Gemm, f32)> {
                 let p32 = positions as i32;
                 let x = op(Role::X, image * c * positions, positions, cg * positions);
                 let y = op(Role::Y, image * k * positions, positions, kg * positions);
+                let weights = op(Role::W, 0, cg, kg * cg);
                 let gemm = match p.direction {
                     // y^T (P x Kg) = x^T (P x Cg) . W^T (Cg x Kg)
-                    Direction::Forward => Gemm { trans_a: false, trans_b: false, m: p32, n: kg as i32, k: cg as i32, a: x, b: weights, c: y, batch: g as i32 },
+                    Direction::Forward => Gemm { trans_a: false, trans_b: false, m: p32, n: kg as i32, k: cg as i32, a: x, b: weights, c: y, batch: g as i32, c_fp32: false },
                     // dx^T (P x Cg) = dy^T (P x Kg) . W (Kg x Cg)
-                    Direction::BackwardData => Gemm { trans_a: false, trans_b: true, m: p32, n: cg as i32, k: kg as i32, a: y, b: weights, c: x, batch: g as i32 },
+                    Direction::BackwardData => Gemm { trans_a: false, trans_b: true, m: p32, n: cg as i32, k: kg as i32, a: y, b: weights, c: x, batch: g as i32, c_fp32: false },
                     // dW^T (Cg x Kg) += x (Cg x P) . dy^T (P x Kg)
-                    Direction::BackwardWeight => Gemm { trans_a: true, trans_b: false, m: cg as i32, n: kg as i32, k: p32, a: x, b: y, c: weights, batch: g as i32 },
+                    Direction::BackwardWeight => Gemm { trans_a: true, trans_b: false, m: cg as i32, n: kg as i32, k: p32, a: x, b: y, c: weights, batch: g as i32, c_fp32: false },
                 };
                 let beta = if p.direction == Direction::BackwardWeight && image > 0 { 1.0 } else { 0.0 };
                 (gemm, beta)
@@ -118,7 +168,31 @@ impl Solver<Cuda> for GemmBlas {
     }
 
     fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
-        gconv_core::applicability::plain_1x1(p)
+        if !explicit(p) {
+            return Ok(());
+        }
+        require!(p.layout == Layout::Nhwc, "not a plain 1x1 GEMM, and the im2col path reads channels-last (NHWC) tensors only");
+        require!(col_elements(p) <= i32::MAX as u64, "the im2col matrix would have {} elements, more than 2^31", col_elements(p));
+        Ok(())
+    }
+
+    fn workspace_bytes(&self, p: &ConvProblem, _config: &Config) -> u64 {
+        if explicit(p) {
+            col_elements(p) * col_bytes(p)
+        } else {
+            0
+        }
+    }
+
+    fn needs_build(&self, p: &ConvProblem, _config: &Config) -> bool {
+        explicit(p) && !self.device.is_built(&im2col_source(p))
+    }
+
+    fn prepare(&self, p: &ConvProblem, _config: &Config) -> Result<()> {
+        if explicit(p) {
+            self.device.precompile(&im2col_source(p))?;
+        }
+        Ok(())
     }
 
     fn solution(&self, p: &ConvProblem, _config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
@@ -131,7 +205,39 @@ impl Solver<Cuda> for GemmBlas {
             DataType::Tf32 => cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
             _ => cublasComputeType_t::CUBLAS_COMPUTE_32F,
         };
-        Ok(Box::new(BlasInvoker { blas: self.blas()?, gemms: plan(p), data, compute, elem: p.dtype.size_bytes() as u64 }))
+        let columns = if explicit(p) {
+            let backward_data = p.direction == Direction::BackwardData;
+            let function = self.device.function(&im2col_source(p), if backward_data { "col2im" } else { "im2col" })?;
+            // One thread per vector of the larger side: the columns, or dx.
+            let elements = if backward_data { p.input_elements() } else { col_elements(p) };
+            let blocks = elements.div_ceil(u64::from(THREADS)).clamp(1, u64::from(self.device.sm_count) * 32) as u32;
+            Some(Columns { function, params: ConvParams::new(p), blocks, after_gemm: backward_data })
+        } else {
+            None
+        };
+        Ok(Box::new(BlasInvoker { blas: self.blas()?, gemms: plan(p), data, compute, elem: p.dtype.size_bytes() as u64, columns }))
+    }
+}
+
+/// The im2col launch before the GEMMs (forward, backward-weight) or col2im after them
+/// (backward-data).
+struct Columns {
+    function: CudaFunction,
+    params: ConvParams,
+    blocks: u32,
+    after_gemm: bool,
+}
+
+impl Columns {
+    fn launch(&self, b: &CudaBuffers<'_>) -> Result<()> {
+        let (src, dst) = if self.after_gemm { (b.workspace, b.x) } else { (b.x, b.workspace) };
+        let mut l = b.stream.launch_builder(&self.function);
+        l.arg(&self.params).arg(&src).arg(&dst);
+        let cfg = LaunchConfig { grid_dim: (self.blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: the arguments match the kernel's signature; the workspace holds the column
+        // matrix (workspace_bytes) and x is the problem's input.
+        unsafe { l.launch(cfg) }.map_err(|e| backend_error("launch the im2col of cuda.gemm_blas", e))?;
+        Ok(())
     }
 }
 
@@ -141,6 +247,7 @@ struct BlasInvoker {
     data: cudaDataType,
     compute: cublasComputeType_t,
     elem: u64,
+    columns: Option<Columns>,
 }
 
 impl Invoker<Cuda> for BlasInvoker {
@@ -150,12 +257,17 @@ impl Invoker<Cuda> for BlasInvoker {
                 Role::X => b.x,
                 Role::W => b.w,
                 Role::Y => b.y,
+                Role::Col => b.workspace,
             };
             (tensor + o.offset as u64 * self.elem) as *mut c_void
         };
         let op = |t: bool| if t { cublasOperation_t::CUBLAS_OP_T } else { cublasOperation_t::CUBLAS_OP_N };
         let alpha = 1.0f32;
+        if let Some(columns) = self.columns.as_ref().filter(|c| !c.after_gemm) {
+            columns.launch(b)?;
+        }
         for (g, beta) in &self.gemms {
+            let c_data = if g.c_fp32 { cudaDataType::CUDA_R_32F } else { self.data };
             // SAFETY: the handle is live and on the stream the buffers belong to; every
             // operand lies inside its tensor by construction of `plan`.
             unsafe {
@@ -177,7 +289,7 @@ impl Invoker<Cuda> for BlasInvoker {
                     g.b.stride,
                     beta as *const f32 as *const c_void,
                     base(&g.c),
-                    self.data,
+                    c_data,
                     g.c.ld,
                     g.c.stride,
                     g.batch,
@@ -186,6 +298,9 @@ impl Invoker<Cuda> for BlasInvoker {
                 )
             }
             .map_err(|e| backend_error("cuBLAS GEMM of cuda.gemm_blas", e))?;
+        }
+        if let Some(columns) = self.columns.as_ref().filter(|c| c.after_gemm) {
+            columns.launch(b)?;
         }
         Ok(())
     }

@@ -1,0 +1,88 @@
+// cuda.gemm_blas, explicit path: channels-last im2col and col2im around a cuBLAS GEMM. The
+// column matrix has one row per output pixel (n, od, oh, ow) and, per row, G blocks of
+// taps x Cg values: [pixel][g][fd][fh][fw][c]. Group g's block is then the A (or B) operand of
+// a strided-batched GEMM with the weights' [k][fd][fh][fw][c] rows, exactly as a 1x1
+// convolution uses x. Compile-time: VEC, channels per thread (Cg is a multiple of it).
+
+#ifndef VEC
+#define VEC 1
+#endif
+
+struct __align__(sizeof(elem_t) * VEC) vec_t {
+    elem_t v[VEC];
+};
+
+// Forward and backward-weight: col[pixel][g][tap][c] = x at the pixel's input position for the
+// tap, or 0 in the padding.
+extern "C" __global__ void im2col(ConvParams p, const elem_t* x, elem_t* col) {
+    const int lanes = p.cg / VEC;
+    const int taps = p.fil[0] * p.fil[1] * p.fil[2];
+    const long long total = (long long)p.n * p.out[0] * p.out[1] * p.out[2] * p.g * taps * lanes;
+    for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < total;
+         idx += (long long)gridDim.x * blockDim.x) {
+        long long r = idx;
+        const int c = (int)(r % lanes) * VEC; r /= lanes;
+        const int tap = (int)(r % taps); r /= taps;
+        const int g = (int)(r % p.g); r /= p.g;
+        const int ow = (int)(r % p.out[2]); r /= p.out[2];
+        const int oh = (int)(r % p.out[1]); r /= p.out[1];
+        const int od = (int)(r % p.out[0]);
+        const int n = (int)(r / p.out[0]);
+        const int fw = tap % p.fil[2];
+        const int fh = (tap / p.fil[2]) % p.fil[1];
+        const int fd = tap / (p.fil[2] * p.fil[1]);
+        const int id = src_coord(od, fd, p.stride[0], p.pad[0], p.dil[0], p.in[0], false);
+        const int ih = src_coord(oh, fh, p.stride[1], p.pad[1], p.dil[1], p.in[1], false);
+        const int iw = src_coord(ow, fw, p.stride[2], p.pad[2], p.dil[2], p.in[2], false);
+        vec_t v;
+        if (id >= 0 && ih >= 0 && iw >= 0) {
+            v = *reinterpret_cast<const vec_t*>(x + offset(p.xs, n, g * p.cg + c, id, ih, iw));
+        } else {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) v.v[i] = from_f32(0.0f);
+        }
+        *reinterpret_cast<vec_t*>(col + idx * VEC) = v;
+    }
+}
+
+// Backward-data: dx[n][id][ih][iw][g*Cg + c] = sum over the taps that read it of the fp32
+// column values the GEMM wrote for (output pixel, g, tap, c); rounded once.
+extern "C" __global__ void col2im(ConvParams p, const float* col, elem_t* dx) {
+    const int lanes = p.cg / VEC;
+    const int taps = p.fil[0] * p.fil[1] * p.fil[2];
+    const long long total = (long long)p.n * p.in[0] * p.in[1] * p.in[2] * p.g * lanes;
+    for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < total;
+         idx += (long long)gridDim.x * blockDim.x) {
+        long long r = idx;
+        const int c = (int)(r % lanes) * VEC; r /= lanes;
+        const int g = (int)(r % p.g); r /= p.g;
+        const int iw = (int)(r % p.in[2]); r /= p.in[2];
+        const int ih = (int)(r % p.in[1]); r /= p.in[1];
+        const int id = (int)(r % p.in[0]);
+        const int n = (int)(r / p.in[0]);
+        float acc[VEC];
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) acc[i] = 0.0f;
+        for (int fd = 0; fd < p.fil[0]; ++fd) {
+            const int od = src_coord(id, fd, p.stride[0], p.pad[0], p.dil[0], p.out[0], true);
+            if (od < 0) continue;
+            for (int fh = 0; fh < p.fil[1]; ++fh) {
+                const int oh = src_coord(ih, fh, p.stride[1], p.pad[1], p.dil[1], p.out[1], true);
+                if (oh < 0) continue;
+                for (int fw = 0; fw < p.fil[2]; ++fw) {
+                    const int ow = src_coord(iw, fw, p.stride[2], p.pad[2], p.dil[2], p.out[2], true);
+                    if (ow < 0) continue;
+                    const long long pixel = (((long long)n * p.out[0] + od) * p.out[1] + oh) * p.out[2] + ow;
+                    const int tap = (fd * p.fil[1] + fh) * p.fil[2] + fw;
+                    const float* src = col + ((pixel * p.g + g) * taps + tap) * p.cg + c;
+#pragma unroll
+                    for (int i = 0; i < VEC; ++i) acc[i] += src[i];
+                }
+            }
+        }
+        vec_t v;
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) v.v[i] = from_f32(acc[i]);
+        *reinterpret_cast<vec_t*>(dx + offset(p.xs, n, g * p.cg + c, id, ih, iw)) = v;
+    }
+}
