@@ -265,12 +265,9 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     const int n0 = blockIdx.y * BN;
     const int a_chan = group * p.kg;
 #else
-    const int M = p.kg, N = p.cg;
-    const int c_chunks = (p.cg + BN - 1) / BN;
-    const int n_tap = blockIdx.y / c_chunks;  // the block's columns lie in one tap
-    const int n0 = (blockIdx.y % c_chunks) * BN;
-    int nf[3];
-    tap_coords(taps, n_tap, nf);
+    // Columns are (tap, c), c fastest: one dy tile serves every tap of the block's columns.
+    const int M = p.kg, N = tap_count * p.cg;
+    const int n0 = blockIdx.y * BN;
 #endif
     if (m0 >= M) return;
 
@@ -321,9 +318,17 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     for (int i = 0; i < A_CHUNKS; ++i) a_rows[i].start(it_begin * BK + (tid + i * THREADS) / A_ROW_CHUNKS, rows_ext);
 #pragma unroll
     for (int i = 0; i < B_CHUNKS; ++i) b_rows[i].start(it_begin * BK + (tid + i * THREADS) / B_ROW_CHUNKS, rows_ext);
-    int nshift[3];
+    // Each B chunk keeps one column range for the whole loop: its channel and tap shift.
+    int b_chan[B_CHUNKS], b_shift[B_CHUNKS][3];
 #pragma unroll
-    for (int d = 0; d < 3; ++d) nshift[d] = tap_shift(p, d, nf[d], phase);
+    for (int i = 0; i < B_CHUNKS; ++i) {
+        const int j = n0 + ((tid + i * THREADS) % B_ROW_CHUNKS) * CPW_B;
+        b_chan[i] = j < N ? group * p.cg + j % p.cg : -1;
+        int f[3];
+        tap_coords(taps, min(j, N - 1) / p.cg, f);
+#pragma unroll
+        for (int d = 0; d < 3; ++d) b_shift[i][d] = tap_shift(p, d, f[d], phase);
+    }
 #endif
 
     auto load_tile = [&](int stage, int it) {
@@ -387,13 +392,13 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             const int q = tid + i * THREADS;
             if (q >= B_TILE_CHUNKS) break;
             const int row = q / B_ROW_CHUNKS, col = (q % B_ROW_CHUNKS) * CPW_B;
-            // x[input position of the pixel at the block's tap][g*Cg + n0 + col]
+            // x[input position of the pixel at the column's tap][g*Cg + the column's c]
             PixelCursor& c = b_rows[i];
-            bool valid = c.pix < pixels && n0 + col < N;
-            int off = c.img * p.xs[0] + group * p.cg + n0 + col;
+            bool valid = c.pix < pixels && b_chan[i] >= 0;
+            int off = c.img * p.xs[0] + b_chan[i];
 #pragma unroll
             for (int d = 0; d < 3; ++d) {
-                const int x = c.o[d] * p.stride[d] + nshift[d];
+                const int x = c.o[d] * p.stride[d] + b_shift[i][d];
                 valid = valid && x >= 0 && x < p.in[d];
                 off += x * p.xs[2 + d];
             }
@@ -492,7 +497,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #elif DIR == 1
     o.col_base = group * p.cg + n0;
 #else
-    o.col_base = n0 + nf[0] * p.ws[2] + nf[1] * p.ws[3] + nf[2] * p.ws[4];
+    o.col_base = n0;  // dw[k][tap][c] is contiguous over (tap, c) in channels-last
 #endif
     auto row_offset = [&](int m) {
 #if DIR == 2

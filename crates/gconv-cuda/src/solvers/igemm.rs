@@ -82,10 +82,9 @@ struct Tile {
 
 /// The problem as the kernel's GEMM sees it, per group.
 struct Shape {
-    weight: bool,
     /// GEMM rows (of the largest phase for bwd-data).
     m: u64,
-    /// GEMM columns: per tap for bwd-weight, whose column tiles never straddle two taps.
+    /// GEMM columns (taps x Cg for bwd-weight).
     n: u64,
     /// Filter taps.
     taps: u64,
@@ -104,20 +103,19 @@ impl Shape {
         let output: u64 = p.output_dims().iter().map(|&o| u64::from(o)).product();
         let groups = u64::from(p.g);
         match p.direction {
-            Direction::Forward => Shape { weight: false, m: n * output, n: kg, taps, reduce: cg, phases: 1, groups },
+            Direction::Forward => Shape { m: n * output, n: kg, taps, reduce: cg, phases: 1, groups },
             Direction::BackwardData => {
                 let per_phase: u64 = p.dims.iter().map(|d| u64::from(d.input.div_ceil(d.stride))).product();
                 let phases = p.dims.iter().map(|d| u64::from(d.stride)).product();
-                Shape { weight: false, m: n * per_phase, n: cg, taps, reduce: kg, phases, groups }
+                Shape { m: n * per_phase, n: cg, taps, reduce: kg, phases, groups }
             }
-            Direction::BackwardWeight => Shape { weight: true, m: kg, n: cg, taps, reduce: n * output, phases: 1, groups },
+            Direction::BackwardWeight => Shape { m: kg, n: taps * cg, taps, reduce: n * output, phases: 1, groups },
         }
     }
 
     /// The launch grid of a tile: row tiles, column tiles, groups x phases x slices.
     fn grid(&self, t: &Tile) -> (u64, u64, u64) {
-        let columns = self.n.div_ceil(u64::from(t.bn)) * if self.weight { self.taps } else { 1 };
-        (self.m.div_ceil(u64::from(t.bm)), columns, self.groups * self.phases * u64::from(t.splits))
+        (self.m.div_ceil(u64::from(t.bm)), self.n.div_ceil(u64::from(t.bn)), self.groups * self.phases * u64::from(t.splits))
     }
 }
 
