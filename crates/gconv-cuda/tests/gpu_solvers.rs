@@ -157,7 +157,7 @@ fn gpu_implicit_gemm_on_medium_problems() {
     ];
     for shape in shapes {
         for direction in ["fwd", "bwd-data", "bwd-weight"] {
-            for dtype in ["bf16", "f16", "f32"] {
+            for dtype in ["bf16", "f16", "f32", "tf32"] {
                 let layout = if shape.matches('x').count() > 6 { "NDHWC" } else { "NHWC" };
                 let p = ConvProblem::from_key(&format!("v1:{direction}:{dtype}:{layout}:{shape}")).unwrap();
                 check_all_solvers(&device, &p).unwrap();

@@ -1,7 +1,8 @@
 //! `cuda.igemm_tc` and `cuda.igemm_simt`: implicit GEMM for channels-last problems
-//! (kernels/igemm.cu), every direction, groups in the grid. `igemm_tc` multiplies 16-bit
-//! tiles on tensor cores (mma.sync m16n8k16, fp32 accumulation); `igemm_simt` is the same
-//! pipeline with fp32 FMAs, for fp32 data. The config space is the block tile (bm x bn x bk),
+//! (kernels/igemm.cu), every direction, groups in the grid. `igemm_tc` multiplies on tensor
+//! cores with fp32 accumulation: 16-bit tiles by mma.sync m16n8k16, tf32 problems' fp32 tiles
+//! rounded to TF32 by m16n8k8; `igemm_simt` is the same pipeline with fp32 FMAs, for fp32 and
+//! tf32 data. The config space is the block tile (bm x bn x bk),
 //! the warp grid (tensor cores), the cp.async pipeline depth and, for backward-weight, the
 //! split of the pixel reduction (`ks`) and how slices are summed (`red`: 0 atomics into an
 //! fp32 workspace, 1 one workspace slice each and a reduction kernel).
@@ -398,7 +399,7 @@ impl Solver<Cuda> for Igemm {
     fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
         require!(p.layout == Layout::Nhwc, "implicit GEMM here reads channels-last (NHWC) tensors only");
         match self.plan.math {
-            Math::TensorCores => require!(p.dtype.storage() != DataType::F32, "fp32 and tf32 run on cuda.igemm_simt"),
+            Math::TensorCores => require!(p.dtype != DataType::F32, "exact fp32 runs on cuda.igemm_simt (tf32, from --allow-tf32, may use tensor cores)"),
             Math::Simt => require!(p.dtype.storage() == DataType::F32, "16-bit types run on tensor cores (cuda.igemm_tc)"),
         }
         let (major, minor) = self.device.capability;
@@ -539,11 +540,12 @@ mod tests {
         Planner { math, sm_count: 132, max_shared_bytes: 227 * 1024 }
     }
 
-    fn math_of(p: &ConvProblem) -> Math {
-        if p.dtype.storage() == DataType::F32 {
-            Math::Simt
-        } else {
-            Math::TensorCores
+    /// The maths that run the problem: tf32 runs on both.
+    fn maths_of(p: &ConvProblem) -> Vec<Math> {
+        match p.dtype {
+            DataType::F32 => vec![Math::Simt],
+            DataType::Tf32 => vec![Math::Simt, Math::TensorCores],
+            _ => vec![Math::TensorCores],
         }
     }
 
@@ -558,15 +560,17 @@ mod tests {
         #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
         #[test]
         fn defaults_and_the_config_space_are_valid(p in small_problem().prop_filter("NHWC", |p| p.layout == Layout::Nhwc)) {
-            let plan = planner(math_of(&p));
-            check_default(&plan, &p);
-            let mut count = 0;
-            for tile in plan.candidate_tiles().into_iter().filter(|t| t.check(&plan, &p).is_ok()) {
-                let config = tile.to_config(plan.math, p.direction);
-                prop_assert_eq!(Tile::from_config(&plan, &p, &config).unwrap(), tile);
-                count += 1;
+            for math in maths_of(&p) {
+                let plan = planner(math);
+                check_default(&plan, &p);
+                let mut count = 0;
+                for tile in plan.candidate_tiles().into_iter().filter(|t| t.check(&plan, &p).is_ok()) {
+                    let config = tile.to_config(plan.math, p.direction);
+                    prop_assert_eq!(Tile::from_config(&plan, &p, &config).unwrap(), tile);
+                    count += 1;
+                }
+                prop_assert!(count > 0, "no valid tile for {}", p.key());
             }
-            prop_assert!(count > 0, "no valid tile for {}", p.key());
         }
     }
 
@@ -582,10 +586,12 @@ mod tests {
         ];
         for shape in shapes {
             for direction in ["fwd", "bwd-data", "bwd-weight"] {
-                for dtype in ["bf16", "f16", "f32"] {
+                for dtype in ["bf16", "f16", "f32", "tf32"] {
                     let layout = if shape.matches('x').count() > 6 { "NDHWC" } else { "NHWC" };
                     let p = ConvProblem::from_key(&format!("v1:{direction}:{dtype}:{layout}:{shape}")).unwrap();
-                    check_default(&planner(math_of(&p)), &p);
+                    for math in maths_of(&p) {
+                        check_default(&planner(math), &p);
+                    }
                 }
             }
         }
