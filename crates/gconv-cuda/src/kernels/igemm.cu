@@ -292,25 +292,31 @@ __device__ __forceinline__ void store_pair(elem_t* p, float v0, float v1) {
 
 // Where the block writes: row offsets come from the GEMM row, columns are contiguous
 // channels from `col_base`, valid below `col_limit` counted from `col_start`.
+// OUT_MODE (compile-time, as a run-time branch per output would multiply the epilogue's code
+// and its build time): 0 stores into out, 1 adds into the fp32 workspace with atomics, 2
+// stores into the block's slice of the workspace.
+#ifndef OUT_MODE
+#define OUT_MODE 0
+#endif
 struct Output {
     elem_t* out;
     float* ws;
-    int mode;  // 0: store, 1: atomic add into ws, 2: store into ws slice `slice`
     long long slice;
     int col_base, col_start, col_limit;
 };
 
 __device__ __forceinline__ void emit(const Output& o, int off, float v) {
-    if (o.mode == 0)
-        o.out[off] = from_f32(v);
-    else if (o.mode == 1)
-        atomicAdd(&o.ws[off], v);
-    else
-        o.ws[o.slice + off] = v;
+#if OUT_MODE == 0
+    o.out[off] = from_f32(v);
+#elif OUT_MODE == 1
+    atomicAdd(&o.ws[off], v);
+#else
+    o.ws[o.slice + off] = v;
+#endif
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-    igemm(ConvParams p, const elem_t* a_src, const elem_t* b_src, elem_t* out, float* ws, int zdim, int mode) {
+    igemm(ConvParams p, const elem_t* a_src, const elem_t* b_src, elem_t* out, float* ws, int zdim) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     elem_t* const a_smem = reinterpret_cast<elem_t*>(smem_raw);
     elem_t* const b_smem = a_smem + STAGES * A_STAGE;
@@ -561,7 +567,6 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     Output o;
     o.out = out;
     o.ws = ws;
-    o.mode = mode;
     o.slice = (long long)z * p.g * p.kg * p.ws[0];
     o.col_start = n0;
     o.col_limit = N;
@@ -603,7 +608,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 const int col = wn * WN + ni * 8 + (lane % 4) * 2;
                 const float v0 = acc[mi][ni][h * 2], v1 = acc[mi][ni][h * 2 + 1];
                 const int off = roff + o.col_base + col;
-                if (o.mode == 0 && o.col_start + col + 1 < o.col_limit && off % 2 == 0) {
+                if (OUT_MODE == 0 && o.col_start + col + 1 < o.col_limit && off % 2 == 0) {
                     store_pair(out + off, v0, v1);
                 } else {
                     if (o.col_start + col < o.col_limit) emit(o, off, v0);

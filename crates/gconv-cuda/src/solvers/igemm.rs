@@ -160,6 +160,16 @@ impl Tile {
         self.stages * (a + b) * elem_bytes(p.dtype)
     }
 
+    /// How the kernel writes results: 0 into the output; split backward-weight 1 by atomics
+    /// into the fp32 workspace, 2 into its slice of the workspace.
+    fn out_mode(&self, p: &ConvProblem) -> u32 {
+        match (p.direction, self.splits, self.two_stage) {
+            (Direction::BackwardWeight, 2.., false) => 1,
+            (Direction::BackwardWeight, 2.., true) => 2,
+            _ => 0,
+        }
+    }
+
     fn workspace_bytes(&self, p: &ConvProblem) -> u64 {
         match (p.direction, self.splits, self.two_stage) {
             (Direction::BackwardWeight, 2.., false) => p.weight_elements() * 4,
@@ -270,7 +280,8 @@ impl Tile {
             .define("THREADS", self.threads())
             .define("STAGES", self.stages)
             .define("CPW_A", copy_widths(p).0)
-            .define("CPW_B", copy_widths(p).1);
+            .define("CPW_B", copy_widths(p).1)
+            .define("OUT_MODE", self.out_mode(p));
         match plan.math {
             Math::TensorCores => src.define("TC", 1).define("WARPS_M", self.warps_m).define("WARPS_N", self.warps_n),
             Math::Simt => src.define("TC", 0),
@@ -470,14 +481,9 @@ impl Solver<Cuda> for Igemm {
             }
             _ => None,
         };
-        let mode = match &split {
-            None => 0,
-            Some(s) if s.zero.is_some() => 1,
-            Some(_) => 2,
-        };
         // Blocks of one group, told apart by phase or slice.
         let zdim = (z / shape.groups) as i32;
-        Ok(Box::new(IgemmInvoker { main, params: ConvParams::new(p), direction: p.direction, launch, zdim, mode, split }))
+        Ok(Box::new(IgemmInvoker { main, params: ConvParams::new(p), direction: p.direction, launch, zdim, split }))
     }
 }
 
@@ -496,7 +502,6 @@ struct IgemmInvoker {
     direction: Direction,
     launch: LaunchConfig,
     zdim: i32,
-    mode: i32,
     split: Option<Split>,
 }
 
@@ -517,7 +522,7 @@ impl Invoker<Cuda> for IgemmInvoker {
             unsafe { l.launch(flat(*blocks)) }.map_err(launch_err)?;
         }
         let mut l = b.stream.launch_builder(&self.main);
-        l.arg(&self.params).arg(&a).arg(&bm).arg(&out).arg(&b.workspace).arg(&self.zdim).arg(&self.mode);
+        l.arg(&self.params).arg(&a).arg(&bm).arg(&out).arg(&b.workspace).arg(&self.zdim);
         unsafe { l.launch(self.launch) }.map_err(launch_err)?;
         if let Some(Split { reduce, slices, count, blocks, .. }) = &self.split {
             let mut l = b.stream.launch_builder(reduce);
