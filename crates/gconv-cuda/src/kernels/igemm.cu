@@ -24,6 +24,14 @@
 #else
 #define ELEM_BYTES 2
 #endif
+// Tap masks hold TAP_BITS bits per spatial dimension: 10 in 32 bits when every filter is that
+// short, else 21 in 64 bits.
+#if TAP_BITS <= 10
+typedef unsigned tapmask_t;
+#else
+typedef unsigned long long tapmask_t;
+#endif
+
 // Row padding: keeps rows 16-byte aligned and moves consecutive rows to other banks.
 #define PAD (16 / ELEM_BYTES)
 
@@ -315,7 +323,7 @@ __device__ __forceinline__ void emit(const Output& o, int off, float v) {
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     igemm(ConvParams p, const elem_t* a_src, const elem_t* b_src, elem_t* out, float* ws, int zdim) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     elem_t* const a_smem = reinterpret_cast<elem_t*>(smem_raw);
@@ -368,8 +376,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     const int it_begin = z * per_slice;
     const int iters = max(0, min(k_tiles, it_begin + per_slice) - it_begin);
 #else
-    const int chunks = (KC + BK - 1) / BK;
-    const int iters = tap_count * chunks;
+    const int iters = tap_count * ((KC + BK - 1) / BK);
 #endif
 
     // Gathered A rows (fwd/bwd-data) are fixed for the whole loop: decode them once.
@@ -387,20 +394,55 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #define SRC_S(i) p.xs[i]
 #endif
 #if DIR != 2
-    int a_img[A_CHUNKS], a_base[A_CHUNKS][3];
+    // Each A chunk keeps its row's source offset at tap shift 0 and, per dimension, which tap
+    // indices land inside the source: bit j of field d (TAP_BITS wide) is tap j along d.
+    // Rows past M get no bits, so a copy is valid when the chunk's mask holds the tap's probe.
+    int a_off[A_CHUNKS];
+    tapmask_t a_mask[A_CHUNKS];
 #pragma unroll
     for (int i = 0; i < A_CHUNKS; ++i) {
         const int q = tid + i * THREADS;
         const int m = m0 + q / A_ROW_CHUNKS;
-        a_img[i] = -1;
+        a_off[i] = 0;
+        a_mask[i] = 0;
         if (q < A_TILE_CHUNKS && m < M) {
             int o[3];
             const int img = decode_pixel(m, rows_ext, o);
-            a_img[i] = img * SRC_S(0);
+            int off = img * SRC_S(0) + a_chan + (q % A_ROW_CHUNKS) * CPW_A;
+            tapmask_t mask = 0;
 #pragma unroll
-            for (int d = 0; d < 3; ++d) a_base[i][d] = DIR == 1 ? o[d] : o[d] * p.stride[d];
+            for (int d = 0; d < 3; ++d) {
+                const int base = DIR == 1 ? o[d] : o[d] * p.stride[d];
+                off += base * SRC_S(2 + d);
+                for (int j = 0; j < taps.count[d]; ++j) {
+                    const int c = base + tap_shift(p, d, taps.first[d] + j * taps.step[d], phase);
+                    if (c >= 0 && c < SRC_EXT(d)) mask |= (tapmask_t)1 << (d * TAP_BITS + j);
+                }
+            }
+            a_off[i] = off;
+            a_mask[i] = mask;
         }
     }
+    // B (weights) chunks: offsets at tap 0 and reduction chunk 0.
+    int b_off[B_CHUNKS];
+    bool b_in[B_CHUNKS];
+#pragma unroll
+    for (int i = 0; i < B_CHUNKS; ++i) {
+        const int q = tid + i * THREADS;
+        const int row = q / B_ROW_CHUNKS, col = (q % B_ROW_CHUNKS) * CPW_B;
+#if DIR == 0
+        // w[g*Kg + n][tap][c]: rows are output channels.
+        b_in[i] = q < B_TILE_CHUNKS && n0 + row < N;
+        b_off[i] = (group * p.kg + n0 + row) * p.ws[0] + col;
+#else
+        // w[g*Kg + k][tap][n0 + col]: rows are output channels (the reduction).
+        b_in[i] = q < B_TILE_CHUNKS && n0 + col < N;
+        b_off[i] = (group * p.kg + row) * p.ws[0] + n0 + col;
+#endif
+    }
+    // The next tile to load: tap indices along each dimension and the first reduced channel.
+    // Tiles are loaded in order, so they advance by one step per load.
+    int next_tap[3] = {0, 0, 0}, next_k0 = 0;
 #else
     PixelCursor a_rows[A_CHUNKS], b_rows[B_CHUNKS];
 #pragma unroll
@@ -420,45 +462,50 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     }
 #endif
 
-    auto load_tile = [&](int stage, int it) {
+    auto load_tile = [&](int stage) {
         elem_t* as = a_smem + stage * A_STAGE;
         elem_t* bs = b_smem + stage * B_STAGE;
 #if DIR != 2
-        const int tap = it / chunks;
-        const int k0 = (it % chunks) * BK;
-        int f[3], shift[3];
-        tap_coords(taps, tap, f);
+        const int k0 = next_k0;
+        int shift = 0, wtap = 0;
+        tapmask_t probe = 0;
 #pragma unroll
-        for (int d = 0; d < 3; ++d) shift[d] = tap_shift(p, d, f[d], phase);
+        for (int d = 0; d < 3; ++d) {
+            const int f = taps.first[d] + next_tap[d] * taps.step[d];
+            shift += tap_shift(p, d, f, phase) * SRC_S(2 + d);
+            wtap += f * p.ws[2 + d];
+            probe |= (tapmask_t)1 << (d * TAP_BITS + next_tap[d]);
+        }
+        next_k0 += BK;
+        if (next_k0 >= KC) {
+            next_k0 = 0;
+            if (++next_tap[2] == taps.count[2]) {
+                next_tap[2] = 0;
+                if (++next_tap[1] == taps.count[1]) {
+                    next_tap[1] = 0;
+                    ++next_tap[0];
+                }
+            }
+        }
 #pragma unroll
         for (int i = 0; i < A_CHUNKS; ++i) {
             const int q = tid + i * THREADS;
             if (q >= A_TILE_CHUNKS) break;
             const int row = q / A_ROW_CHUNKS, col = (q % A_ROW_CHUNKS) * CPW_A;
-            bool valid = a_img[i] >= 0 && k0 + col < KC;
-            int off = a_img[i] + a_chan + k0 + col;
-#pragma unroll
-            for (int d = 0; d < 3; ++d) {
-                const int c = a_base[i][d] + shift[d];
-                valid = valid && c >= 0 && c < SRC_EXT(d);
-                off += c * SRC_S(2 + d);
-            }
-            copy_chunk<CPW_A>(as + row * A_LD + col, a_src + (valid ? off : 0), valid);
+            const bool valid = (a_mask[i] & probe) == probe && k0 + col < KC;
+            copy_chunk<CPW_A>(as + row * A_LD + col, a_src + (valid ? a_off[i] + shift + k0 : 0), valid);
         }
-        const int wtap = f[0] * p.ws[2] + f[1] * p.ws[3] + f[2] * p.ws[4];
 #pragma unroll
         for (int i = 0; i < B_CHUNKS; ++i) {
             const int q = tid + i * THREADS;
             if (q >= B_TILE_CHUNKS) break;
             const int row = q / B_ROW_CHUNKS, col = (q % B_ROW_CHUNKS) * CPW_B;
 #if DIR == 0
-            // w[g*Kg + n][tap][k0 + col]: rows are output channels.
-            const bool valid = n0 + row < N && k0 + col < KC;
-            const int off = (group * p.kg + n0 + row) * p.ws[0] + k0 + col + wtap;
+            const bool valid = b_in[i] && k0 + col < KC;
+            const int off = b_off[i] + k0 + wtap;
 #else
-            // w[g*Kg + k0 + row][tap][n0 + col]: rows are output channels (the reduction).
-            const bool valid = k0 + row < KC && n0 + col < N;
-            const int off = (group * p.kg + k0 + row) * p.ws[0] + n0 + col + wtap;
+            const bool valid = b_in[i] && k0 + row < KC;
+            const int off = b_off[i] + k0 * p.ws[0] + wtap;
 #endif
             copy_chunk<CPW_B>(bs + row * B_LD + col, b_src + (valid ? off : 0), valid);
         }
@@ -514,7 +561,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < iters) load_tile(s, s);
+        if (s < iters) load_tile(s);
         commit();
     }
     for (int it = 0; it < iters; ++it) {
@@ -522,7 +569,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         __syncthreads();
         // The stage refilled here was read in the previous iteration, which every warp has
         // finished by the barrier above.
-        if (it + STAGES - 1 < iters) load_tile((it + STAGES - 1) % STAGES, it + STAGES - 1);
+        if (it + STAGES - 1 < iters) load_tile((it + STAGES - 1) % STAGES);
         commit();
         const elem_t* as = a_smem + (it % STAGES) * A_STAGE;
         const elem_t* bs = b_smem + (it % STAGES) * B_STAGE;

@@ -27,6 +27,14 @@ const SPLIT_THREADS: u32 = 256;
 const MAX_CHUNKS_PER_THREAD: u32 = 8;
 /// Two-stage backward-weight keeps one fp32 copy of the weights per slice.
 const MAX_WORKSPACE_BYTES: u64 = 1 << 30;
+/// Gathered rows keep one bit per tap along each dimension: at most 21 in 64 bits.
+const MAX_FILTER_TAPS: u32 = 21;
+/// Registers an SM holds, and the shared memory the driver keeps per block.
+const SM_REGISTERS: u32 = 64 * 1024;
+const RESERVED_SHARED_BYTES: u32 = 1024;
+/// Resident warps and blocks an SM holds at most.
+const MAX_SM_WARPS: u32 = 64;
+const MAX_SM_BLOCKS: u32 = 32;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Math {
@@ -148,6 +156,35 @@ impl Tile {
         self.warps_m * self.warps_n * 32
     }
 
+    /// Copies per thread and stage of each operand.
+    fn chunks_per_thread(&self, p: &ConvProblem) -> (u32, u32) {
+        let (width_a, width_b) = copy_widths(p);
+        let chunks = |rows: u32, width: u32| (rows * self.bk / width).div_ceil(self.threads());
+        (chunks(self.bm, width_a), chunks(self.bn, width_b))
+    }
+
+    /// Blocks per SM the kernel is built for (`__launch_bounds__`). Left to itself the compiler
+    /// takes a few registers over 128 and so holds a 256-thread tile to one block per SM. Where
+    /// the loader is light (16-byte copies, few of them: a local NVRTC sweep of the space
+    /// found no spills there), threads get 128 registers when their accumulators fit, and
+    /// shared memory sets the count; elsewhere the compiler is left free.
+    fn min_blocks(&self, plan: &Planner, p: &ConvProblem) -> u32 {
+        let (chunks_a, chunks_b) = self.chunks_per_thread(p);
+        let widest = 16 / elem_bytes(p.dtype);
+        let max_chunks = if p.direction == Direction::BackwardWeight { 4 } else { 6 };
+        let accumulators = self.bm / self.warps_m * (self.bn / self.warps_n) / 32;
+        let light = plan.math == Math::TensorCores
+            && copy_widths(p) == (widest, widest)
+            && chunks_a + chunks_b <= max_chunks
+            && accumulators <= 64;
+        if !light {
+            return 1;
+        }
+        let by_registers = SM_REGISTERS / (self.threads() * 128);
+        let by_shared = (plan.max_shared_bytes + RESERVED_SHARED_BYTES) / (self.shared_bytes(p) + RESERVED_SHARED_BYTES);
+        by_registers.min(by_shared).max(1)
+    }
+
     fn shared_bytes(&self, p: &ConvProblem) -> u32 {
         let pad = 16 / elem_bytes(p.dtype);
         let (a_kmajor, b_kmajor) = match p.direction {
@@ -243,9 +280,7 @@ impl Tile {
         }
         // Copy loops unroll, and gathered rows keep their pixel coordinates in registers: a
         // thread copies at most a few chunks of each operand per stage.
-        let (width_a, width_b) = copy_widths(p);
-        let chunks = |rows: u32, width: u32| (rows * self.bk / width).div_ceil(self.threads());
-        let (chunks_a, chunks_b) = (chunks(self.bm, width_a), chunks(self.bn, width_b));
+        let (chunks_a, chunks_b) = self.chunks_per_thread(p);
         if chunks_a.max(chunks_b) > MAX_CHUNKS_PER_THREAD {
             return Err(format!(
                 "each thread would copy {chunks_a} chunks of A and {chunks_b} of B, {MAX_CHUNKS_PER_THREAD} at most: use a smaller tile"
@@ -281,7 +316,9 @@ impl Tile {
             .define("STAGES", self.stages)
             .define("CPW_A", copy_widths(p).0)
             .define("CPW_B", copy_widths(p).1)
-            .define("OUT_MODE", self.out_mode(p));
+            .define("OUT_MODE", self.out_mode(p))
+            .define("TAP_BITS", if p.dims.iter().all(|d| d.filter <= 10) { 10 } else { MAX_FILTER_TAPS })
+            .define("MIN_BLOCKS", self.min_blocks(plan, p));
         match plan.math {
             Math::TensorCores => src.define("TC", 1).define("WARPS_M", self.warps_m).define("WARPS_N", self.warps_n),
             Math::Simt => src.define("TC", 0),
@@ -290,6 +327,17 @@ impl Tile {
 }
 
 impl Planner {
+    /// The share of L1 to give shared memory: enough for as many blocks as registers and
+    /// warp slots allow, and no more, as the rest caches the loads that bypass shared memory.
+    fn carveout_percent(&self, threads: u32, registers: u32, shared: u32) -> u32 {
+        let warps = threads.div_ceil(32);
+        let by_registers = SM_REGISTERS / (warps * 32 * registers.next_multiple_of(8)).max(1);
+        let sm_shared = self.max_shared_bytes + RESERVED_SHARED_BYTES;
+        let by_shared = sm_shared / (shared + RESERVED_SHARED_BYTES);
+        let blocks = by_registers.min(by_shared).min(MAX_SM_WARPS / warps).clamp(1, MAX_SM_BLOCKS);
+        (blocks * (shared + RESERVED_SHARED_BYTES) * 100).div_ceil(sm_shared).min(100)
+    }
+
     /// Every tile shape of the config space, before the problem's own checks.
     fn candidate_tiles(&self) -> Vec<Tile> {
         let base = Tile { bm: 0, bn: 0, bk: 0, warps_m: 1, warps_n: 1, stages: 0, splits: 1, two_stage: false };
@@ -332,7 +380,9 @@ impl Planner {
         let sms = u64::from(self.sm_count);
         let weight = p.direction == Direction::BackwardWeight;
         let bk = match self.math {
-            Math::TensorCores if !weight && shape.reduce <= 16 => 16,
+            // Backward-weight gathers both operands through per-chunk pixel cursors: shallow
+            // tiles keep a thread's chunks, and its registers, few (tuning on the GPU agrees).
+            Math::TensorCores if weight || shape.reduce <= 16 => 16,
             Math::TensorCores => 32,
             // Narrow copies mean more gathered rows per thread: a shallower tile.
             Math::Simt if copy_widths(p).0 < 4 => 8,
@@ -415,6 +465,10 @@ impl Solver<Cuda> for Igemm {
         }
         let (major, minor) = self.device.capability;
         require!(major >= 8, "needs cp.async and mma.sync (sm_80 or newer), the GPU is sm_{major}{minor}");
+        require!(
+            p.dims.iter().all(|d| d.filter <= MAX_FILTER_TAPS),
+            "filters longer than {MAX_FILTER_TAPS} taps along a dimension are not supported"
+        );
         let tile = self.plan.default_tile(p);
         tile.check(&self.plan, p).map_err(NotApplicable)?;
         Ok(())
@@ -461,6 +515,12 @@ impl Solver<Cuda> for Igemm {
             main.set_attribute(FuncAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared as i32)
                 .map_err(|e| backend_error("allow cuda.igemm's shared memory", e))?;
         }
+        let registers = main
+            .get_attribute(FuncAttr::CU_FUNC_ATTRIBUTE_NUM_REGS)
+            .map_err(|e| backend_error("read cuda.igemm's register count", e))?;
+        let carveout = self.plan.carveout_percent(tile.threads(), registers as u32, shared);
+        main.set_attribute(FuncAttr::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, carveout as i32)
+            .map_err(|e| backend_error("set cuda.igemm's shared-memory carveout", e))?;
         let shape = Shape::new(p);
         let (x, y, z) = shape.grid(&tile);
         let launch = LaunchConfig {
@@ -552,6 +612,18 @@ mod tests {
             DataType::Tf32 => vec![Math::Simt, Math::TensorCores],
             _ => vec![Math::TensorCores],
         }
+    }
+
+    #[test]
+    fn carveout_fits_the_blocks_registers_allow() {
+        let plan = planner(Math::TensorCores);
+        // 256 threads of a 76.8 KB tile: two blocks at 126 registers, one at 155.
+        assert_eq!(plan.carveout_percent(256, 126, 76800), 67);
+        assert_eq!(plan.carveout_percent(256, 155, 76800), 34);
+        // Small tiles stop at the SM's warp slots; without shared memory only the driver's
+        // reserve per block is asked for.
+        assert_eq!(plan.carveout_percent(32, 32, 4096), 71);
+        assert_eq!(plan.carveout_percent(128, 64, 0), 4);
     }
 
     fn check_default(plan: &Planner, p: &ConvProblem) {
