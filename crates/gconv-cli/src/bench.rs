@@ -145,8 +145,8 @@ fn print_row(r: &Row) {
     println!("{}", r.key);
     println!("  gconv pick {:.4} ms ({}); gconv best {:.4} ms ({})", r.pick.1, r.pick.0, r.best.1, r.best.0);
     println!("  cuDNN heuristic {}; cuDNN find {}", cudnn(&r.cudnn_heuristic), cudnn(&r.cudnn_find));
-    let vs_find = r.cudnn_find.as_ref().map_or(f64::NAN, |(_, t)| t / r.best.1);
-    println!("  roofline {:.4} ms; gconv best at {:.1}% of it; {:.2}x cuDNN find", r.bound_ms, 100.0 * r.bound_ms / r.best.1, vs_find);
+    let vs_find = r.cudnn_find.as_ref().map_or("no cuDNN find to compare with".into(), |(_, t)| format!("{:.2}x cuDNN find", t / r.best.1));
+    println!("  roofline {:.4} ms; gconv best at {:.1}% of it; {vs_find}", r.bound_ms, 100.0 * r.bound_ms / r.best.1);
 }
 
 fn write_csv(path: &std::path::Path, rows: &[Row]) -> std::io::Result<()> {
@@ -183,8 +183,12 @@ fn summarize(rows: &[Row], builds: gconv_core::BuildStats) {
         let theirs: Vec<f64> = with_find.iter().map(|r| r.bound_ms / r.cudnn_find.as_ref().unwrap().1).collect();
         let worst = ratios.iter().cloned().fold(f64::INFINITY, f64::min);
         let slow = ratios.iter().filter(|&&r| r < SLOW_RATIO).count();
+        let unmatched = match members.len() - with_find.len() {
+            0 => String::new(),
+            n => format!(", {n} without a cuDNN find"),
+        };
         println!(
-            "  {name:<22} {:>3} layers: {:.2}x cuDNN find (worst {:.2}x, {slow} below {SLOW_RATIO}x); roofline: gconv {:.1}%, cuDNN {:.1}%",
+            "  {name:<22} {:>3} layers: {:.2}x cuDNN find (worst {:.2}x, {slow} below {SLOW_RATIO}x{unmatched}); roofline: gconv {:.1}%, cuDNN {:.1}%",
             members.len(),
             geomean(&ratios).unwrap_or(f64::NAN),
             worst,
