@@ -17,7 +17,8 @@
 // STAGES (pipeline depth), CPW_A and CPW_B (elements per global->shared copy of each operand:
 // 16, 8 or 4 bytes by cp.async, 2 bytes by plain loads), TC (1: mma.sync with fp32 accumulation, m16n8k16 on 16-bit
 // types or m16n8k8 on TF32-rounded fp32 (GCONV_TF32), with WARPS_M x WARPS_N warps; 0: fp32
-// FMA, an 8x8 outer product per thread).
+// FMA, an 8x8 outer product per thread), OUT_MODE (see Output), TAP_BITS (tap-mask bits per
+// dimension) and MIN_BLOCKS (blocks per SM the registers are budgeted for).
 
 #if defined(GCONV_F32)
 #define ELEM_BYTES 4
