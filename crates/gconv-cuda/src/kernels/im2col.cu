@@ -13,35 +13,58 @@ struct __align__(sizeof(elem_t) * VEC) vec_t {
 };
 
 // Forward and backward-weight: col[pixel][g][tap][c] = x at the pixel's input position for the
-// tap, or 0 in the padding.
+// tap, or 0 in the padding. A warp fills whole rows, its lanes 32 vectors apart: each lane keeps
+// its place in the row as mixed-radix digits (channel vector, fw, fh, fd, g) and adds 32 in that
+// radix per step, so no element pays for a division (they made this kernel ALU-bound).
 extern "C" __global__ void im2col(ConvParams p, const elem_t* x, elem_t* col) {
-    const int lanes = p.cg / VEC;
-    const int taps = p.fil[0] * p.fil[1] * p.fil[2];
-    const long long total = (long long)p.n * p.out[0] * p.out[1] * p.out[2] * p.g * taps * lanes;
-    for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < total;
-         idx += (long long)gridDim.x * blockDim.x) {
-        long long r = idx;
-        const int c = (int)(r % lanes) * VEC; r /= lanes;
-        const int tap = (int)(r % taps); r /= taps;
-        const int g = (int)(r % p.g); r /= p.g;
-        const int ow = (int)(r % p.out[2]); r /= p.out[2];
-        const int oh = (int)(r % p.out[1]); r /= p.out[1];
-        const int od = (int)(r % p.out[0]);
-        const int n = (int)(r / p.out[0]);
-        const int fw = tap % p.fil[2];
-        const int fh = (tap / p.fil[2]) % p.fil[1];
-        const int fd = tap / (p.fil[2] * p.fil[1]);
-        const int id = src_coord(od, fd, p.stride[0], p.pad[0], p.dil[0], p.in[0], false);
-        const int ih = src_coord(oh, fh, p.stride[1], p.pad[1], p.dil[1], p.in[1], false);
-        const int iw = src_coord(ow, fw, p.stride[2], p.pad[2], p.dil[2], p.in[2], false);
-        vec_t v;
-        if (id >= 0 && ih >= 0 && iw >= 0) {
-            v = *reinterpret_cast<const vec_t*>(x + offset(p.xs, n, g * p.cg + c, id, ih, iw));
-        } else {
+    const int radix[5] = {p.cg / VEC, p.fil[2], p.fil[1], p.fil[0], p.g};
+    const int row = radix[0] * radix[1] * radix[2] * radix[3] * radix[4];
+    const int lane = threadIdx.x % 32;
+    int start[5], step[5];
+    {
+        int at = lane, by = 32;
 #pragma unroll
-            for (int i = 0; i < VEC; ++i) v.v[i] = from_f32(0.0f);
+        for (int d = 0; d < 5; ++d) {
+            start[d] = at % radix[d];
+            at /= radix[d];
+            step[d] = by % radix[d];
+            by /= radix[d];
         }
-        *reinterpret_cast<vec_t*>(col + idx * VEC) = v;
+    }
+    const int per_image = p.out[0] * p.out[1] * p.out[2];
+    const long long pixels = (long long)p.n * per_image;
+    const int warps_per_block = blockDim.x / 32;
+    for (long long pix = (long long)blockIdx.x * warps_per_block + threadIdx.x / 32; pix < pixels;
+         pix += (long long)gridDim.x * warps_per_block) {
+        const int n = (int)(pix / per_image);
+        int o = (int)(pix - (long long)n * per_image);
+        const int ow = o % p.out[2];
+        o /= p.out[2];
+        const int oh = o % p.out[1];
+        const int od = o / p.out[1];
+        const int bd = od * p.stride[0] - p.pad[0], bh = oh * p.stride[1] - p.pad[1], bw = ow * p.stride[2] - p.pad[2];
+        vec_t* dst = reinterpret_cast<vec_t*>(col) + pix * row;
+        int digit[5];
+#pragma unroll
+        for (int d = 0; d < 5; ++d) digit[d] = start[d];
+        for (int j = lane; j < row; j += 32) {
+            const int id = bd + digit[3] * p.dil[0], ih = bh + digit[2] * p.dil[1], iw = bw + digit[1] * p.dil[2];
+            vec_t v;
+            if (id >= 0 && id < p.in[0] && ih >= 0 && ih < p.in[1] && iw >= 0 && iw < p.in[2]) {
+                v = *reinterpret_cast<const vec_t*>(x + offset(p.xs, n, digit[4] * p.cg + digit[0] * VEC, id, ih, iw));
+            } else {
+#pragma unroll
+                for (int i = 0; i < VEC; ++i) v.v[i] = from_f32(0.0f);
+            }
+            dst[j] = v;
+            int carry = 0;
+#pragma unroll
+            for (int d = 0; d < 5; ++d) {
+                digit[d] += step[d] + carry;
+                carry = digit[d] >= radix[d];
+                if (carry) digit[d] -= radix[d];
+            }
+        }
     }
 }
 

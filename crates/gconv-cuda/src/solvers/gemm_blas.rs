@@ -85,11 +85,20 @@ fn explicit(p: &ConvProblem) -> bool {
     gconv_core::applicability::plain_1x1(p).is_err()
 }
 
-/// Elements of the column matrix: N x output positions x C x taps.
-fn col_elements(p: &ConvProblem) -> u64 {
-    let taps: u64 = p.dims.iter().map(|d| u64::from(d.filter)).product();
+/// Rows of the column matrix: N x output positions.
+fn col_rows(p: &ConvProblem) -> u64 {
     let outputs: u64 = p.output_dims().iter().map(|&o| u64::from(o)).product();
-    u64::from(p.n) * outputs * u64::from(p.c) * taps
+    u64::from(p.n) * outputs
+}
+
+/// Elements of one row of the column matrix: G x taps x Cg.
+fn col_row_elements(p: &ConvProblem) -> u64 {
+    let taps: u64 = p.dims.iter().map(|d| u64::from(d.filter)).product();
+    u64::from(p.c) * taps
+}
+
+fn col_elements(p: &ConvProblem) -> u64 {
+    col_rows(p) * col_row_elements(p)
 }
 
 /// Bytes of one column element: backward-data sums fp32 columns.
@@ -208,9 +217,9 @@ impl Solver<Cuda> for GemmBlas {
         let columns = if explicit(p) {
             let backward_data = p.direction == Direction::BackwardData;
             let function = self.device.function(&im2col_source(p), if backward_data { "col2im" } else { "im2col" })?;
-            // One thread per vector of the larger side: the columns, or dx.
-            let elements = if backward_data { p.input_elements() } else { col_elements(p) };
-            let blocks = elements.div_ceil(u64::from(THREADS)).clamp(1, u64::from(self.device.sm_count) * 32) as u32;
+            // col2im: a thread per vector of dx; im2col: a warp per column-matrix row (pixel).
+            let work = if backward_data { p.input_elements() } else { col_rows(p) * 32 };
+            let blocks = work.div_ceil(u64::from(THREADS)).clamp(1, u64::from(self.device.sm_count) * 32) as u32;
             Some(Columns { function, params: ConvParams::new(p), blocks, after_gemm: backward_data })
         } else {
             None
