@@ -62,6 +62,7 @@ pub fn bench(target: &CudaTarget, db: &mut Db, problems: Vec<ConvProblem>, opts:
     let mut peaks: BTreeMap<DataType, Peaks> = BTreeMap::new();
     let mut rows = Vec::new();
     let mut failures = 0;
+    let mut csv = opts.csv.as_deref().map(CsvOut::create).transpose()?;
     println!("device:    {}\n", target.describe());
     for p in &problems {
         if !peaks.contains_key(&p.dtype) {
@@ -77,6 +78,9 @@ pub fn bench(target: &CudaTarget, db: &mut Db, problems: Vec<ConvProblem>, opts:
         match bench_one(target, db, p, opts, &peaks[&p.dtype]) {
             Ok(row) => {
                 print_row(&row);
+                if let Some(out) = &mut csv {
+                    out.row(&row)?;
+                }
                 rows.push(row);
             }
             Err(e) => {
@@ -87,9 +91,6 @@ pub fn bench(target: &CudaTarget, db: &mut Db, problems: Vec<ConvProblem>, opts:
         for w in db.warnings.drain(..) {
             eprintln!("warning: {w}");
         }
-    }
-    if let Some(path) = &opts.csv {
-        write_csv(path, &rows).with_context(|| format!("cannot write {}", path.display()))?;
     }
     summarize(&rows, device.build_stats());
     Ok(if failures == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
@@ -149,20 +150,35 @@ fn print_row(r: &Row) {
     println!("  roofline {:.4} ms; gconv best at {:.1}% of it; {vs_find}", r.bound_ms, 100.0 * r.bound_ms / r.best.1);
 }
 
-fn write_csv(path: &std::path::Path, rows: &[Row]) -> std::io::Result<()> {
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
-    writeln!(f, "key,class,direction,dtype,gconv_pick,gconv_pick_ms,gconv_best,gconv_best_ms,cudnn_heuristic,cudnn_heuristic_ms,cudnn_find,cudnn_find_ms,roofline_ms,speedup_vs_cudnn_find,gconv_roofline_fraction,cudnn_roofline_fraction")?;
-    for r in rows {
+/// The `--csv` file, written a row at a time so that an interrupted bench keeps what it measured.
+struct CsvOut {
+    path: std::path::PathBuf,
+    file: std::io::BufWriter<std::fs::File>,
+}
+
+impl CsvOut {
+    fn create(path: &std::path::Path) -> anyhow::Result<Self> {
+        let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        let mut out = CsvOut { path: path.to_path_buf(), file: std::io::BufWriter::new(file) };
+        out.line("key,class,direction,dtype,gconv_pick,gconv_pick_ms,gconv_best,gconv_best_ms,cudnn_heuristic,cudnn_heuristic_ms,cudnn_find,cudnn_find_ms,roofline_ms,speedup_vs_cudnn_find,gconv_roofline_fraction,cudnn_roofline_fraction")?;
+        Ok(out)
+    }
+
+    fn row(&mut self, r: &Row) -> anyhow::Result<()> {
         let (ha, ht) = r.cudnn_heuristic.clone().unwrap_or(("failed".into(), f64::NAN));
         let (fa, ft) = r.cudnn_find.clone().unwrap_or(("failed".into(), f64::NAN));
-        writeln!(
-            f,
+        self.line(&format!(
             "{},{},{},{},{},{:.5},{},{:.5},{},{:.5},{},{:.5},{:.5},{:.4},{:.4},{:.4}",
             r.key, r.class, r.direction, r.dtype, r.pick.0, r.pick.1, r.best.0, r.best.1, ha, ht, fa, ft, r.bound_ms,
             ft / r.best.1, r.bound_ms / r.best.1, r.bound_ms / ft
-        )?;
+        ))
     }
-    f.flush()
+
+    fn line(&mut self, text: &str) -> anyhow::Result<()> {
+        writeln!(self.file, "{text}")
+            .and_then(|_| self.file.flush())
+            .with_context(|| format!("cannot write {}", self.path.display()))
+    }
 }
 
 /// Speed against cuDNN find below which the summary counts a layer as slow.
