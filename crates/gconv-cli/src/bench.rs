@@ -1,25 +1,27 @@
-//! `gconv bench`: gconv against cuDNN on the same GPU, in one process, on the same buffers and
-//! with the same timing (CUDA events, a warm-up, the median), beside the roofline bound.
+//! `gconv bench`: gconv against the vendor library (cuDNN) on the same device, in one process,
+//! on the same buffers, every figure by the one measurement path (GPU time per call of
+//! back-to-back calls). Columns: gconv's pick (in the find mode given), gconv's best (all
+//! solvers), gconv's best own kernel (no vendor library), cuDNN's heuristic pick and cuDNN's
+//! find pick; the roofline bound; PyTorch's time when its CSV is given.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use gconv_core::{ConvProblem, ConvTensors, DataType, Direction, Solution};
-use gconv_cuda::cudnn_peer::{Algo, CudnnPeer};
-use gconv_cuda::roofline::{measure_peaks, Peaks};
-use gconv_cuda::DeviceTensors;
+use gconv_core::{ConvProblem, DataType, Direction, Runtime, SolverKind};
 use gconv_tune::db::Db;
-use gconv_tune::find::{find, FindOptions, DATA_SEED, STATUS_OK};
+use gconv_tune::find::{find, FindOptions, Ranked, TestBed};
+use gconv_tune::measure::{evaluate, Sampling};
 use gconv_tune::select::{select, FindMode};
-use gconv_tune::target::{CudaTarget, Target};
 
 pub struct BenchOptions {
     pub mode: FindMode,
-    pub iterations: u32,
     pub find: FindOptions,
-    pub csv: Option<std::path::PathBuf>,
+    pub csv: Option<PathBuf>,
+    /// PyTorch's ms per problem key.
+    pub torch: Option<HashMap<String, f64>>,
 }
 
 /// The layer's family, for the summary.
@@ -33,53 +35,57 @@ fn class(p: &ConvProblem) -> &'static str {
     }
 }
 
-/// Median of a warm-up run and then `iterations` timed runs, in ms.
-fn median_ms(iterations: u32, mut run: impl FnMut() -> gconv_core::Result<f64>) -> anyhow::Result<f64> {
-    run()?;
-    let mut samples = (0..iterations.max(1)).map(|_| run().map(|s| s * 1e3)).collect::<Result<Vec<_>, _>>()?;
-    samples.sort_by(f64::total_cmp);
-    Ok(samples[samples.len() / 2])
-}
+/// A measured candidate: what ran, and its ms per call.
+type Measured = (String, f64);
 
 struct Row {
     key: String,
     class: &'static str,
     direction: Direction,
     dtype: DataType,
-    pick: (String, f64),
-    best: (String, f64),
-    cudnn_heuristic: Result<(String, f64), String>,
-    cudnn_find: Result<(String, f64), String>,
-    bound_ms: f64,
+    pick: Measured,
+    best: Option<Measured>,
+    own: Option<Measured>,
+    cudnn_heuristic: Result<Measured, String>,
+    cudnn_find: Result<Measured, String>,
+    torch_ms: Option<f64>,
+    bound_ms: Option<f64>,
+}
+
+impl Row {
+    fn find_ms(&self) -> Option<f64> {
+        self.cudnn_find.as_ref().ok().map(|m| m.1)
+    }
 }
 
 fn geomean(values: &[f64]) -> Option<f64> {
     (!values.is_empty()).then(|| (values.iter().map(|v| v.ln()).sum::<f64>() / values.len() as f64).exp())
 }
 
-pub fn bench(target: &CudaTarget, db: &mut Db, problems: Vec<ConvProblem>, opts: &BenchOptions) -> anyhow::Result<ExitCode> {
-    let device = &target.device;
-    let mut peaks: BTreeMap<DataType, Peaks> = BTreeMap::new();
+pub fn bench(rt: &dyn Runtime, device_line: &str, db: &mut Db, problems: Vec<ConvProblem>, opts: &BenchOptions) -> anyhow::Result<ExitCode> {
+    if let Some(p) = problems.first() {
+        if rt.yardstick(p)?.is_none() {
+            anyhow::bail!("bench compares gconv with a vendor library, and the device ({device_line}) has none");
+        }
+    }
     let mut rows = Vec::new();
     let mut failures = 0;
     let mut csv = opts.csv.as_deref().map(CsvOut::create).transpose()?;
-    println!("device:    {}\n", target.describe());
+    println!("device:    {device_line}");
+    println!("timing:    GPU time per call, median of {} samples of back-to-back calls, {}\n", opts.find.samples, opts.find.timing.label());
+    let mut peaks_shown = Vec::new();
     for p in &problems {
-        if !peaks.contains_key(&p.dtype) {
-            let measured = measure_peaks(device, p.dtype)?;
-            println!(
-                "peaks:     {}: {:.1} TFLOP/s (cuBLAS GEMM), {:.0} GB/s (copy)",
-                p.dtype,
-                measured.flops_per_s / 1e12,
-                measured.bytes_per_s / 1e9
-            );
-            peaks.insert(p.dtype, measured);
+        if let (false, Some(peaks)) = (peaks_shown.contains(&p.dtype), rt.peaks(p.dtype)?) {
+            println!("peaks:     {}: {:.1} TFLOP/s (cuBLAS GEMM), {:.0} GB/s (copy)\n", p.dtype, peaks.flops_per_s / 1e12, peaks.bytes_per_s / 1e9);
+            peaks_shown.push(p.dtype);
         }
-        match bench_one(target, db, p, opts, &peaks[&p.dtype]) {
+        let row = bench_one(rt, db, p, opts);
+        crate::print_warnings(db);
+        match row {
             Ok(row) => {
                 print_row(&row);
                 if let Some(out) = &mut csv {
-                    out.row(&row)?;
+                    out.row(&row, opts.find.timing.label())?;
                 }
                 rows.push(row);
             }
@@ -88,104 +94,150 @@ pub fn bench(target: &CudaTarget, db: &mut Db, problems: Vec<ConvProblem>, opts:
                 eprintln!("error: {}: {e:#}", p.key());
             }
         }
-        for w in db.warnings.drain(..) {
-            eprintln!("warning: {w}");
-        }
     }
-    summarize(&rows, device.build_stats());
+    summarize(&rows, opts.torch.is_some());
+    if let Some(builds) = rt.build_stats() {
+        println!(
+            "  kernel builds: {} ({:.0} ms of NVRTC), {} from the disk cache, {} reused in process",
+            builds.builds, builds.build_ms, builds.disk_hits, builds.memory_hits
+        );
+    }
     Ok(if failures == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-fn bench_one(target: &CudaTarget, db: &mut Db, p: &ConvProblem, opts: &BenchOptions, peaks: &Peaks) -> anyhow::Result<Row> {
-    let device = &target.device;
-    let tensors = ConvTensors::try_random(p, DATA_SEED)?;
-    let mut gpu = DeviceTensors::upload(device, &tensors)?;
+fn label(r: &Ranked) -> String {
+    format!("{} {}", r.solver, r.config)
+}
 
-    let selection = select(target, db, p, opts.mode, &opts.find)?;
-    let solver = target.registry().get(selection.solver)?;
-    let solution = Solution::build(solver, p, selection.config.clone())?;
-    let pick_ms = median_ms(opts.iterations, || gpu.run_timed(device, &solution))?;
+fn bench_one(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &BenchOptions) -> anyhow::Result<Row> {
+    let mut bed = TestBed::new(rt, p);
+    let selection = select(rt, db, &mut bed, p, opts.mode, &opts.find)?;
+    // Every candidate fully sampled: cuDNN's lists must not be cut short by gconv's time box.
+    let ranking = find(rt, db, &mut bed, &FindOptions { only_prebuilt: false, time_box: false, ..opts.find })?;
+    let timed = |r: &&Ranked| r.outcome.timed_ms().is_some();
+    let row_of = |solver: &str, config: &gconv_core::Config| ranking.iter().find(|r| r.solver == solver && r.config == *config);
+    let measured = |r: &Ranked| r.outcome.timed_ms().map(|ms| (label(r), ms));
 
-    // A full find already run by the pick (normal and hybrid modes without a find-db record)
-    // is the ranking; dynamic-hybrid's skipped unbuilt candidates, so it does not count.
-    let ranking = match selection.find {
-        Some(rows) if opts.mode != FindMode::DynamicHybrid => rows,
-        _ => find(target, db, p, &opts.find)?,
+    let chosen = &selection.solution;
+    let pick_ms = match row_of(chosen.solver_id, &chosen.config).and_then(|r| r.outcome.timed_ms()) {
+        Some(ms) => ms,
+        None => {
+            let (workload, _) = bed.parts(false)?;
+            let sampling = Sampling { samples: opts.find.samples, best_ms: None, options: opts.find.timing };
+            evaluate(workload, p, chosen, None, sampling)?.timing.context("the pick was not timed")?.ms
+        }
     };
-    let best = ranking.iter().find(|r| r.status == STATUS_OK).context("no gconv candidate ran")?;
-    let best = (format!("{} {}", best.solver, best.config), best.time_ms.unwrap_or(f64::NAN));
-
-    let peer = CudnnPeer::new(device, p)?;
-    let time_algo = |gpu: &mut DeviceTensors, algo: gconv_core::Result<Algo>| -> Result<(String, f64), String> {
-        let algo = algo.map_err(|e| e.to_string())?;
-        let ms = median_ms(opts.iterations, || peer.run_timed(gpu, &algo)).map_err(|e| e.to_string())?;
-        Ok((algo.name(), ms))
+    let yardstick = rt.yardstick(p)?;
+    let (cudnn_heuristic, cudnn_find) = match &yardstick {
+        None => (Err("no cuDNN configs".to_string()), Err("no cuDNN configs".to_string())),
+        Some(y) => {
+            let heuristic = match row_of(y.solver, &y.heuristic) {
+                Some(r) => measured(r).ok_or_else(|| r.outcome.status()),
+                None => Err("not run".into()),
+            };
+            let found = y.find.iter().filter_map(|c| row_of(y.solver, c)).filter_map(measured).min_by(|a, b| a.1.total_cmp(&b.1));
+            (heuristic, found.ok_or_else(|| "none of its configs ran".to_string()))
+        }
     };
-    let cudnn_heuristic = time_algo(&mut gpu, peer.heuristic());
-    let found = peer.find(&mut gpu, opts.find.workspace_limit);
-    let cudnn_find = time_algo(&mut gpu, found);
-
     Ok(Row {
         key: p.key(),
         class: class(p),
         direction: p.direction,
         dtype: p.dtype,
-        pick: (format!("{} {}", solution.solver_id, solution.config), pick_ms),
-        best,
+        pick: (format!("{} {}", chosen.solver_id, chosen.config), pick_ms),
+        best: ranking.iter().find(timed).and_then(measured),
+        own: ranking.iter().filter(|r| r.kind == SolverKind::Own).find(timed).and_then(measured),
         cudnn_heuristic,
         cudnn_find,
-        bound_ms: peaks.bound_s(p.flops(), p.bytes()) * 1e3,
+        torch_ms: opts.torch.as_ref().and_then(|t| t.get(&p.key()).copied()),
+        bound_ms: rt.peaks(p.dtype)?.map(|peaks| peaks.bound_s(p.flops(), p.bytes()) * 1e3),
     })
 }
 
 fn print_row(r: &Row) {
-    let cudnn = |c: &Result<(String, f64), String>| match c {
-        Ok((a, t)) => format!("{t:.4} ms ({})", a.trim_start_matches("CUDNN_CONVOLUTION_")),
-        Err(e) => format!("failed ({e})"),
-    };
+    let show = |m: &Option<Measured>| m.as_ref().map_or("none ran".into(), |(what, ms)| format!("{ms:.4} ms ({what})"));
+    let shown = |m: &Result<Measured, String>| m.as_ref().map_or_else(|e| format!("failed ({e})"), |(what, ms)| format!("{ms:.4} ms ({what})"));
     println!("{}", r.key);
-    println!("  gconv pick {:.4} ms ({}); gconv best {:.4} ms ({})", r.pick.1, r.pick.0, r.best.1, r.best.0);
-    println!("  cuDNN heuristic {}; cuDNN find {}", cudnn(&r.cudnn_heuristic), cudnn(&r.cudnn_find));
-    let vs_find = r.cudnn_find.as_ref().map_or("no cuDNN find to compare with".into(), |(_, t)| format!("{:.2}x cuDNN find", t / r.best.1));
-    println!("  roofline {:.4} ms; gconv best at {:.1}% of it; {vs_find}", r.bound_ms, 100.0 * r.bound_ms / r.best.1);
+    println!("  gconv pick {:.4} ms ({}); best {}; own {}", r.pick.1, r.pick.0, show(&r.best), show(&r.own));
+    let torch = r.torch_ms.map_or(String::new(), |t| format!("; PyTorch {t:.4} ms"));
+    println!("  cuDNN heuristic {}; cuDNN find {}{torch}", shown(&r.cudnn_heuristic), shown(&r.cudnn_find));
+    if let Some(find) = r.find_ms() {
+        let vs = |m: &Option<Measured>| m.as_ref().map_or("-".into(), |m| format!("{:.2}x", find / m.1));
+        let bound = r.bound_ms.map_or(String::new(), |b| format!("; roofline {b:.4} ms"));
+        println!("  against cuDNN find: pick {:.2}x, best {}, own {}{bound}", find / r.pick.1, vs(&r.best), vs(&r.own));
+    }
+}
+
+/// `key` and `torch_ms` columns of bench/torch_conv.py's CSV.
+pub fn read_torch_csv(path: &Path) -> anyhow::Result<HashMap<String, f64>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().context("empty PyTorch CSV")?.split(',').collect();
+    let column = |name: &str| header.iter().position(|h| *h == name).with_context(|| format!("{}: no `{name}` column", path.display()));
+    let (key, ms) = (column("key")?, column("torch_ms")?);
+    let mut times = HashMap::new();
+    for (i, line) in lines.enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let fields: Vec<&str> = line.split(',').collect();
+        let value = fields.get(ms).and_then(|v| v.parse::<f64>().ok()).filter(|v| v.is_finite() && *v > 0.0);
+        match (fields.get(key), value) {
+            (Some(k), Some(v)) => {
+                times.insert(k.to_string(), v);
+            }
+            _ => eprintln!("warning: {}:{}: no usable time, skipped", path.display(), i + 2),
+        }
+    }
+    Ok(times)
 }
 
 /// The `--csv` file, written a row at a time so that an interrupted bench keeps what it measured.
 struct CsvOut {
-    path: std::path::PathBuf,
+    path: PathBuf,
     file: std::io::BufWriter<std::fs::File>,
 }
 
 impl CsvOut {
-    fn create(path: &std::path::Path) -> anyhow::Result<Self> {
+    fn create(path: &Path) -> anyhow::Result<Self> {
         let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
         let mut out = CsvOut { path: path.to_path_buf(), file: std::io::BufWriter::new(file) };
-        out.line("key,class,direction,dtype,gconv_pick,gconv_pick_ms,gconv_best,gconv_best_ms,cudnn_heuristic,cudnn_heuristic_ms,cudnn_find,cudnn_find_ms,roofline_ms,speedup_vs_cudnn_find,gconv_roofline_fraction,cudnn_roofline_fraction")?;
+        out.line(
+            "key,class,direction,dtype,timing,gconv_pick,gconv_pick_ms,gconv_best,gconv_best_ms,gconv_own,gconv_own_ms,\
+             cudnn_heuristic,cudnn_heuristic_ms,cudnn_find,cudnn_find_ms,torch_ms,roofline_ms,\
+             pick_vs_cudnn_find,best_vs_cudnn_find,own_vs_cudnn_find,cudnn_find_vs_torch",
+        )?;
         Ok(out)
     }
 
-    fn row(&mut self, r: &Row) -> anyhow::Result<()> {
-        let (ha, ht) = r.cudnn_heuristic.clone().unwrap_or(("failed".into(), f64::NAN));
-        let (fa, ft) = r.cudnn_find.clone().unwrap_or(("failed".into(), f64::NAN));
+    fn row(&mut self, r: &Row, timing: &str) -> anyhow::Result<()> {
+        let part = |m: Option<&Measured>| m.map_or(("none".to_string(), f64::NAN), |(w, ms)| (w.clone(), *ms));
+        let (best, own) = (part(r.best.as_ref()), part(r.own.as_ref()));
+        let (heuristic, found) = (part(r.cudnn_heuristic.as_ref().ok()), part(r.cudnn_find.as_ref().ok()));
+        let (torch, bound) = (r.torch_ms.unwrap_or(f64::NAN), r.bound_ms.unwrap_or(f64::NAN));
         self.line(&format!(
-            "{},{},{},{},{},{:.5},{},{:.5},{},{:.5},{},{:.5},{:.5},{:.4},{:.4},{:.4}",
-            r.key, r.class, r.direction, r.dtype, r.pick.0, r.pick.1, r.best.0, r.best.1, ha, ht, fa, ft, r.bound_ms,
-            ft / r.best.1, r.bound_ms / r.best.1, r.bound_ms / ft
+            "{},{},{},{},{timing},{},{:.5},{},{:.5},{},{:.5},{},{:.5},{},{:.5},{torch:.5},{bound:.5},{:.4},{:.4},{:.4},{:.4}",
+            r.key, r.class, r.direction, r.dtype, r.pick.0, r.pick.1, best.0, best.1, own.0, own.1, heuristic.0, heuristic.1, found.0, found.1,
+            found.1 / r.pick.1, found.1 / best.1, found.1 / own.1, found.1 / torch
         ))
     }
 
     fn line(&mut self, text: &str) -> anyhow::Result<()> {
-        writeln!(self.file, "{text}")
-            .and_then(|_| self.file.flush())
-            .with_context(|| format!("cannot write {}", self.path.display()))
+        writeln!(self.file, "{text}").and_then(|_| self.file.flush()).with_context(|| format!("cannot write {}", self.path.display()))
     }
 }
 
-/// Speed against cuDNN find below which the summary counts a layer as slow.
-const SLOW_RATIO: f64 = 0.5;
+/// Layers of cuDNN-find time above this (ms) must agree with PyTorch within AGREEMENT.
+const AGREEMENT_MIN_MS: f64 = 0.02;
+const AGREEMENT: (f64, f64) = (0.75, 1.33);
 
-fn summarize(rows: &[Row], builds: gconv_core::BuildStats) {
-    println!("\nsummary: geomean speed of gconv's best against cuDNN find (>1 is faster), and fractions of roofline");
+/// One summary figure: geomean of cuDNN find over gconv's time, the worst, and how many layers
+/// fall below 0.5x and 0.9x.
+fn ratios(name: &str, ratios: &[f64]) -> String {
+    let worst = ratios.iter().cloned().fold(f64::INFINITY, f64::min);
+    let below = |t: f64| ratios.iter().filter(|&&r| r < t).count();
+    format!("{name} {:.2}x (worst {worst:.2}x, {} <0.5x, {} <0.9x)", geomean(ratios).unwrap_or(f64::NAN), below(0.5), below(0.9))
+}
+
+fn summarize(rows: &[Row], torch: bool) {
+    println!("\nsummary: geomean speed against cuDNN find (>1: faster than cuDNN), per dtype and group; roofline fractions");
     let mut groups: BTreeMap<String, Vec<&Row>> = BTreeMap::new();
     for r in rows {
         groups.entry(format!("{} {}", r.dtype, r.direction)).or_default().push(r);
@@ -193,27 +245,43 @@ fn summarize(rows: &[Row], builds: gconv_core::BuildStats) {
         groups.entry(format!("{} all", r.dtype)).or_default().push(r);
     }
     for (name, members) in groups {
-        let with_find: Vec<&&Row> = members.iter().filter(|r| r.cudnn_find.is_ok()).collect();
-        let ratios: Vec<f64> = with_find.iter().map(|r| r.cudnn_find.as_ref().unwrap().1 / r.best.1).collect();
-        let ours: Vec<f64> = members.iter().map(|r| r.bound_ms / r.best.1).collect();
-        let theirs: Vec<f64> = with_find.iter().map(|r| r.bound_ms / r.cudnn_find.as_ref().unwrap().1).collect();
-        let worst = ratios.iter().cloned().fold(f64::INFINITY, f64::min);
-        let slow = ratios.iter().filter(|&&r| r < SLOW_RATIO).count();
-        let unmatched = match members.len() - with_find.len() {
-            0 => String::new(),
-            n => format!(", {n} without a cuDNN find"),
+        let with_find: Vec<&&Row> = members.iter().filter(|r| r.find_ms().is_some()).collect();
+        let against = |ms: &dyn Fn(&Row) -> Option<f64>| -> Vec<f64> { with_find.iter().filter_map(|r| Some(r.find_ms()? / ms(r)?)).collect() };
+        let pick = against(&|r| Some(r.pick.1));
+        let best = against(&|r| r.best.as_ref().map(|m| m.1));
+        let own = against(&|r| r.own.as_ref().map(|m| m.1));
+        let roofline = |ms: &dyn Fn(&Row) -> Option<f64>| -> String {
+            let fractions: Vec<f64> = members.iter().filter_map(|r| Some(r.bound_ms? / ms(r)?)).collect();
+            geomean(&fractions).map_or("-".into(), |f| format!("{:.1}%", 100.0 * f))
         };
+        let missing = match members.len() - with_find.len() {
+            0 => String::new(),
+            n => format!(" ({n} without a cuDNN find)"),
+        };
+        println!("  {name:<22} {:>3} layers{missing}", members.len());
+        println!("      {}; {}; {}", ratios("pick", &pick), ratios("best", &best), ratios("own", &own));
         println!(
-            "  {name:<22} {:>3} layers: {:.2}x cuDNN find (worst {:.2}x, {slow} below {SLOW_RATIO}x{unmatched}); roofline: gconv {:.1}%, cuDNN {:.1}%",
-            members.len(),
-            geomean(&ratios).unwrap_or(f64::NAN),
-            worst,
-            100.0 * geomean(&ours).unwrap_or(f64::NAN),
-            100.0 * geomean(&theirs).unwrap_or(f64::NAN)
+            "      roofline: best {}, own {}, cuDNN find {}",
+            roofline(&|r| r.best.as_ref().map(|m| m.1)),
+            roofline(&|r| r.own.as_ref().map(|m| m.1)),
+            roofline(&|r| r.find_ms())
         );
+        if torch {
+            let agree: Vec<(f64, f64)> = members.iter().filter_map(|r| Some((r.find_ms()?, r.torch_ms?))).collect();
+            let ratio: Vec<f64> = agree.iter().map(|(f, t)| f / t).collect();
+            let large = agree.iter().filter(|(f, _)| *f > AGREEMENT_MIN_MS);
+            let outside = large.clone().filter(|(f, t)| !(AGREEMENT.0..=AGREEMENT.1).contains(&(f / t))).count();
+            let best_vs_torch: Vec<f64> = members.iter().filter_map(|r| Some(r.torch_ms? / r.best.as_ref()?.1)).collect();
+            println!(
+                "      PyTorch ({} layers): cuDNN find / PyTorch {:.3} geomean, {outside} of {} layers over {} us outside {}-{}; gconv best {:.2}x PyTorch",
+                agree.len(),
+                geomean(&ratio).unwrap_or(f64::NAN),
+                large.count(),
+                AGREEMENT_MIN_MS * 1e3,
+                AGREEMENT.0,
+                AGREEMENT.1,
+                geomean(&best_vs_torch).unwrap_or(f64::NAN)
+            );
+        }
     }
-    println!(
-        "  kernel builds: {} ({:.0} ms of NVRTC), {} from the disk cache, {} reused in process",
-        builds.builds, builds.build_ms, builds.disk_hits, builds.memory_hits
-    );
 }

@@ -99,10 +99,11 @@ pub struct RunArgs {
     /// Verify each direction against cpu.reference (1) or not (0)
     #[arg(short = 'V', long = "verify", default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=1))]
     pub verify: u32,
-    /// Time each direction (1): the median of -i iterations after one warm-up
+    /// Time each direction (1): GPU time per call of back-to-back calls, the median of -i
+    /// samples after one warm-up
     #[arg(short = 't', long = "time", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1))]
     pub time: u32,
-    /// Timed iterations
+    /// Samples (each a replay of enough back-to-back calls to last about a millisecond)
     #[arg(short = 'i', long = "iter", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     pub iter: u32,
     /// Force a solver by id (see `gconv explain`)
@@ -218,6 +219,56 @@ pub fn first_line(message: &str) -> String {
     message.lines().next().unwrap_or_default().trim_start_matches("error: ").to_string()
 }
 
+/// Where a batch of problems came from (`file:line` or `command line`), and the problems of
+/// that origin with how to run them, or why the origin was rejected.
+pub type Job = (String, Result<(Vec<ConvProblem>, RunArgs), String>);
+
+/// With `allow` (`--allow-tf32`), fp32 problems become tf32 ones: their products may use TF32
+/// tensor cores, and their results are kept apart from exact fp32 ones.
+pub fn allowing_tf32(jobs: Vec<Job>, allow: bool) -> Vec<Job> {
+    let convert = |mut p: ConvProblem| {
+        if allow && p.dtype == DataType::F32 {
+            p.dtype = DataType::Tf32;
+        }
+        p
+    };
+    jobs.into_iter()
+        .map(|(origin, job)| (origin, job.map(|(problems, run)| (problems.into_iter().map(convert).collect(), run))))
+        .collect()
+}
+
+/// Reads a batch file: driver lines (see [`parse_line`]) or problem keys, `#` comments.
+pub fn jobs_from_file(path: &std::path::Path, default_dtype: DataType, defaults: &RunArgs) -> Result<Vec<Job>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Ok(text
+        .lines()
+        .enumerate()
+        .map(|(i, line)| (i + 1, strip_comment(line).trim()))
+        .filter(|(_, line)| !line.is_empty())
+        .map(|(number, line)| {
+            let job = if line.starts_with("v1:") {
+                ConvProblem::from_key(line).map(|p| (vec![p], defaults.clone())).map_err(|e| e.to_string())
+            } else {
+                parse_line(line, default_dtype, defaults).and_then(|(dtype, parsed)| parsed.driver.problems(dtype).map(|p| (p, parsed.run)))
+            };
+            (format!("{}:{number}", path.display()), job)
+        })
+        .collect())
+}
+
+/// A line without its comment: `#` at the start or after white space begins one, so the
+/// MIOpenDriver flag `-#` (depth stride) is not mistaken for a comment.
+fn strip_comment(line: &str) -> &str {
+    let bytes = line.as_bytes();
+    let start = (0..bytes.len()).find(|&i| bytes[i] == b'#' && (i == 0 || bytes[i - 1].is_ascii_whitespace()));
+    start.map_or(line, |i| &line[..i])
+}
+
+/// The run flags' defaults, for problems given by key.
+pub fn default_run_args() -> RunArgs {
+    DriverLine::try_parse_from(Vec::<&str>::new()).expect("defaults parse").run
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,54 +323,4 @@ mod tests {
             assert!(err.contains(needle), "{line}: `{needle}` not in `{err}`");
         }
     }
-}
-
-/// Where a batch of problems came from (`file:line` or `command line`), and the problems of
-/// that origin with how to run them, or why the origin was rejected.
-pub type Job = (String, Result<(Vec<ConvProblem>, RunArgs), String>);
-
-/// With `allow` (`--allow-tf32`), fp32 problems become tf32 ones: their products may use TF32
-/// tensor cores, and their results are kept apart from exact fp32 ones.
-pub fn allowing_tf32(jobs: Vec<Job>, allow: bool) -> Vec<Job> {
-    let convert = |mut p: ConvProblem| {
-        if allow && p.dtype == DataType::F32 {
-            p.dtype = DataType::Tf32;
-        }
-        p
-    };
-    jobs.into_iter()
-        .map(|(origin, job)| (origin, job.map(|(problems, run)| (problems.into_iter().map(convert).collect(), run))))
-        .collect()
-}
-
-/// Reads a batch file: driver lines (see [`parse_line`]) or problem keys, `#` comments.
-pub fn jobs_from_file(path: &std::path::Path, default_dtype: DataType, defaults: &RunArgs) -> Result<Vec<Job>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    Ok(text
-        .lines()
-        .enumerate()
-        .map(|(i, line)| (i + 1, strip_comment(line).trim()))
-        .filter(|(_, line)| !line.is_empty())
-        .map(|(number, line)| {
-            let job = if line.starts_with("v1:") {
-                ConvProblem::from_key(line).map(|p| (vec![p], defaults.clone())).map_err(|e| e.to_string())
-            } else {
-                parse_line(line, default_dtype, defaults).and_then(|(dtype, parsed)| parsed.driver.problems(dtype).map(|p| (p, parsed.run)))
-            };
-            (format!("{}:{number}", path.display()), job)
-        })
-        .collect())
-}
-
-/// A line without its comment: `#` at the start or after white space begins one, so the
-/// MIOpenDriver flag `-#` (depth stride) is not mistaken for a comment.
-fn strip_comment(line: &str) -> &str {
-    let bytes = line.as_bytes();
-    let start = (0..bytes.len()).find(|&i| bytes[i] == b'#' && (i == 0 || bytes[i - 1].is_ascii_whitespace()));
-    start.map_or(line, |i| &line[..i])
-}
-
-/// The run flags' defaults, for problems given by key.
-pub fn default_run_args() -> RunArgs {
-    DriverLine::try_parse_from(Vec::<&str>::new()).expect("defaults parse").run
 }

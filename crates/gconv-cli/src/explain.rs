@@ -1,25 +1,32 @@
-//! `gconv explain`: every registered solver, whether it can run the problem and why not.
+//! `gconv explain`: every registered solver, whose code it runs, whether it can run the
+//! problem and why not.
 
-use gconv_core::{Backend, ConvProblem, Registry};
+use gconv_core::{ConvProblem, Runtime};
 
-pub fn explain<B: Backend>(registry: &Registry<B>, p: &ConvProblem) {
+pub fn explain(rt: &dyn Runtime, p: &ConvProblem) {
     println!("problem:   {}", p.summary());
     println!("key:       {}", p.key());
-    println!("{:<22} {:<11} {:>14} {:>8}  note", "solver", "applicable", "workspace B", "configs");
-    for solver in registry.iter() {
+    println!("{:<22} {:<15} {:<11} {:>14} {:>8}  note", "solver", "code", "applicable", "workspace B", "configs");
+    for solver in rt.solvers() {
+        let kind = solver.kind().label();
         match solver.applicable(p) {
             Ok(()) => {
                 let config = solver.default_config(p);
-                let role = if solver.is_oracle() { "; the oracle, never picked by find" } else { "" };
+                let role = match () {
+                    _ if solver.is_oracle() => "; the oracle, never picked by find",
+                    _ if solver.find_times_every_config() => "; find times every config",
+                    _ => "",
+                };
                 println!(
-                    "{:<22} {:<11} {:>14} {:>8}  default config {config}{role}",
+                    "{:<22} {:<15} {:<11} {:>14} {:>8}  default config {config}{role}",
                     solver.id(),
+                    kind,
                     "yes",
                     solver.workspace_bytes(p, &config),
                     solver.configs(p).count(),
                 );
             }
-            Err(reason) => println!("{:<22} {:<11} {:>14} {:>8}  {reason}", solver.id(), "no", "-", "-"),
+            Err(reason) => println!("{:<22} {:<15} {:<11} {:>14} {:>8}  {reason}", solver.id(), kind, "no", "-", "-"),
         }
     }
     println!();

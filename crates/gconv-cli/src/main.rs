@@ -4,6 +4,7 @@ mod bench;
 mod driver;
 mod explain;
 mod run;
+mod runtimes;
 mod tuning;
 
 use std::io::{IsTerminal, Write};
@@ -12,13 +13,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use gconv_core::{ConvProblem, DataType};
-use gconv_cpu::CpuDevice;
-use gconv_cuda::CudaDevice;
-use gconv_tune::db::{default_cache_dir, default_user_path, Db};
+use gconv_core::{ConvProblem, DataType, Runtime, TimingOptions};
+use gconv_tune::db::{default_user_path, Db};
 use gconv_tune::find::FindOptions;
 use gconv_tune::select::FindMode;
-use gconv_tune::target::{CpuTarget, CudaTarget, Target};
 
 use driver::{allowing_tf32, default_run_args, first_line, jobs_from_file, DriverArgs, Job, RunArgs};
 
@@ -28,12 +26,16 @@ struct Cli {
     #[command(subcommand)]
     command: Command,
     /// Where to run: auto (the GPU when one is usable, else the CPU), cpu, or cuda
-    #[arg(long, global = true, default_value = "auto", value_parser = ["auto", "cpu", "cuda"])]
+    #[arg(long, global = true, default_value = "auto", value_parser = clap::builder::PossibleValuesParser::new(runtimes::choices()))]
     backend: String,
     /// Let fp32 problems use TF32 tensor cores, as cuDNN and PyTorch allow by flag: they run
     /// as tf32 problems (keys with `tf32`, their own database records, looser verification)
     #[arg(long = "allow-tf32", global = true)]
     allow_tf32: bool,
+    /// Time with a cold L2 cache: flush it before every sample, one call per sample (by
+    /// default the cache is warm, as PyTorch's benchmark and cuDNN's find see it)
+    #[arg(long = "cold-l2", global = true)]
+    cold_l2: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -59,7 +61,8 @@ enum Command {
     /// Show the pick for each problem and how long selecting took (benchmark of selection)
     #[command(allow_negative_numbers = true, args_override_self = true)]
     Select(SelectCmd),
-    /// gconv against cuDNN on the GPU, layer by layer, beside the roofline bound
+    /// gconv against the vendor library (cuDNN) on the GPU, layer by layer, beside the roofline
+    /// bound and optionally PyTorch's times
     Bench(BenchCmd),
     /// Build the GPU kernels of problems ahead of time, in parallel, without using the GPU
     #[command(allow_negative_numbers = true, args_override_self = true)]
@@ -82,12 +85,20 @@ struct BenchCmd {
     /// How gconv's pick is made
     #[arg(long = "find-mode", default_value = "dynamic-hybrid")]
     find_mode: FindMode,
-    /// Timed runs per measurement (after one warm-up)
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Samples per measurement (after one warm-up)
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     iter: u32,
     /// Also write one CSV row per problem to this file
     #[arg(long, value_name = "FILE")]
     csv: Option<PathBuf>,
+    /// PyTorch's times of the same problems (bench/torch_conv.py's CSV): adds a column and a
+    /// summary line
+    #[arg(long = "torch-csv", value_name = "FILE")]
+    torch_csv: Option<PathBuf>,
+    /// Print the problem keys the bench would run, one per line, and stop (the input of
+    /// bench/torch_conv.py)
+    #[arg(long)]
+    list: bool,
     #[command(flatten)]
     find: FindArgs,
     #[command(flatten)]
@@ -154,14 +165,14 @@ struct FindArgs {
     /// Largest workspace a candidate may use, in MiB
     #[arg(long = "workspace-limit-mib", default_value_t = 4096)]
     workspace_limit_mib: u64,
-    /// Timed runs per candidate
+    /// Samples per candidate
     #[arg(long = "find-iter", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     find_iter: u32,
 }
 
 impl FindArgs {
-    fn options(&self) -> FindOptions {
-        FindOptions { workspace_limit: self.workspace_limit_mib.saturating_mul(1 << 20), iterations: self.find_iter, only_prebuilt: false }
+    fn options(&self, timing: TimingOptions) -> FindOptions {
+        FindOptions { workspace_limit: self.workspace_limit_mib.saturating_mul(1 << 20), samples: self.find_iter, timing, ..FindOptions::default() }
     }
 }
 
@@ -289,46 +300,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// The device commands run on.
-enum AnyTarget {
-    /// The CPU, with the reason the GPU is not used when `--backend auto` looked for one.
-    Cpu(CpuTarget, Option<String>),
-    Cuda(CudaTarget),
-}
-
-/// Runs `$body` with `$t` bound to the concrete target.
-macro_rules! on_target {
-    ($target:expr, $t:ident => $body:expr) => {
-        match $target {
-            AnyTarget::Cpu($t, _) => $body,
-            AnyTarget::Cuda($t) => $body,
-        }
-    };
-}
-
-fn target(backend: &str) -> anyhow::Result<AnyTarget> {
-    let cpu = || CpuTarget::new(CpuDevice::detect());
-    if backend == "cpu" {
-        return Ok(AnyTarget::Cpu(cpu(), None));
-    }
-    match CudaDevice::probe(Some(default_cache_dir().join("kernels"))) {
-        Ok(device) => Ok(AnyTarget::Cuda(CudaTarget::new(device))),
-        Err(reason) if backend == "auto" => Ok(AnyTarget::Cpu(cpu(), Some(reason))),
-        Err(reason) => anyhow::bail!("--backend cuda: no usable GPU: {reason}"),
-    }
-}
-
-impl AnyTarget {
-    /// The device line of reports.
-    fn describe(&self) -> String {
-        match self {
-            AnyTarget::Cpu(t, Some(reason)) => format!("{} (no GPU used: {reason})", t.describe()),
-            AnyTarget::Cpu(t, None) => t.describe(),
-            AnyTarget::Cuda(t) => t.describe(),
-        }
-    }
-}
-
 /// Opens the user db, reporting what opening it had to repair.
 fn open_db(args: &DbArgs) -> anyhow::Result<Db> {
     let path = args.db.clone().unwrap_or_else(default_user_path);
@@ -381,77 +352,75 @@ fn for_each_problem(jobs: Vec<Job>, mut body: impl FnMut(&ConvProblem, &RunArgs)
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let target = target(&cli.backend)?;
+    let (rt, device_line) = runtimes::open(&cli.backend)?;
+    let rt = rt.as_ref();
     let tf32 = cli.allow_tf32;
+    let timing = TimingOptions { cold_cache: cli.cold_l2 };
     match cli.command {
-        Command::Conv(cmd) => on_target!(&target, t => conv(t, &target.describe(), cmd, DataType::F32, tf32)),
-        Command::Convfp16(cmd) => on_target!(&target, t => conv(t, &target.describe(), cmd, DataType::F16, tf32)),
-        Command::Convbfp16(cmd) => on_target!(&target, t => conv(t, &target.describe(), cmd, DataType::Bf16, tf32)),
+        Command::Conv(cmd) => conv(rt, &device_line, cmd, DataType::F32, tf32, timing),
+        Command::Convfp16(cmd) => conv(rt, &device_line, cmd, DataType::F16, tf32, timing),
+        Command::Convbfp16(cmd) => conv(rt, &device_line, cmd, DataType::Bf16, tf32, timing),
         Command::Explain(args) => {
             let jobs = args.jobs(tf32)?;
-            println!("device:    {}\n", target.describe());
-            Ok(on_target!(&target, t => for_each_problem(jobs, |p, _| {
-                explain::explain(t.registry(), p);
+            println!("device:    {device_line}\n");
+            Ok(for_each_problem(jobs, |p, _| {
+                explain::explain(rt, p);
                 Ok(true)
-            })))
+            }))
         }
         Command::Find(cmd) => {
             let mut db = open_db(&cmd.db)?;
-            on_target!(&target, t => tuning::find(t, &mut db, cmd.problems.jobs(tf32)?, &cmd.find.options(), cmd.json))
+            tuning::find(rt, &mut db, cmd.problems.jobs(tf32)?, &cmd.find.options(timing), cmd.json)
         }
         Command::Tune(cmd) => {
             let strategy = tuning::strategy(&cmd.strategy, cmd.budget_count, cmd.budget_seconds, cmd.seed)?;
             let mut db = open_db(&cmd.db)?;
             let progress = std::io::stderr().is_terminal();
             let jobs = cmd.problems.jobs(tf32)?;
-            on_target!(&target, t => tuning::tune(t, &mut db, jobs, strategy.as_ref(), &cmd.find.options(), progress))
+            tuning::tune(rt, &mut db, jobs, strategy.as_ref(), &cmd.find.options(timing), progress)
         }
         Command::Select(cmd) => {
             let mut db = open_db(&cmd.db)?;
             let jobs = cmd.problems.jobs(tf32)?;
-            on_target!(&target, t => tuning::select_bench(t, &mut db, jobs, cmd.find_mode, &cmd.find.options(), cmd.repeat))
+            tuning::select_bench(rt, &mut db, jobs, cmd.find_mode, &cmd.find.options(timing), cmd.repeat)
         }
         Command::Bench(cmd) => {
-            let AnyTarget::Cuda(t) = &target else {
-                anyhow::bail!("bench compares gconv with cuDNN on a GPU, and {}", target.describe());
-            };
             let (problems, parsed) = cmd.problems(tf32)?;
+            if cmd.list {
+                problems.iter().for_each(|p| println!("{}", p.key()));
+                return Ok(parsed);
+            }
             let opts = bench::BenchOptions {
                 mode: cmd.find_mode,
-                iterations: cmd.iter,
-                find: FindOptions { iterations: cmd.iter, ..cmd.find.options() },
+                find: FindOptions { samples: cmd.iter, ..cmd.find.options(timing) },
                 csv: cmd.csv.clone(),
+                torch: cmd.torch_csv.as_deref().map(bench::read_torch_csv).transpose()?,
             };
-            let code = bench::bench(t, &mut open_db(&cmd.db)?, problems, &opts)?;
+            let code = bench::bench(rt, &device_line, &mut open_db(&cmd.db)?, problems, &opts)?;
             Ok(if parsed == ExitCode::SUCCESS { code } else { parsed })
         }
         Command::Precompile(cmd) => {
-            let AnyTarget::Cuda(t) = &target else {
-                anyhow::bail!("precompile builds GPU kernels, and {}", target.describe());
-            };
+            if rt.build_stats().is_none() {
+                anyhow::bail!("precompile builds GPU kernels, and the device is {device_line}");
+            }
             let mut db = open_db(&cmd.db)?;
-            tuning::precompile(t, &mut db, cmd.problems.jobs(tf32)?, cmd.threads.map_or_else(gconv_tune::prebuild::build_threads, |n| n as usize))
+            tuning::precompile(rt, &mut db, cmd.problems.jobs(tf32)?, cmd.threads.map_or_else(gconv_tune::prebuild::build_threads, |n| n as usize))
         }
         Command::Db(cmd) => {
             let mut db = open_db(&cmd.db)?;
-            // Each record is judged by its own device's solvers; records of a kind of device
-            // that is not here are kept.
-            let cpu = gconv_cpu::registry(&CpuDevice::detect());
-            let cuda = match &target {
-                AnyTarget::Cuda(t) => Some(t.registry()),
-                AnyTarget::Cpu(..) => None,
-            };
-            let keep = |problem: &str, device: &str, solver: &str, config: &str| match device.split(':').next() {
-                Some("cpu") => tuning::usable(&cpu, problem, solver, config),
-                Some("cuda") => cuda.is_none_or(|r| tuning::usable(r, problem, solver, config)),
-                _ => false,
+            // Each record is judged by the solvers of the runtime that owns its device key;
+            // records of devices no runtime here owns are kept.
+            let available = runtimes::all_available();
+            let keep = |problem: &str, device: &str, solver: &str, config: &str| match available.iter().find(|r| r.owns_device_key(device)) {
+                Some(owner) => tuning::usable(owner.as_ref(), problem, solver, config),
+                None => true,
             };
             tuning::db(&mut db, cmd.action, &keep)
         }
     }
 }
 
-fn conv<T: Target>(target: &T, device_line: &str, cmd: ConvCmd, dtype: DataType, tf32: bool) -> anyhow::Result<ExitCode> {
+fn conv(rt: &dyn Runtime, device_line: &str, cmd: ConvCmd, dtype: DataType, tf32: bool, timing: TimingOptions) -> anyhow::Result<ExitCode> {
     let mut db = open_db(&cmd.db)?;
     let jobs = allowing_tf32(
         match &cmd.file {
@@ -463,9 +432,9 @@ fn conv<T: Target>(target: &T, device_line: &str, cmd: ConvCmd, dtype: DataType,
     if !cmd.json {
         println!("device:    {device_line}\n");
     }
-    let opts = cmd.find.options();
+    let opts = cmd.find.options(timing);
     Ok(for_each_problem(jobs, |p, run_args| {
-        let report = run::run(target, &mut db, p, run_args, cmd.find_mode, &opts);
+        let report = run::run(rt, &mut db, p, run_args, cmd.find_mode, &opts);
         print_warnings(&mut db);
         let report = report?;
         if cmd.json {

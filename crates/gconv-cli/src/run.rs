@@ -1,13 +1,12 @@
-//! `gconv conv`: select a solver (by find mode, or forced), run it, time it, verify it.
+//! `gconv conv`: select a solver (by find mode, or forced), run it, time it, verify it. A find
+//! the selection runs and the run itself share one set of data and one reference.
 
 use gconv_core::verify::Verification;
-use gconv_core::{ConvProblem, ConvTensors, Solution};
+use gconv_core::{BuildStats, ConvProblem, Runtime};
 use gconv_tune::db::Db;
-use gconv_tune::find::{FindOptions, DATA_SEED};
-use gconv_tune::measure::{evaluate, TimingPlan};
-use gconv_tune::select::{select, FindMode};
-use gconv_core::BuildStats;
-use gconv_tune::target::Target;
+use gconv_tune::find::{FindOptions, TestBed};
+use gconv_tune::measure::{evaluate, Sampling};
+use gconv_tune::select::{forced, select, FindMode};
 use serde::Serialize;
 
 use crate::driver::RunArgs;
@@ -19,14 +18,21 @@ pub struct Report {
     pub key: String,
     pub problem: String,
     pub solver: String,
+    /// `gconv kernel`, `vendor: cuDNN`, ...
+    pub solver_kind: String,
     pub config: String,
-    /// `default` or `tuned (perf-db)`.
+    /// `default`, `tuned (perf-db)` or `found by find`.
     pub config_origin: &'static str,
     /// How the solver was chosen: `forced (-S)`, or the find mode and its source.
     pub selection: String,
     pub workspace_bytes: u64,
+    /// GPU (or CPU) time per call, ms: the median of `samples` samples.
     pub time_ms: Option<f64>,
-    pub iterations: Option<u32>,
+    pub samples: Option<u32>,
+    /// Back-to-back calls in each sample.
+    pub calls_per_sample: Option<u32>,
+    /// `graph replay, warm L2` and the like.
+    pub timing: Option<String>,
     pub tflops: Option<f64>,
     pub gbps: Option<f64>,
     pub verify: Option<Verification>,
@@ -34,49 +40,40 @@ pub struct Report {
     pub build: Option<BuildStats>,
 }
 
-pub fn run<T: Target>(
-    target: &T,
-    db: &mut Db,
-    p: &ConvProblem,
-    args: &RunArgs,
-    mode: FindMode,
-    opts: &FindOptions,
-) -> anyhow::Result<Report> {
-    let (solution, config_origin, selection) = match &args.solution {
-        Some(id) => {
-            let solver = target.registry().get(id)?;
-            let (config, origin) = gconv_tune::known::known_config(db, target.device_key(), solver, p)?;
-            (Solution::build(solver, p, config)?, origin, "forced (-S)".to_string())
-        }
+pub fn run(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, args: &RunArgs, mode: FindMode, opts: &FindOptions) -> anyhow::Result<Report> {
+    let mut bed = TestBed::new(rt, p);
+    let (selection, how) = match &args.solution {
+        Some(id) => (forced(rt, db, p, id)?, "forced (-S)".to_string()),
         None => {
-            let s = select(target, db, p, mode, opts)?;
-            let solver = target.registry().get(s.solver)?;
-            let origin = s.origin(target, db, p)?;
-            (Solution::build(solver, p, s.config)?, origin, format!("{mode}: {}", s.source.label()))
+            let s = select(rt, db, &mut bed, p, mode, opts)?;
+            let how = format!("{mode}: {}", s.source.label());
+            (s, how)
         }
     };
-    let tensors = ConvTensors::try_random(p, DATA_SEED)?;
-    let exact = if args.verify == 1 { Some(target.reference(p, &tensors)?) } else { None };
-    let mut workload = target.workload(p, &tensors)?;
-    let iterations = if args.time == 1 { args.iter } else { 0 };
-    let plan = TimingPlan { iterations, best_ms: None };
-    let e = evaluate(target, &mut workload, p, &solution, exact.as_deref(), plan)?;
+    let solution = &selection.solution;
+    let samples = if args.time == 1 { args.iter } else { 0 };
+    let (workload, exact) = bed.parts(args.verify == 1)?;
+    let e = evaluate(workload, p, solution, exact, Sampling { samples, best_ms: None, options: opts.timing })?;
+    let ms = e.timing.map(|t| t.ms);
     Ok(Report {
-        device: target.device_key().to_string(),
+        device: rt.device_key().to_string(),
         direction: p.direction.to_string(),
         key: p.key(),
         problem: p.summary(),
         solver: solution.solver_id.to_string(),
+        solver_kind: rt.solver(solution.solver_id)?.kind().label(),
         config: solution.config.to_string(),
-        config_origin: config_origin.label(),
-        selection,
+        config_origin: selection.origin.label(),
+        selection: how,
         workspace_bytes: solution.workspace_bytes,
-        time_ms: e.time_ms,
-        iterations: e.time_ms.map(|_| e.samples),
-        tflops: e.time_ms.map(|ms| p.flops() / (ms * 1e-3) / 1e12),
-        gbps: e.time_ms.map(|ms| p.bytes() / (ms * 1e-3) / 1e9),
+        time_ms: ms,
+        samples: e.timing.map(|t| t.samples),
+        calls_per_sample: e.timing.map(|t| t.calls),
+        timing: e.timing.map(|t| format!("{}, {}", t.method.label(), opts.timing.label())),
+        tflops: ms.map(|ms| p.flops() / (ms * 1e-3) / 1e12),
+        gbps: ms.map(|ms| p.bytes() / (ms * 1e-3) / 1e9),
         verify: e.verification,
-        build: target.build_stats(),
+        build: rt.build_stats(),
     })
 }
 
@@ -85,18 +82,20 @@ impl Report {
         println!("problem:   {}", self.problem);
         println!("key:       {}", self.key);
         println!(
-            "solver:    {} (config {}, {}; workspace {} B; picked by {})",
-            self.solver, self.config, self.config_origin, self.workspace_bytes, self.selection
+            "solver:    {} ({}; config {}, {}; workspace {} B; picked by {})",
+            self.solver, self.solver_kind, self.config, self.config_origin, self.workspace_bytes, self.selection
         );
-        if let (Some(ms), Some(iters), Some(tflops), Some(gbps)) = (self.time_ms, self.iterations, self.tflops, self.gbps) {
-            println!("time:      {ms:.4} ms (median of {iters}), {:.1} GFLOP/s, {gbps:.2} GB/s", tflops * 1e3);
+        if let (Some(ms), Some(samples), Some(calls), Some(timing), Some(tflops), Some(gbps)) =
+            (self.time_ms, self.samples, self.calls_per_sample, &self.timing, self.tflops, self.gbps)
+        {
+            println!(
+                "time:      {ms:.4} ms per call (median of {samples} samples of {calls} back-to-back calls; {timing}), {:.1} GFLOP/s, {gbps:.2} GB/s",
+                tflops * 1e3
+            );
         }
         if let Some(v) = &self.verify {
             let verdict = if v.passed { "OK" } else { "FAILED" };
-            println!(
-                "verify:    max error {:.3e} vs tolerance {:.3e} (relative to max |reference|): {verdict}",
-                v.max_error, v.tolerance
-            );
+            println!("verify:    max error {:.3e} vs tolerance {:.3e} (relative to max |reference|): {verdict}", v.max_error, v.tolerance);
         }
         println!();
     }

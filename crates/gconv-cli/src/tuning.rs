@@ -5,15 +5,13 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use gconv_core::{Backend, ConvProblem, Registry};
+use gconv_core::{ConvProblem, Runtime, SolverKind};
 use gconv_tune::db::{Db, ImportMode, Record};
-use gconv_tune::find::{find as run_find, FindOptions};
-use gconv_tune::known::checked;
+use gconv_tune::find::{find as run_find, FindOptions, Ranked, TestBed};
+use gconv_tune::known::{checked, known_config};
 use gconv_tune::prebuild::{prepare_in_parallel, BuildJob};
 use gconv_tune::search::{Exhaustive, Random, SearchStrategy};
 use gconv_tune::select::{select, FindMode};
-use gconv_tune::known::known_config;
-use gconv_tune::target::{CudaTarget, Target};
 use gconv_tune::tune::{tune as run_tune, Progress};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -38,40 +36,43 @@ pub fn strategy(name: &str, count: Option<u64>, seconds: Option<f64>, seed: u64)
     }
 }
 
-fn print_ranking(rows: &[gconv_tune::db::FindRecord]) {
-    println!("  {:<4} {:<22} {:<18} {:>12} {:>14}  status", "rank", "solver", "config", "time ms", "workspace B");
-    for r in rows {
-        let time = r.time_ms.map_or("-".to_string(), |t| format!("{t:.4}"));
-        println!("  {:<4} {:<22} {:<18} {:>12} {:>14}  {}", r.rank, r.solver, r.config, time, r.workspace_bytes, r.status);
+fn print_ranking(rows: &[Ranked], opts: &FindOptions) {
+    println!("  times: per call, median of {} samples of back-to-back calls ({})", opts.samples, opts.timing.label());
+    println!("  {:<4} {:<16} {:<22} {:<26} {:>12} {:>14}  status", "rank", "code", "solver", "config", "time ms", "workspace B");
+    for (rank, r) in rows.iter().enumerate() {
+        let time = r.outcome.any_ms().map_or("-".to_string(), |t| format!("{t:.4}"));
+        let status = r.outcome.status();
+        println!("  {rank:<4} {:<16} {:<22} {:<26} {time:>12} {:>14}  {status}", r.kind.label(), r.solver, r.config.to_string(), r.workspace_bytes);
     }
 }
 
-pub fn find<T: Target>(target: &T, db: &mut Db, jobs: Vec<Job>, opts: &FindOptions, json: bool) -> anyhow::Result<ExitCode> {
+pub fn find(rt: &dyn Runtime, db: &mut Db, jobs: Vec<Job>, opts: &FindOptions, json: bool) -> anyhow::Result<ExitCode> {
     Ok(for_each_problem(jobs, |p, _| {
-        let rows = run_find(target, db, p, opts);
+        let rows = run_find(rt, db, &mut TestBed::new(rt, p), opts);
         print_warnings(db);
         let rows = rows?;
         if json {
-            let line = serde_json::json!({ "key": p.key(), "device": target.device_key(), "ranking": rows });
+            let records: Vec<_> = rows.iter().enumerate().map(|(i, r)| r.record(&p.key(), rt.device_key(), i)).collect();
+            let line = serde_json::json!({ "key": p.key(), "device": rt.device_key(), "timing": opts.timing.label(), "ranking": records });
             println!("{line}");
         } else {
             println!("find:      {}", p.key());
-            print_ranking(&rows);
+            print_ranking(&rows, opts);
             println!();
         }
-        Ok(rows.iter().any(|r| r.status == gconv_tune::find::STATUS_OK))
+        Ok(rows.iter().any(|r| r.outcome.timed_ms().is_some()))
     }))
 }
 
-pub fn tune<T: Target>(
-    target: &T,
+pub fn tune(
+    rt: &dyn Runtime,
     db: &mut Db,
     jobs: Vec<Job>,
     strategy: &dyn SearchStrategy,
     opts: &FindOptions,
     show_bar: bool,
 ) -> anyhow::Result<ExitCode> {
-    println!("tune:      strategy {} on {}\n", strategy.describe(), target.describe());
+    println!("tune:      strategy {} on {}\n", strategy.describe(), rt.describe());
     Ok(for_each_problem(jobs, |p, _| {
         let bar = show_bar.then(|| {
             let bar = ProgressBar::new(0);
@@ -92,7 +93,7 @@ pub fn tune<T: Target>(
             None => {}
         };
         println!("problem:   {}", p.key());
-        let outcome = run_tune(target, db, p, strategy, opts, &mut report_progress);
+        let outcome = run_tune(rt, db, p, strategy, opts, &mut report_progress);
         if let Some(bar) = bar {
             bar.finish_and_clear();
         }
@@ -109,14 +110,14 @@ pub fn tune<T: Target>(
             };
             println!("  {}: {} scheduled, {} measured, {} resumed; {winner}", s.solver, s.scheduled, s.measured, s.resumed);
         }
-        print_ranking(&outcome.find);
+        print_ranking(&outcome.find, opts);
         println!();
         Ok(outcome.solvers.iter().all(|s| s.winner.is_some()))
     }))
 }
 
-pub fn select_bench<T: Target>(
-    target: &T,
+pub fn select_bench(
+    rt: &dyn Runtime,
     db: &mut Db,
     jobs: Vec<Job>,
     mode: FindMode,
@@ -131,11 +132,10 @@ pub fn select_bench<T: Target>(
     // The warm-up pass prints each pick; it may benchmark (in modes other than fast) and fills
     // statement caches, so the timed passes measure selection from a warm db.
     for p in &problems {
-        let s = select(target, db, p, mode, opts);
+        let s = select(rt, db, &mut TestBed::new(rt, p), p, mode, opts);
         print_warnings(db);
         let s = s?;
-        let origin = s.origin(target, db, p)?;
-        println!("{}  ->  {} {} ({}, config {})", p.key(), s.solver, s.config, s.source.label(), origin.label());
+        println!("{}  ->  {} {} ({}, config {})", p.key(), s.solution.solver_id, s.solution.config, s.source.label(), s.origin.label());
     }
     if problems.is_empty() {
         return Ok(code);
@@ -143,7 +143,7 @@ pub fn select_bench<T: Target>(
     let start = Instant::now();
     for _ in 0..repeat {
         for p in &problems {
-            select(target, db, p, mode, opts)?;
+            select(rt, db, &mut TestBed::new(rt, p), p, mode, opts)?;
         }
     }
     db.warnings.clear();
@@ -155,10 +155,10 @@ pub fn select_bench<T: Target>(
     Ok(code)
 }
 
-/// Whether a stored (problem, solver, config) can still run with `registry`.
-pub fn usable<B: Backend>(registry: &Registry<B>, problem: &str, solver: &str, config: &str) -> bool {
+/// Whether a stored (problem, solver, config) can still run on `rt`.
+pub fn usable(rt: &dyn Runtime, problem: &str, solver: &str, config: &str) -> bool {
     let Ok(p) = ConvProblem::from_key(problem) else { return false };
-    let Ok(solver) = registry.get(solver) else { return false };
+    let Ok(solver) = rt.solver(solver) else { return false };
     solver.applicable(&p).is_ok() && checked(solver, &p, config).is_ok()
 }
 
@@ -224,13 +224,15 @@ pub fn db(db: &mut Db, action: DbAction, keep: &dyn Fn(&str, &str, &str, &str) -
     Ok(ExitCode::SUCCESS)
 }
 
-/// Builds the kernels of every applicable solver (with its known config) of every problem,
-/// `threads` at a time, without a GPU context.
-pub fn precompile(target: &CudaTarget, db: &mut Db, jobs: Vec<Job>, threads: usize) -> anyhow::Result<ExitCode> {
+/// Builds the kernels of every applicable own solver (with its known config) of every problem,
+/// `threads` at a time, without a GPU context. Vendor libraries build on the device, so they
+/// are left out.
+pub fn precompile(rt: &dyn Runtime, db: &mut Db, jobs: Vec<Job>, threads: usize) -> anyhow::Result<ExitCode> {
     let mut work = Vec::new();
     let code = for_each_problem(jobs, |p, _| {
-        for solver in target.registry().iter().filter(|s| s.applicable(p).is_ok()) {
-            let (config, _) = known_config(db, target.device_key(), solver, p)?;
+        let own = rt.solvers().into_iter().filter(|s| !matches!(s.kind(), SolverKind::Vendor(_)));
+        for solver in own.filter(|s| s.applicable(p).is_ok()) {
+            let (config, _) = known_config(db, rt.device_key(), solver, p)?;
             work.push(BuildJob { solver, problem: p.clone(), config });
         }
         Ok(true)
@@ -238,7 +240,7 @@ pub fn precompile(target: &CudaTarget, db: &mut Db, jobs: Vec<Job>, threads: usi
     print_warnings(db);
     let start = Instant::now();
     let failures = prepare_in_parallel(&work, threads);
-    let stats = target.device.build_stats();
+    let stats = rt.build_stats().unwrap_or_default();
     println!(
         "precompile: {} solutions in {:.0} ms wall: {} builds ({:.0} ms of NVRTC), {} from the disk cache, {} shared",
         work.len(),

@@ -142,7 +142,7 @@ fn batch_file_runs_every_line_and_reports_bad_ones() {
     let err = stderr(&o);
     assert!(err.contains("problems.txt:5: invalid problem: C=6 is not divisible by G=4"), "{err}");
     let reports: Vec<serde_json::Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert!(reports.iter().all(|r| r["iterations"] == 2), "the command line's -t and -i apply to every line");
+    assert!(reports.iter().all(|r| r["samples"] == 2), "the command line's -t and -i apply to every line");
     let keys: Vec<&str> = reports.iter().map(|r| r["key"].as_str().unwrap()).collect();
     assert_eq!(
         keys,

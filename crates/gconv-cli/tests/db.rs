@@ -151,7 +151,7 @@ fn configs_the_solver_rejects_are_skipped_with_a_warning() {
             [],
         )
         .unwrap();
-    let o = s.run(&["db", "prune", "--db", &db, "--backend", "cpu"]);
+    let o = s.run(&["db", "prune", "--db", &db]);
     assert!(stdout(&o).contains("pruned 3 records"), "{}", stdout(&o));
     assert_eq!(count(&db, "SELECT COUNT(*) FROM perf WHERE device LIKE 'cuda:%'"), 1);
 }

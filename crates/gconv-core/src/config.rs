@@ -1,6 +1,7 @@
 //! Solver configurations ("performance configs") in one generic form: an ordered list of named
 //! integer fields. The text form joins `name` + `value` with `_`, e.g. `bm128_bn64_bk32_w4_s3`,
 //! so configs are greppable, round-trip exactly, and every field can become a heuristic feature.
+//! A name that ends in digits (a cuDNN knob, `k2`) is written `name=value`: `eng22_k2=5_k13=1`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -23,10 +24,11 @@ impl Config {
         Self::default()
     }
 
-    /// Builds a config from (name, value) pairs; names are lowercase ASCII letters.
+    /// Builds a config from (name, value) pairs; names are lowercase ASCII letters, optionally
+    /// followed by digits.
     pub fn new<'a>(fields: impl IntoIterator<Item = (&'a str, u32)>) -> Self {
         let fields: Vec<(String, u32)> = fields.into_iter().map(|(n, v)| (n.to_string(), v)).collect();
-        debug_assert!(fields.iter().all(|(n, _)| valid_name(n)), "config field names are [a-z]+");
+        debug_assert!(fields.iter().all(|(n, _)| valid_name(n)), "config field names are [a-z]+[0-9]*");
         Config { fields }
     }
 
@@ -57,7 +59,13 @@ impl Config {
 }
 
 fn valid_name(name: &str) -> bool {
-    !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase())
+    let letters = name.bytes().take_while(|b| b.is_ascii_lowercase()).count();
+    letters > 0 && name.bytes().skip(letters).all(|b| b.is_ascii_digit())
+}
+
+/// Whether the name ends in a digit, so that its value needs an `=` before it.
+fn numbered(name: &str) -> bool {
+    name.bytes().last().is_some_and(|b| b.is_ascii_digit())
 }
 
 impl fmt::Display for Config {
@@ -69,7 +77,11 @@ impl fmt::Display for Config {
             if i > 0 {
                 f.write_str("_")?;
             }
-            write!(f, "{name}{value}")?;
+            if numbered(name) {
+                write!(f, "{name}={value}")?;
+            } else {
+                write!(f, "{name}{value}")?;
+            }
         }
         Ok(())
     }
@@ -85,12 +97,18 @@ impl FromStr for Config {
         let fail = |reason: &str| GconvError::BadConfig { text: text.to_string(), reason: reason.to_string() };
         let mut fields = Vec::new();
         for part in text.split('_') {
-            let split = part.find(|c: char| c.is_ascii_digit()).ok_or_else(|| fail("a field has no value"))?;
-            let (name, digits) = part.split_at(split);
+            let (name, digits) = match part.split_once('=') {
+                Some((name, digits)) if valid_name(name) && numbered(name) => (name, digits),
+                Some(_) => return Err(fail("only names that end in digits take `=`, as in k2=5")),
+                None => {
+                    let split = part.find(|c: char| c.is_ascii_digit()).ok_or_else(|| fail("a field has no value"))?;
+                    part.split_at(split)
+                }
+            };
             if !valid_name(name) {
-                return Err(fail("field names are lowercase letters"));
+                return Err(fail("field names are lowercase letters, optionally followed by digits"));
             }
-            if !digits.bytes().all(|b| b.is_ascii_digit()) || (digits.len() > 1 && digits.starts_with('0')) {
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || (digits.len() > 1 && digits.starts_with('0')) {
                 return Err(fail("field values are plain decimal numbers"));
             }
             let value = digits.parse().map_err(|_| fail("a field value is too large"))?;

@@ -17,6 +17,17 @@ pub enum GconvError {
     TensorMismatch(String),
     #[error("{0}")]
     Backend(String),
+    /// The device can run nothing more in this process (on CUDA: a sticky error such as an
+    /// illegal address poisoned the context). Find and tuning stop rather than record every
+    /// later candidate as failed.
+    #[error("the device is unusable for the rest of this process: {0}")]
+    DeviceLost(String),
+}
+
+impl GconvError {
+    pub fn is_device_lost(&self) -> bool {
+        matches!(self, GconvError::DeviceLost(_))
+    }
 }
 
 pub type Result<T, E = GconvError> = std::result::Result<T, E>;

@@ -1,5 +1,5 @@
-//! gconv-core: the problem model, host tensors, the solver contract, the reference
-//! implementation and verification. No backend lives here.
+//! gconv-core: the problem model, host tensors, the solver contract, the runtime trait, the
+//! reference implementation and verification. No backend lives here.
 
 pub mod applicability;
 pub mod config;
@@ -7,6 +7,7 @@ pub mod error;
 pub mod geometry;
 pub mod problem;
 pub mod reference;
+pub mod runtime;
 pub mod solver;
 pub mod tensor;
 #[cfg(any(test, feature = "testing"))]
@@ -17,7 +18,8 @@ pub use config::Config;
 pub use error::{GconvError, Result};
 pub use geometry::Geometry;
 pub use problem::{ConvProblem, DataType, Direction, Layout, SpatialDim};
-pub use solver::{Backend, BuildStats, Invoker, NotApplicable, Registry, Solution, Solver};
+pub use runtime::{Peaks, Runtime, Timer, TimingMethod, TimingOptions, Workload, Yardstick};
+pub use solver::{Backend, BuildStats, Invoker, NotApplicable, Registry, Solution, Solve, Solver, SolverKind};
 pub use tensor::{ConvTensors, Tensor};
 
 #[cfg(test)]

@@ -287,10 +287,10 @@ impl ConvProblem {
                 return bad(format!("{name} must be at least 1"));
             }
         }
-        if self.c % self.g != 0 {
+        if !self.c.is_multiple_of(self.g) {
             return bad(format!("C={} is not divisible by G={}", self.c, self.g));
         }
-        if self.k % self.g != 0 {
+        if !self.k.is_multiple_of(self.g) {
             return bad(format!("K={} is not divisible by G={}", self.k, self.g));
         }
         let names = dim_names(self.rank());

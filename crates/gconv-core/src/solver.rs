@@ -1,5 +1,10 @@
 //! The solver contract (MIOpen's Solver / Solution / Invoker) and the registry.
+//!
+//! A solver's facts (id, applicability, configs, workspace) are backend-free, so find, tuning
+//! and `explain` see every backend's solvers through one trait; only producing an invoker
+//! ([`Solve`]) names the backend whose buffers it runs on.
 
+use std::any::Any;
 use std::fmt;
 
 use crate::config::Config;
@@ -38,11 +43,37 @@ macro_rules! require {
     };
 }
 
-/// One way to compute convolutions. A solver is built for one device (its registry's), so
-/// device facts it needs are fields of the solver rather than arguments.
-pub trait Solver<B: Backend>: Send + Sync {
+/// Whose code a solver runs: reports keep gconv's own kernels apart from vendor libraries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SolverKind {
+    /// gconv's own kernels.
+    Own,
+    /// Calls a vendor library, named here (e.g. `cuBLAS`, `cuDNN`).
+    Vendor(&'static str),
+    /// The reference: always applicable and slow, there to check others, never a find
+    /// candidate.
+    Oracle,
+}
+
+impl SolverKind {
+    pub fn label(self) -> String {
+        match self {
+            SolverKind::Own => "gconv kernel".into(),
+            SolverKind::Vendor(library) => format!("vendor: {library}"),
+            SolverKind::Oracle => "oracle".into(),
+        }
+    }
+}
+
+/// One way to compute convolutions, as facts that need no device. A solver is built for one
+/// device (its registry's), so device facts it needs are fields of the solver.
+pub trait Solver: Send + Sync {
     /// Stable id stored in databases: never derived from a type name or a list position.
     fn id(&self) -> &'static str;
+
+    fn kind(&self) -> SolverKind {
+        SolverKind::Own
+    }
 
     /// `Ok` when this solver can compute the (validated) problem, else the reason it cannot.
     fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable>;
@@ -63,6 +94,12 @@ pub trait Solver<B: Backend>: Send + Sync {
         Box::new(std::iter::empty())
     }
 
+    /// Whether find times every config of [`Solver::configs`] rather than only the best known
+    /// one: for vendor libraries whose own find times a list of candidates.
+    fn find_times_every_config(&self) -> bool {
+        false
+    }
+
     /// Whether a config (e.g. read back from a database) is valid for the problem.
     fn check_config(&self, _p: &ConvProblem, config: &Config) -> Result<()> {
         if config.is_empty() {
@@ -81,18 +118,19 @@ pub trait Solver<B: Backend>: Send + Sync {
         false
     }
 
-    /// The part of `solution` that needs no device, such as building kernels, so that it can
-    /// run ahead of time in parallel (`gconv precompile`).
+    /// The part of building a solution that needs no device, such as compiling kernels, so
+    /// that it can run ahead of time in parallel (`gconv precompile`).
     fn prepare(&self, _p: &ConvProblem, _config: &Config) -> Result<()> {
         Ok(())
     }
 
-    /// The oracle: always applicable and slow, there to check others, never a find candidate.
     fn is_oracle(&self) -> bool {
-        false
+        self.kind() == SolverKind::Oracle
     }
+}
 
-    /// Prepares the computation for an applicable problem and a valid config.
+/// A solver of backend `B`: it turns an applicable problem and a valid config into an invoker.
+pub trait Solve<B: Backend>: Solver {
     fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<B>>>;
 }
 
@@ -111,39 +149,44 @@ pub struct BuildStats {
     pub build_ms: f64,
 }
 
-/// A solver and config made ready to run: what `Solver::solution` builds plus what it needs.
-pub struct Solution<B: Backend> {
+/// A solver and config made ready to run on its backend.
+pub struct Solution {
     pub solver_id: &'static str,
     pub config: Config,
     pub workspace_bytes: u64,
-    pub invoker: Box<dyn Invoker<B>>,
+    /// The backend's `Box<dyn Invoker<B>>`; [`Solution::invoker`] gives it back typed.
+    invoker: Box<dyn Any + Send + Sync>,
 }
 
-impl<B: Backend> Solution<B> {
+impl Solution {
     /// Checks applicability and the config, then builds the solution.
-    pub fn build(solver: &dyn Solver<B>, p: &ConvProblem, config: Config) -> Result<Self> {
+    pub fn build<B: Backend>(solver: &dyn Solve<B>, p: &ConvProblem, config: Config) -> Result<Self> {
         p.validate()?;
         solver
             .applicable(p)
             .map_err(|r| GconvError::NotApplicable { solver: solver.id().into(), reason: r.0 })?;
         solver.check_config(p, &config)?;
-        Ok(Solution {
-            solver_id: solver.id(),
-            workspace_bytes: solver.workspace_bytes(p, &config),
-            invoker: solver.solution(p, &config)?,
-            config,
-        })
+        let invoker: Box<dyn Invoker<B>> = solver.solution(p, &config)?;
+        Ok(Solution { solver_id: solver.id(), workspace_bytes: solver.workspace_bytes(p, &config), invoker: Box::new(invoker), config })
+    }
+
+    /// The invoker, when the solution was built for backend `B`.
+    pub fn invoker<B: Backend>(&self) -> Result<&dyn Invoker<B>> {
+        self.invoker
+            .downcast_ref::<Box<dyn Invoker<B>>>()
+            .map(|i| i.as_ref())
+            .ok_or_else(|| GconvError::Backend(format!("{} was built for another backend than {}", self.solver_id, B::NAME)))
     }
 }
 
 /// All solvers of one backend, one entry each, in priority order: without measurements or a
 /// model, the first applicable solver is the pick.
 pub struct Registry<B: Backend> {
-    solvers: Vec<Box<dyn Solver<B>>>,
+    solvers: Vec<Box<dyn Solve<B>>>,
 }
 
 impl<B: Backend> Registry<B> {
-    pub fn new(solvers: Vec<Box<dyn Solver<B>>>) -> Self {
+    pub fn new(solvers: Vec<Box<dyn Solve<B>>>) -> Self {
         for (i, s) in solvers.iter().enumerate() {
             assert!(
                 solvers[..i].iter().all(|t| t.id() != s.id()),
@@ -154,15 +197,25 @@ impl<B: Backend> Registry<B> {
         Registry { solvers }
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &dyn Solver<B>> {
+    pub fn iter(&self) -> impl Iterator<Item = &dyn Solve<B>> {
         self.solvers.iter().map(|s| s.as_ref())
     }
 
-    pub fn get(&self, id: &str) -> Result<&dyn Solver<B>> {
+    pub fn get(&self, id: &str) -> Result<&dyn Solve<B>> {
         self.iter().find(|s| s.id() == id).ok_or_else(|| GconvError::UnknownSolver(id.to_string()))
     }
 
-    pub fn applicable<'a>(&'a self, p: &'a ConvProblem) -> impl Iterator<Item = &'a dyn Solver<B>> {
+    pub fn applicable<'a>(&'a self, p: &'a ConvProblem) -> impl Iterator<Item = &'a dyn Solve<B>> {
         self.iter().filter(move |s| s.applicable(p).is_ok())
+    }
+
+    /// The backend-free view of every solver, in priority order.
+    pub fn solvers(&self) -> Vec<&dyn Solver> {
+        self.iter().map(|s| s as &dyn Solver).collect()
+    }
+
+    /// Builds solver `id`'s solution.
+    pub fn build(&self, id: &str, p: &ConvProblem, config: Config) -> Result<Solution> {
+        Solution::build(self.get(id)?, p, config)
     }
 }

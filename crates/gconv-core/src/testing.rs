@@ -4,6 +4,9 @@
 use proptest::prelude::*;
 
 use crate::problem::{ConvProblem, DataType, Direction, Layout, SpatialDim};
+use crate::reference::reference;
+use crate::verify::verify;
+use crate::{Config, ConvTensors, Runtime, Solver};
 
 fn spatial_dim(max_input: u32) -> impl Strategy<Value = SpatialDim> {
     (1..=max_input, 1..=3u32, 1..=3u32, 0..=2u32, 1..=2u32)
@@ -44,4 +47,58 @@ pub fn small_problem() -> impl Strategy<Value = ConvProblem> {
             dims,
         })
         .prop_filter("output size must be positive", |p| p.validate().is_ok())
+}
+
+/// The every-solver check, one body for every backend: each applicable solver (the oracle
+/// too), with its default config and up to `sample` configs spread over its space, run through
+/// the runtime and compared with the CPU reference. Builds run in parallel threads first.
+pub fn check_every_solver(rt: &dyn Runtime, p: &ConvProblem, sample: usize) -> Result<(), String> {
+    check_solvers(rt, p, sample, |_| true)
+}
+
+/// The every-solver check restricted to the solvers `chosen` accepts.
+pub fn check_solvers(rt: &dyn Runtime, p: &ConvProblem, sample: usize, chosen: impl Fn(&dyn Solver) -> bool) -> Result<(), String> {
+    let inputs = ConvTensors::random(p, 11);
+    let exact = reference(p, &inputs);
+    let mut runs = Vec::new();
+    for solver in rt.solvers().into_iter().filter(|s| chosen(*s) && s.applicable(p).is_ok()) {
+        let space: Vec<Config> = solver.configs(p).collect();
+        let taken = sample.min(space.len());
+        let spread = (0..taken).map(|i| space[(2 * i + 1) * space.len() / (2 * taken)].clone());
+        let default = solver.default_config(p);
+        let others: Vec<Config> = spread.filter(|c| *c != default).collect();
+        runs.extend(std::iter::once(default).chain(others).map(|config| (solver, config)));
+    }
+    std::thread::scope(|scope| {
+        for (solver, config) in &runs {
+            // A failed build shows again, in its own words, when the run builds it.
+            scope.spawn(move || solver.prepare(p, config));
+        }
+    });
+    for (solver, config) in runs {
+        let what = || format!("{} {config} on {}", solver.id(), p.key());
+        let solution = rt.build(solver.id(), p, config.clone()).map_err(|e| format!("{}: {e}", what()))?;
+        let mut data = rt.upload(p, &inputs).map_err(|e| format!("{}: {e}", what()))?;
+        data.run(&solution).map_err(|e| format!("{}: {e}", what()))?;
+        let v = verify(p, &data.output().map_err(|e| format!("{}: {e}", what()))?, &exact);
+        if !v.passed {
+            return Err(format!("{}: error {:e} > tolerance {:e} at element {}", what(), v.max_error, v.tolerance, v.worst_index));
+        }
+    }
+    Ok(())
+}
+
+/// Runs the every-solver check on each problem and fails unless every registered solver was
+/// applicable to at least one of them.
+pub fn check_every_solver_is_reached(rt: &dyn Runtime, keys: &[&str], sample: usize) -> Result<(), String> {
+    let mut reached = std::collections::HashSet::new();
+    for key in keys {
+        let p = ConvProblem::from_key(key).map_err(|e| e.to_string())?;
+        check_every_solver(rt, &p, sample)?;
+        reached.extend(rt.solvers().into_iter().filter(|s| s.applicable(&p).is_ok()).map(|s| s.id()));
+    }
+    match rt.solvers().into_iter().find(|s| !reached.contains(s.id())) {
+        Some(s) => Err(format!("{} never ran", s.id())),
+        None => Ok(()),
+    }
 }

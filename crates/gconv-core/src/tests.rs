@@ -25,7 +25,7 @@ proptest! {
     }
 
     #[test]
-    fn config_text_round_trips(fields in prop::collection::vec(("[a-z]{1,4}", any::<u32>()), 0..5)) {
+    fn config_text_round_trips(fields in prop::collection::vec(("[a-z]{1,4}[0-9]{0,2}", any::<u32>()), 0..5)) {
         let mut seen = std::collections::HashSet::new();
         let fields: Vec<(String, u32)> = fields.into_iter().filter(|(n, _)| seen.insert(n.clone())).collect();
         let config = Config::new(fields.iter().map(|(n, v)| (n.as_str(), *v)));
@@ -123,4 +123,15 @@ fn grouped_reference_keeps_groups_apart() {
         y: Tensor::zeros(DataType::F32, 2),
     };
     assert_eq!(reference(&p, &t), vec![6.0, 35.0]);
+}
+
+#[test]
+fn numbered_config_names_take_an_equals_sign() {
+    let tag: Config = "eng22_k2=5_k13=1".parse().unwrap();
+    assert_eq!(tag.fields()[0], ("eng".to_string(), 22));
+    assert_eq!(tag.get("k13"), Some(1));
+    assert_eq!(tag.to_string(), "eng22_k2=5_k13=1");
+    for bad in ["eng=5", "k2=", "k2=05", "k=1", "2k=1", "eng22_k2=5_k2=6", "k2=-1"] {
+        assert!(bad.parse::<Config>().is_err(), "{bad} parsed");
+    }
 }

@@ -4,7 +4,11 @@
 mod matmul;
 pub mod solvers;
 
+mod runtime;
+
 use gconv_core::{Backend, ConvProblem, ConvTensors, Direction, GconvError, Invoker, Registry, Result};
+
+pub use runtime::CpuRuntime;
 
 /// The CPU backend: invokers are handed host tensors and an fp32 workspace.
 pub struct Host;

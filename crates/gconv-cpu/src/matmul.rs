@@ -81,8 +81,9 @@ impl SharedMut {
     }
 
     /// # Safety
-    /// No other task may access `[offset, offset + len)` while the slice lives.
-    pub unsafe fn slice(&self, offset: usize, len: usize) -> &mut [f32] {
+    /// The buffer must outlive `'a`, and no other task may access `[offset, offset + len)`
+    /// while the slice lives.
+    pub unsafe fn slice<'a>(self, offset: usize, len: usize) -> &'a mut [f32] {
         assert!(offset + len <= self.len);
         std::slice::from_raw_parts_mut(self.ptr.add(offset), len)
     }

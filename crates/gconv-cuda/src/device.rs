@@ -21,8 +21,12 @@ pub struct CudaDevice {
     pub sm_count: u32,
     /// Shared memory one block may use when it opts in.
     pub max_shared_bytes: u32,
+    /// Bytes of L2 cache: a cold-cache timing flushes twice this much.
+    pub l2_bytes: u64,
     pub driver_version: i32,
     pub nvrtc_version: (i32, i32),
+    /// `cudnnGetVersion()` (e.g. 91900 for 9.19.0), when libcudnn loads.
+    pub cudnn_version: Option<usize>,
     compiler: Compiler,
     gpu: OnceLock<std::result::Result<Gpu, String>>,
 }
@@ -55,7 +59,7 @@ impl CudaDevice {
         }
         let ordinal = 0;
         // SAFETY: plain driver queries with valid out-pointers; no context is created.
-        let (name, capability, sm_count, max_shared_bytes, driver_version) = unsafe {
+        let (name, capability, sm_count, max_shared_bytes, l2_bytes, driver_version) = unsafe {
             driver("cuInit", cu::cuInit(0))?;
             let mut count = 0;
             driver("cuDeviceGetCount", cu::cuDeviceGetCount(&mut count))?;
@@ -75,9 +79,10 @@ impl CudaDevice {
             let capability = (attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?, attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?);
             let sms = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
             let shared = attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32;
+            let l2 = attr(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u64;
             let mut version = 0;
             driver("cuDriverGetVersion", cu::cuDriverGetVersion(&mut version))?;
-            (name, capability, sms, shared, version)
+            (name, capability, sms, shared, l2, version)
         };
         let mut nvrtc_version = (0, 0);
         // SAFETY: valid out-pointers.
@@ -91,17 +96,21 @@ impl CudaDevice {
             capability,
             sm_count,
             max_shared_bytes,
+            l2_bytes,
             driver_version,
             nvrtc_version,
+            cudnn_version: crate::cudnn::library_version(),
             compiler: Compiler::new(arch, nvrtc_version, kernel_cache),
             gpu: OnceLock::new(),
         }))
     }
 
-    /// Identifies the device in databases.
+    /// Identifies the device in databases. cuDNN's version is part of it: its engine indices
+    /// (the configs of `cuda.cudnn`) are stable only within one version.
     pub fn key(&self) -> String {
+        let cudnn = self.cudnn_version.map_or("nocudnn".to_string(), |v| format!("cudnn{v}"));
         format!(
-            "cuda:{}:{}:sm{}:nvrtc{}.{}:drv{}",
+            "cuda:{}:{}:sm{}:nvrtc{}.{}:drv{}:{cudnn}",
             self.name.replace(':', " "),
             self.compiler.arch(),
             self.sm_count,
@@ -137,7 +146,8 @@ impl CudaDevice {
                 // overhead on every launch.
                 // SAFETY: gconv uses a single stream per context.
                 unsafe { ctx.disable_event_tracking() };
-                let stream = ctx.default_stream();
+                // A stream of its own: the legacy default stream cannot be captured into a graph.
+                let stream = ctx.new_stream().map_err(|e| format!("cannot create a CUDA stream: {e:?}"))?;
                 Ok(Gpu { ctx, stream, modules: Mutex::default() })
             })
             .as_ref()
@@ -148,18 +158,8 @@ impl CudaDevice {
         Ok(&self.gpu()?.stream)
     }
 
-    /// Runs `launch`, which enqueues work on the stream, and returns the GPU time of that work
-    /// in seconds, measured with CUDA events around it.
-    pub fn time(&self, launch: impl FnOnce(&Arc<CudaStream>) -> Result<()>) -> Result<f64> {
-        let gpu = self.gpu()?;
-        let event = || gpu.ctx.new_event(Some(cu::CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| backend_error("create an event", e));
-        let (start, end) = (event()?, event()?);
-        start.record(&gpu.stream).map_err(|e| backend_error("record an event", e))?;
-        launch(&gpu.stream)?;
-        end.record(&gpu.stream).map_err(|e| backend_error("record an event", e))?;
-        end.synchronize().map_err(|e| backend_error("run on the GPU", e))?;
-        let ms = start.elapsed_ms(&end).map_err(|e| backend_error("read an event", e))?;
-        Ok(f64::from(ms) * 1e-3)
+    pub(crate) fn context(&self) -> Result<&Arc<CudaContext>> {
+        Ok(&self.gpu()?.ctx)
     }
 
     /// Loads `function` of the built source; a cached CUBIN that fails to load is rebuilt once.
@@ -194,4 +194,30 @@ impl CudaDevice {
 
 pub fn backend_error(what: &str, e: impl std::fmt::Debug) -> GconvError {
     GconvError::Backend(format!("{what}: {e:?}"))
+}
+
+/// A driver error, typed: the sticky ones (a kernel faulted, and the context with it) become
+/// [`GconvError::DeviceLost`], so find and tuning stop instead of failing every later
+/// candidate.
+pub fn driver_error(what: &str, e: cudarc::driver::DriverError) -> GconvError {
+    use cu::CUresult as R;
+    let sticky = matches!(
+        e.0,
+        R::CUDA_ERROR_ILLEGAL_ADDRESS
+            | R::CUDA_ERROR_LAUNCH_FAILED
+            | R::CUDA_ERROR_MISALIGNED_ADDRESS
+            | R::CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | R::CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | R::CUDA_ERROR_INVALID_PC
+            | R::CUDA_ERROR_HARDWARE_STACK_ERROR
+            | R::CUDA_ERROR_ASSERT
+            | R::CUDA_ERROR_LAUNCH_TIMEOUT
+            | R::CUDA_ERROR_ECC_UNCORRECTABLE
+            | R::CUDA_ERROR_CONTEXT_IS_DESTROYED
+    );
+    if sticky {
+        GconvError::DeviceLost(format!("{what}: {e:?}"))
+    } else {
+        GconvError::Backend(format!("{what}: {e:?}"))
+    }
 }

@@ -1,24 +1,29 @@
 //! gconv-cuda: the CUDA backend. Kernels are CUDA C++ in `kernels/`, built at run time by
-//! NVRTC into CUBIN for the GPU's exact architecture, cached on disk and in the process.
-//! cudarc loads the CUDA libraries dynamically: without a driver or GPU, [`CudaDevice::probe`]
-//! says why and nothing else here is used.
+//! NVRTC into CUBIN for the GPU's exact architecture, cached on disk and in the process;
+//! vendor libraries (cuBLAS, cuDNN's graph API) are solvers beside them. cudarc loads the CUDA
+//! libraries dynamically: without a driver or GPU, [`CudaRuntime::probe`] says why and nothing
+//! else here is used.
 
+mod blas;
 mod compile;
-pub mod cudnn_peer;
+pub mod cudnn;
 mod device;
 mod params;
 pub mod roofline;
+mod runtime;
 pub mod solvers;
 mod tensors;
+mod timing;
 
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use gconv_core::{Backend, Registry};
+use gconv_core::Backend;
 
 pub use compile::KernelSource;
 pub use device::CudaDevice;
 pub use params::ConvParams;
+pub use runtime::CudaRuntime;
 pub use tensors::DeviceTensors;
 
 /// The CUDA backend: invokers get device pointers and the stream to launch on.
@@ -36,17 +41,4 @@ pub struct CudaBuffers<'a> {
     /// At least the solution's `workspace_bytes`.
     pub workspace: u64,
     pub stream: &'a Arc<CudaStream>,
-}
-
-/// Every CUDA solver, one line each, in priority order.
-pub fn registry(device: &Arc<CudaDevice>) -> Registry<Cuda> {
-    use solvers::*;
-    Registry::new(vec![
-        Box::new(gemm_blas::GemmBlas::new(device.clone())),
-        Box::new(depthwise::Depthwise { device: device.clone() }),
-        Box::new(grouped_direct::GroupedDirect { device: device.clone() }),
-        Box::new(igemm::Igemm::tensor_cores(device.clone())),
-        Box::new(igemm::Igemm::simt(device.clone())),
-        Box::new(naive::Naive { device: device.clone() }),
-    ])
 }

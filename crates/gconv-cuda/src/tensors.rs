@@ -1,10 +1,10 @@
 //! A problem's three tensors and a workspace in GPU memory.
 
 use cudarc::driver::{CudaSlice, DevicePtr};
-use gconv_core::{ConvProblem, ConvTensors, Result, Solution, Tensor};
+use gconv_core::{ConvProblem, ConvTensors, Result, Tensor};
 
-use crate::device::{backend_error, CudaDevice};
-use crate::{Cuda, CudaBuffers};
+use crate::device::{driver_error, CudaDevice};
+use crate::CudaBuffers;
 
 pub struct DeviceTensors {
     x: CudaSlice<u8>,
@@ -16,7 +16,7 @@ pub struct DeviceTensors {
 impl DeviceTensors {
     pub fn upload(device: &CudaDevice, t: &ConvTensors) -> Result<Self> {
         let stream = device.stream()?;
-        let copy = |t: &Tensor| stream.clone_htod(t.as_bytes()).map_err(|e| backend_error("copy to the GPU", e));
+        let copy = |t: &Tensor| stream.clone_htod(t.as_bytes()).map_err(|e| driver_error("copy to the GPU", e));
         Ok(DeviceTensors { x: copy(&t.x)?, w: copy(&t.w)?, y: copy(&t.y)?, workspace: None })
     }
 
@@ -25,8 +25,8 @@ impl DeviceTensors {
         if bytes > 0 && self.workspace.as_ref().is_none_or(|w| (w.len() as u64) < bytes) {
             self.workspace = None;
             let stream = device.stream()?;
-            let size = usize::try_from(bytes).map_err(|e| backend_error("workspace size", e))?;
-            self.workspace = Some(stream.alloc_zeros::<u8>(size).map_err(|e| backend_error("allocate a workspace", e))?);
+            let size = usize::try_from(bytes).map_err(|e| gconv_core::GconvError::Backend(format!("workspace size: {e}")))?;
+            self.workspace = Some(stream.alloc_zeros::<u8>(size).map_err(|e| driver_error("allocate a workspace", e))?);
         }
         Ok(())
     }
@@ -44,24 +44,6 @@ impl DeviceTensors {
         })
     }
 
-    /// Runs a solution once on these tensors and returns its GPU time in seconds.
-    pub fn run_timed(&mut self, device: &CudaDevice, solution: &Solution<Cuda>) -> Result<f64> {
-        self.timed(device, solution.workspace_bytes, |b| solution.invoker.run(b))
-    }
-
-    /// Runs `launch` (with a workspace of at least `workspace_bytes`) and returns the GPU
-    /// time of what it enqueued, in seconds, measured with CUDA events around it.
-    pub fn timed(
-        &mut self,
-        device: &CudaDevice,
-        workspace_bytes: u64,
-        launch: impl FnOnce(&mut CudaBuffers<'_>) -> Result<()>,
-    ) -> Result<f64> {
-        self.reserve_workspace(device, workspace_bytes)?;
-        let mut buffers = self.buffers(device)?;
-        device.time(|_| launch(&mut buffers))
-    }
-
     /// Copies the direction's output back into `out`, a host tensor of the same size.
     pub fn download_output(&self, device: &CudaDevice, p: &ConvProblem, out: &mut Tensor) -> Result<()> {
         let stream = device.stream()?;
@@ -70,7 +52,7 @@ impl DeviceTensors {
             gconv_core::Direction::BackwardData => &self.x,
             gconv_core::Direction::BackwardWeight => &self.w,
         };
-        let bytes = stream.clone_dtoh(src).map_err(|e| backend_error("copy from the GPU", e))?;
+        let bytes = stream.clone_dtoh(src).map_err(|e| driver_error("copy from the GPU", e))?;
         out.copy_from_bytes(&bytes)
     }
 }

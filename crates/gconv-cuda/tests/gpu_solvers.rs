@@ -1,61 +1,25 @@
-//! Every CUDA solver against the CPU reference on random small problems. Needs a GPU, so the
-//! tests are ignored in CI; run them on the GPU machine (`.device/run-tests gpu`).
+//! Every CUDA solver against the CPU reference, through the CUDA runtime and the every-solver
+//! body of gconv-core's testing module, plus the build cache and the timing path. Needs a GPU,
+//! so the tests are ignored in CI; run them on a GPU machine (`cargo test --workspace --
+//! --include-ignored`, or `.device/run-tests gpu`).
 
-use gconv_core::reference::reference;
-use gconv_core::testing::small_problem;
-use gconv_core::verify::verify;
-use gconv_core::{ConvProblem, ConvTensors, Direction, Solution};
-use gconv_cuda::{registry, CudaDevice, DeviceTensors};
+use gconv_core::testing::{check_every_solver, check_every_solver_is_reached, check_solvers, small_problem};
+use gconv_core::{ConvProblem, ConvTensors, Direction, Runtime, TimingMethod, TimingOptions};
+use gconv_cuda::CudaRuntime;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
 
-fn check_all_solvers(device: &std::sync::Arc<CudaDevice>, p: &ConvProblem) -> Result<(), TestCaseError> {
-    let reg = registry(device);
-    let inputs = ConvTensors::random(p, 11);
-    let exact = reference(p, &inputs);
-    // Per solver, the default and three configs spread over the space: the same few per
-    // solver and direction across cases, so their kernels build once.
-    let mut runs = Vec::new();
-    for solver in reg.applicable(p) {
-        let space: Vec<_> = solver.configs(p).collect();
-        let spread = [1, 3, 5].into_iter().filter_map(|i| space.get(space.len() * i / 7).cloned());
-        runs.extend(std::iter::once(solver.default_config(p)).chain(spread).map(|config| (solver, config)));
-    }
-    // Build them all in parallel first; a failed build shows again when the run builds it.
-    std::thread::scope(|scope| {
-        for (solver, config) in &runs {
-            scope.spawn(move || solver.prepare(p, config));
-        }
-    });
-    for (solver, config) in runs {
-        let fail = |e: gconv_core::GconvError| TestCaseError::fail(format!("{} {config} on {}: {e}", solver.id(), p.key()));
-        let solution = Solution::build(solver, p, config.clone()).map_err(fail)?;
-        let mut gpu = DeviceTensors::upload(device, &inputs).map_err(fail)?;
-        gpu.reserve_workspace(device, solution.workspace_bytes).map_err(fail)?;
-        solution.invoker.run(&mut gpu.buffers(device).map_err(fail)?).map_err(fail)?;
-        let mut out = inputs.output(p.direction).clone();
-        gpu.download_output(device, p, &mut out).map_err(fail)?;
-        let v = verify(p, &out, &exact);
-        prop_assert!(
-            v.passed,
-            "{} {config} on {}: error {:e} > tolerance {:e} at element {}",
-            solver.id(),
-            p.key(),
-            v.max_error,
-            v.tolerance,
-            v.worst_index
-        );
-    }
-    Ok(())
+fn runtime() -> CudaRuntime {
+    CudaRuntime::probe(None).expect("a usable CUDA GPU")
 }
 
 /// 100 random problems of one direction; one test per direction, so that they build their
 /// kernels in parallel test threads.
 fn every_solver_matches_the_reference(direction: Direction) {
-    let device = CudaDevice::probe(None).expect("a usable CUDA GPU");
+    let rt = runtime();
     let mut runner = TestRunner::new(ProptestConfig { cases: 100, ..ProptestConfig::default() });
     let problems = small_problem().prop_map(move |p| ConvProblem { direction, ..p });
-    runner.run(&problems, |p| check_all_solvers(&device, &p)).unwrap();
+    runner.run(&problems, |p| check_every_solver(&rt, &p, 3).map_err(TestCaseError::fail)).unwrap();
 }
 
 #[test]
@@ -78,45 +42,61 @@ fn gpu_backward_weight_solvers_match_the_reference() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn gpu_kernels_build_once_and_load_from_the_disk_cache() {
-    let dir = std::env::temp_dir().join(format!("gconv-kernel-cache-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let p = ConvProblem::from_key("v1:fwd:bf16:NHWC:n2:c8:k8:i9x9:f3x3:s1x1:p1x1:d1x1:g2").unwrap();
-    let cold = CudaDevice::probe(Some(dir.clone())).unwrap();
-    let reg = registry(&cold);
-    let solver = reg.get("cuda.naive").unwrap();
-    assert!(solver.needs_build(&p, &solver.default_config(&p)));
-    Solution::build(solver, &p, solver.default_config(&p)).unwrap();
-    Solution::build(solver, &p, solver.default_config(&p)).unwrap();
-    let stats = cold.build_stats();
-    assert_eq!((stats.builds, stats.memory_hits), (1, 1), "{stats:?}");
-    assert!(!solver.needs_build(&p, &solver.default_config(&p)));
-
-    // A fresh process-like device finds the CUBIN on disk; a corrupt entry is rebuilt.
-    let warm = CudaDevice::probe(Some(dir.clone())).unwrap();
-    Solution::build(registry(&warm).get("cuda.naive").unwrap(), &p, Default::default()).unwrap();
-    assert_eq!(warm.build_stats().disk_hits, 1, "{:?}", warm.build_stats());
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        std::fs::write(entry.unwrap().path(), b"\x7fELF but not really a cubin").unwrap();
-    }
-    let corrupt = CudaDevice::probe(Some(dir.clone())).unwrap();
-    Solution::build(registry(&corrupt).get("cuda.naive").unwrap(), &p, Default::default()).unwrap();
-    assert_eq!(corrupt.build_stats().builds, 1, "{:?}", corrupt.build_stats());
-    std::fs::remove_dir_all(&dir).unwrap();
-}
-
-#[test]
-fn probe_never_panics_and_says_why() {
-    match CudaDevice::probe(None) {
-        Ok(device) => assert!(device.key().starts_with("cuda:"), "{}", device.key()),
-        Err(reason) => assert!(!reason.is_empty()),
+fn gpu_cudnn_matches_the_reference_in_every_direction_dtype_and_layout() {
+    let rt = runtime();
+    let shapes = [
+        ("n2:c8:k12:i9x9:f3x3:s1x1:p1x1:d1x1", "dense 2D"),
+        ("n2:c16:k16:i9x7:f3x3:s2x2:p1x1:d1x1:g4", "grouped 2D"),
+        ("n2:c16:k16:i10x10:f5x5:s1x1:p2x2:d1x1:g16", "depthwise 2D"),
+        ("n1:c8:k8:i5x6x6:f3x3x3:s1x1x1:p1x1x1:d1x1x1:g2", "grouped 3D"),
+        ("n1:c8:k8:i5x6x6:f3x3x3:s1x2x2:p1x1x1:d1x1x1:g8", "depthwise 3D"),
+    ];
+    for (shape, what) in shapes {
+        let three_d = shape.matches('x').count() > 6;
+        for layout in if three_d { ["NCDHW", "NDHWC"] } else { ["NCHW", "NHWC"] } {
+            for direction in ["fwd", "bwd-data", "bwd-weight"] {
+                for dtype in ["f32", "tf32", "f16", "bf16"] {
+                    let p = ConvProblem::from_key(&format!("v1:{direction}:{dtype}:{layout}:{shape}")).unwrap();
+                    let solver = rt.solver("cuda.cudnn").unwrap();
+                    solver.applicable(&p).unwrap_or_else(|r| panic!("{what}: cuda.cudnn cannot run {}: {r}", p.key()));
+                    check_solvers(&rt, &p, 2, |s| s.id() == "cuda.cudnn").unwrap_or_else(|e| panic!("{what}: {e}"));
+                }
+            }
+        }
     }
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
+fn gpu_kernels_build_once_and_load_from_the_disk_cache() {
+    let dir = std::env::temp_dir().join(format!("gconv-kernel-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let p = ConvProblem::from_key("v1:fwd:bf16:NHWC:n2:c8:k8:i9x9:f3x3:s1x1:p1x1:d1x1:g2").unwrap();
+    let cold = CudaRuntime::probe(Some(dir.clone())).unwrap();
+    let solver = cold.solver("cuda.naive").unwrap();
+    assert!(solver.needs_build(&p, &solver.default_config(&p)));
+    cold.build("cuda.naive", &p, Default::default()).unwrap();
+    cold.build("cuda.naive", &p, Default::default()).unwrap();
+    let stats = cold.device.build_stats();
+    assert_eq!((stats.builds, stats.memory_hits), (1, 1), "{stats:?}");
+    assert!(!solver.needs_build(&p, &solver.default_config(&p)));
+
+    // A fresh process-like runtime finds the CUBIN on disk; a corrupt entry is rebuilt.
+    let warm = CudaRuntime::probe(Some(dir.clone())).unwrap();
+    warm.build("cuda.naive", &p, Default::default()).unwrap();
+    assert_eq!(warm.device.build_stats().disk_hits, 1, "{:?}", warm.device.build_stats());
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        std::fs::write(entry.unwrap().path(), b"\x7fELF but not really a cubin").unwrap();
+    }
+    let corrupt = CudaRuntime::probe(Some(dir.clone())).unwrap();
+    corrupt.build("cuda.naive", &p, Default::default()).unwrap();
+    assert_eq!(corrupt.device.build_stats().builds, 1, "{:?}", corrupt.device.build_stats());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
 fn gpu_every_registered_solver_is_reached() {
-    let device = CudaDevice::probe(None).expect("a usable CUDA GPU");
     let keys = [
         "v1:bwd-weight:bf16:NHWC:n3:c8:k12:i5x7:f1x1:s1x1:p0x0:d1x1:g2",
         "v1:fwd:f32:NCHW:n2:c6:k4:i5x5:f1x1:s1x1:p0x0:d1x1",
@@ -126,15 +106,38 @@ fn gpu_every_registered_solver_is_reached() {
         "v1:bwd-data:f32:NHWC:n2:c12:k8:i7x7:f3x3:s2x2:p1x1:d1x1:g2",
         "v1:fwd:bf16:NHWC:n2:c16:k32:i9x9:f3x3:s2x2:p1x1:d1x1:g4",
     ];
-    let reg = registry(&device);
-    let mut reached = std::collections::HashSet::new();
-    for key in keys {
+    check_every_solver_is_reached(&runtime(), &keys, 3).unwrap();
+}
+
+/// Every kind of solver (NVRTC kernels, cuBLAS, cuDNN) is timed by graph replay, with several
+/// calls per sample for small problems and one for cold-cache samples, and the times are
+/// plausible: above zero, and the per-call time of a replay of many calls is no more than one
+/// lone call's.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_every_solver_kind_is_timed_by_graph_replay() {
+    let rt = runtime();
+    let cases = [
+        ("cuda.igemm_tc", "v1:fwd:bf16:NHWC:n8:c64:k64:i28x28:f3x3:s1x1:p1x1:d1x1"),
+        ("cuda.gemm_blas", "v1:fwd:f16:NHWC:n8:c64:k64:i28x28:f1x1:s1x1:p0x0:d1x1"),
+        ("cuda.cudnn", "v1:bwd-weight:bf16:NHWC:n8:c64:k64:i28x28:f3x3:s1x1:p1x1:d1x1:g4"),
+        ("cuda.depthwise", "v1:bwd-data:f32:NHWC:n8:c64:k64:i28x28:f3x3:s1x1:p1x1:d1x1:g64"),
+    ];
+    for (id, key) in cases {
         let p = ConvProblem::from_key(key).unwrap();
-        check_all_solvers(&device, &p).unwrap();
-        reached.extend(reg.applicable(&p).map(|s| s.id()));
-    }
-    for solver in reg.iter() {
-        assert!(reached.contains(solver.id()), "{} never ran", solver.id());
+        let solution = rt.build(id, &p, rt.solver(id).unwrap().default_config(&p)).unwrap();
+        let mut data = rt.upload(&p, &ConvTensors::random(&p, 3)).unwrap();
+        data.run(&solution).unwrap();
+        let mut warm = data.timer(&solution, TimingOptions::default()).unwrap();
+        assert_eq!(warm.method(), TimingMethod::GraphReplay, "{id}");
+        assert!(warm.calls() > 1, "{id}: a small problem takes several calls per sample");
+        let per_call = warm.sample().unwrap();
+        drop(warm);
+        let mut cold = data.timer(&solution, TimingOptions { cold_cache: true }).unwrap();
+        assert_eq!((cold.method(), cold.calls()), (TimingMethod::GraphReplay, 1), "{id}");
+        let lone = cold.sample().unwrap();
+        assert!(per_call > 0.0 && per_call < 0.01, "{id}: {per_call} s per call");
+        assert!(per_call <= lone * 1.1, "{id}: {per_call} s per call warm, {lone} s cold");
     }
 }
 
@@ -143,7 +146,7 @@ fn gpu_every_registered_solver_is_reached() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_implicit_gemm_on_medium_problems() {
-    let device = CudaDevice::probe(None).expect("a usable CUDA GPU");
+    let rt = runtime();
     let shapes = [
         "n2:c64:k96:i20x20:f3x3:s1x1:p1x1:d1x1",
         "n3:c48:k64:i17x15:f3x3:s2x2:p1x1:d1x1",
@@ -160,7 +163,7 @@ fn gpu_implicit_gemm_on_medium_problems() {
             for dtype in ["bf16", "f16", "f32", "tf32"] {
                 let layout = if shape.matches('x').count() > 6 { "NDHWC" } else { "NHWC" };
                 let p = ConvProblem::from_key(&format!("v1:{direction}:{dtype}:{layout}:{shape}")).unwrap();
-                check_all_solvers(&device, &p).unwrap();
+                check_every_solver(&rt, &p, 3).unwrap();
             }
         }
     }

@@ -424,7 +424,7 @@ fn import_into(conn: &mut Connection, input: impl BufRead, mode: ImportMode) -> 
 }
 
 fn best_time(rows: &[FindRecord]) -> Option<f64> {
-    rows.iter().filter(|r| r.status == "ok").filter_map(|r| r.time_ms).reduce(f64::min)
+    rows.iter().filter(|r| r.status == crate::outcome::STATUS_OK).filter_map(|r| r.time_ms).reduce(f64::min)
 }
 
 fn insert_perf(conn: &Connection, p: &PerfRecord) -> Result<()> {

@@ -1,13 +1,14 @@
-//! Find: run every applicable candidate (each solver with its best known config), verify it,
-//! rank by measured time, and keep the ranking in the find-db.
+//! Find: run every applicable candidate (each solver with its best known config, or every
+//! config of a vendor library whose own find times them all), verify it, rank by measured
+//! time, and keep the ranking in the find-db.
 
-use gconv_core::{ConvProblem, ConvTensors, Solution};
+use gconv_core::{Config, ConvProblem, ConvTensors, Result as CoreResult, Runtime, SolverKind, TimingOptions, Workload};
 
 use crate::db::{Db, FindRecord, GCONV_VERSION};
 use crate::known::known_config;
-use crate::measure::{evaluate, TimingPlan};
+use crate::measure::{evaluate, Sampling};
+use crate::outcome::{Outcome, Skip};
 use crate::prebuild::{build_threads, prepare_in_parallel, unbuilt};
-use crate::target::Target;
 use crate::Result;
 
 /// Seed of the data find and tuning measure on.
@@ -17,112 +18,143 @@ pub const DATA_SEED: u64 = 0x5eed;
 pub struct FindOptions {
     /// Candidates needing more workspace are listed, not run.
     pub workspace_limit: u64,
-    /// Timed runs per candidate.
-    pub iterations: u32,
+    /// Samples per candidate.
+    pub samples: u32,
     /// Only candidates that need no new build (`dynamic-hybrid`).
     pub only_prebuilt: bool,
+    /// Stop sampling a candidate whose first sample is far over the best so far.
+    pub time_box: bool,
+    pub timing: TimingOptions,
 }
 
 impl Default for FindOptions {
     fn default() -> Self {
-        FindOptions { workspace_limit: 4 << 30, iterations: 5, only_prebuilt: false }
+        FindOptions { workspace_limit: 4 << 30, samples: 5, only_prebuilt: false, time_box: true, timing: TimingOptions::default() }
     }
 }
 
-pub const STATUS_OK: &str = "ok";
-pub const STATUS_TIME_BOXED: &str = "time-boxed";
-
-/// A problem's data, its exact result, and the backend's copy of the data.
-pub struct Bench<T: Target> {
-    pub exact: Vec<f64>,
-    pub workload: T::Workload,
+/// A problem's data on the runtime's device, and its exact result, made when first needed
+/// and reused by everything measured on the problem (find, tuning, the run that follows).
+pub struct TestBed<'r> {
+    rt: &'r dyn Runtime,
+    p: ConvProblem,
+    tensors: Option<ConvTensors>,
+    workload: Option<Box<dyn Workload>>,
+    exact: Option<Vec<f64>>,
 }
 
-impl<T: Target> Bench<T> {
-    pub fn new(target: &T, p: &ConvProblem) -> Result<Self> {
-        p.validate()?;
-        let tensors = ConvTensors::try_random(p, DATA_SEED)?;
-        let exact = target.reference(p, &tensors)?;
-        Ok(Bench { workload: target.workload(p, &tensors)?, exact })
+impl<'r> TestBed<'r> {
+    pub fn new(rt: &'r dyn Runtime, p: &ConvProblem) -> Self {
+        TestBed { rt, p: p.clone(), tensors: None, workload: None, exact: None }
+    }
+
+    fn make_tensors(&mut self) -> CoreResult<()> {
+        if self.tensors.is_none() {
+            self.p.validate()?;
+            self.tensors = Some(ConvTensors::try_random(&self.p, DATA_SEED)?);
+        }
+        Ok(())
+    }
+
+    /// The data, uploaded, and the exact result (when `exact`) for verification.
+    pub fn parts(&mut self, exact: bool) -> CoreResult<(&mut dyn Workload, Option<&[f64]>)> {
+        self.make_tensors()?;
+        let tensors = self.tensors.as_ref().expect("made above");
+        if exact && self.exact.is_none() {
+            self.exact = Some(self.rt.reference(&self.p, tensors)?);
+        }
+        if self.workload.is_none() {
+            self.workload = Some(self.rt.upload(&self.p, tensors)?);
+        }
+        let exact = if exact { self.exact.as_deref() } else { None };
+        Ok((self.workload.as_deref_mut().expect("set above"), exact))
+    }
+}
+
+/// One row of a find: a candidate and what happened to it.
+#[derive(Debug, Clone)]
+pub struct Ranked {
+    pub solver: &'static str,
+    pub kind: SolverKind,
+    pub config: Config,
+    pub workspace_bytes: u64,
+    pub outcome: Outcome,
+}
+
+impl Ranked {
+    /// The find-db's row.
+    pub fn record(&self, problem: &str, device: &str, rank: usize) -> FindRecord {
+        FindRecord {
+            problem: problem.to_string(),
+            device: device.to_string(),
+            rank: rank as u32,
+            solver: self.solver.to_string(),
+            config: self.config.to_string(),
+            time_ms: self.outcome.any_ms(),
+            workspace_bytes: self.workspace_bytes,
+            verified: self.outcome.verified(),
+            status: self.outcome.status(),
+            gconv_version: GCONV_VERSION.to_string(),
+        }
     }
 }
 
 /// Runs the find and stores its ranking. Rows: fastest verified first, then time-boxed ones,
-/// then candidates that did not run or failed, each with its reason.
-pub fn find<T: Target>(target: &T, db: &mut Db, p: &ConvProblem, opts: &FindOptions) -> Result<Vec<FindRecord>> {
-    let mut bench = Bench::new(target, p)?;
-    let device = target.device_key().to_string();
-    let mut rows = Vec::new();
-    let mut best: Option<f64> = None;
+/// then candidates that did not run or failed, each with its reason. A lost device ends the
+/// find with that error; nothing is stored.
+pub fn find(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: &FindOptions) -> Result<Vec<Ranked>> {
+    let p = bed.p.clone();
+    let device = rt.device_key().to_string();
     let mut candidates = Vec::new();
-    for solver in target.registry().applicable(p).filter(|s| !s.is_oracle()) {
-        candidates.push((solver, known_config(db, &device, solver, p)?.0));
+    for solver in rt.solvers().into_iter().filter(|s| !s.is_oracle() && s.applicable(&p).is_ok()) {
+        if solver.find_times_every_config() {
+            candidates.extend(solver.configs(&p).map(|c| (solver, c)));
+        } else {
+            candidates.push((solver, known_config(db, &device, solver, &p)?.0));
+        }
     }
     if !opts.only_prebuilt {
-        let runnable = candidates.iter().filter(|(s, c)| s.workspace_bytes(p, c) <= opts.workspace_limit);
-        let jobs: Vec<_> = runnable.flat_map(|(s, c)| unbuilt(*s, p, [c.clone()])).collect();
+        let runnable = candidates.iter().filter(|(s, c)| s.workspace_bytes(&p, c) <= opts.workspace_limit);
+        let jobs: Vec<_> = runnable.flat_map(|(s, c)| unbuilt(*s, &p, [c.clone()])).collect();
         prepare_in_parallel(&jobs, build_threads());
     }
+    let mut rows = Vec::new();
+    let mut best: Option<f64> = None;
     for (solver, config) in candidates {
-        let workspace_bytes = solver.workspace_bytes(p, &config);
-        let mut row = FindRecord {
-            problem: p.key(),
-            device: device.clone(),
-            rank: 0,
-            solver: solver.id().to_string(),
-            config: config.to_string(),
-            time_ms: None,
-            workspace_bytes,
-            verified: false,
-            status: String::new(),
-            gconv_version: GCONV_VERSION.to_string(),
-        };
-        if opts.only_prebuilt && solver.needs_build(p, &config) {
-            row.status = "not run: needs a new kernel build".into();
+        let workspace_bytes = solver.workspace_bytes(&p, &config);
+        let outcome = if opts.only_prebuilt && solver.needs_build(&p, &config) {
+            Outcome::NotRun(Skip::NeedsBuild)
         } else if workspace_bytes > opts.workspace_limit {
-            row.status = format!("not run: workspace {workspace_bytes} B over the limit of {} B", opts.workspace_limit);
+            Outcome::NotRun(Skip::Workspace { bytes: workspace_bytes, limit: opts.workspace_limit })
         } else {
-            let plan = TimingPlan { iterations: opts.iterations, best_ms: best };
-            let outcome = Solution::build(solver, p, config)
-                .map_err(Into::into)
-                .and_then(|s| evaluate(target, &mut bench.workload, p, &s, Some(&bench.exact), plan));
-            match outcome {
-                Ok(e) if !e.verified_ok() => {
-                    let v = e.verification.expect("find always verifies");
-                    row.status = format!("failed verification: error {:.3e} > tolerance {:.3e}", v.max_error, v.tolerance);
-                }
-                Ok(e) => {
-                    row.verified = true;
-                    row.time_ms = e.time_ms;
-                    row.status = if e.time_boxed { STATUS_TIME_BOXED } else { STATUS_OK }.into();
-                    if !e.time_boxed {
-                        best = e.time_ms.map(|t| best.map_or(t, |b: f64| b.min(t)));
-                    }
-                }
-                Err(e) => row.status = format!("failed: {e}"),
+            let sampling = Sampling { samples: opts.samples, best_ms: best.filter(|_| opts.time_box), options: opts.timing };
+            let evaluated = rt.build(solver.id(), &p, config.clone()).and_then(|s| {
+                let (workload, exact) = bed.parts(true)?;
+                evaluate(workload, &p, &s, exact, sampling)
+            });
+            match evaluated {
+                Err(e) if e.is_device_lost() => return Err(e.into()),
+                Err(e) => Outcome::Failed(e),
+                Ok(e) => e.outcome(),
             }
+        };
+        if let Some(t) = outcome.timed_ms() {
+            best = Some(best.map_or(t, |b| b.min(t)));
         }
-        rows.push(row);
+        rows.push(Ranked { solver: solver.id(), kind: solver.kind(), config, workspace_bytes, outcome });
     }
     rank(&mut rows);
-    db.put_find(&p.key(), &device, &rows)?;
+    let records: Vec<FindRecord> = rows.iter().enumerate().map(|(i, r)| r.record(&p.key(), &device, i)).collect();
+    db.put_find(&p.key(), &device, &records)?;
     Ok(rows)
 }
 
-/// Sorts rows: ok by time, then time-boxed by time, then the rest in registry order.
-fn rank(rows: &mut [FindRecord]) {
-    let class = |r: &FindRecord| match r.status.as_str() {
-        STATUS_OK => 0,
-        STATUS_TIME_BOXED => 1,
-        _ => 2,
-    };
+/// Sorts rows: fully timed by time, then time-boxed by time, then the rest in registry order.
+fn rank(rows: &mut [Ranked]) {
     rows.sort_by(|a, b| {
-        class(a).cmp(&class(b)).then_with(|| match (a.time_ms, b.time_ms) {
+        a.outcome.class().cmp(&b.outcome.class()).then_with(|| match (a.outcome.any_ms(), b.outcome.any_ms()) {
             (Some(x), Some(y)) => x.total_cmp(&y),
             _ => std::cmp::Ordering::Equal,
         })
     });
-    for (i, r) in rows.iter_mut().enumerate() {
-        r.rank = i as u32;
-    }
 }

@@ -4,11 +4,11 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use gconv_core::{Backend, Config, ConvProblem, Solver};
+use gconv_core::{Config, ConvProblem, Solver};
 
 /// A solver and config to build for a problem.
-pub struct BuildJob<'a, B: Backend> {
-    pub solver: &'a dyn Solver<B>,
+pub struct BuildJob<'a> {
+    pub solver: &'a dyn Solver,
     pub problem: ConvProblem,
     pub config: Config,
 }
@@ -20,7 +20,7 @@ pub fn build_threads() -> usize {
 
 /// Runs `Solver::prepare` for every job, `threads` at a time, and returns the failures as
 /// messages (running the solution later reports them again, in its own words).
-pub fn prepare_in_parallel<B: Backend>(jobs: &[BuildJob<'_, B>], threads: usize) -> Vec<String> {
+pub fn prepare_in_parallel(jobs: &[BuildJob<'_>], threads: usize) -> Vec<String> {
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
@@ -39,11 +39,7 @@ pub fn prepare_in_parallel<B: Backend>(jobs: &[BuildJob<'_, B>], threads: usize)
 }
 
 /// The jobs among `configs` of one solver that still need a build.
-pub fn unbuilt<'a, B: Backend>(
-    solver: &'a dyn Solver<B>,
-    p: &ConvProblem,
-    configs: impl IntoIterator<Item = Config>,
-) -> Vec<BuildJob<'a, B>> {
+pub fn unbuilt<'a>(solver: &'a dyn Solver, p: &ConvProblem, configs: impl IntoIterator<Item = Config>) -> Vec<BuildJob<'a>> {
     configs
         .into_iter()
         .filter(|c| solver.needs_build(p, c))
@@ -55,19 +51,13 @@ pub fn unbuilt<'a, B: Backend>(
 mod tests {
     use std::sync::atomic::AtomicU32;
 
-    use gconv_core::{GconvError, Invoker, NotApplicable, Result};
+    use gconv_core::{GconvError, NotApplicable, Result};
 
     use super::*;
 
-    struct Nothing;
-    impl Backend for Nothing {
-        const NAME: &'static str = "nothing";
-        type Buffers<'a> = ();
-    }
-
     /// Counts builds; configs with `bad` fail to build, configs with `built` need none.
     struct Counting(AtomicU32);
-    impl Solver<Nothing> for Counting {
+    impl Solver for Counting {
         fn id(&self) -> &'static str {
             "test.counting"
         }
@@ -83,9 +73,6 @@ mod tests {
                 Some(_) => Err(GconvError::Backend("no such kernel".into())),
                 None => Ok(()),
             }
-        }
-        fn solution(&self, _p: &ConvProblem, _config: &Config) -> Result<Box<dyn Invoker<Nothing>>> {
-            Err(GconvError::Backend("not runnable".into()))
         }
     }
 

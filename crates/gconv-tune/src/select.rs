@@ -1,14 +1,14 @@
-//! Choosing the solver for a problem by find mode, from the databases or by measuring.
+//! Choosing the solution for a problem by find mode, from the databases or by measuring. A
+//! selection carries the built solution, how it was chosen and where its config came from.
 
 use std::fmt;
 use std::str::FromStr;
 
-use gconv_core::{Config, ConvProblem};
+use gconv_core::{ConvProblem, Runtime, Solution};
 
-use crate::db::{Db, FindRecord};
-use crate::find::{find, FindOptions, STATUS_OK};
+use crate::db::Db;
+use crate::find::{find, FindOptions, Ranked, TestBed};
 use crate::known::{checked, known_config, origin_of, ConfigOrigin};
-use crate::target::Target;
 use crate::Result;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +60,8 @@ pub enum Source {
     Find,
     /// The first applicable solver in priority order whose workspace fits.
     Rule,
+    /// Named by the caller (`-S`).
+    Forced,
 }
 
 impl Source {
@@ -68,91 +70,81 @@ impl Source {
             Source::FindDb => "find-db",
             Source::Find => "find (benchmarked now)",
             Source::Rule => "rule",
+            Source::Forced => "forced (-S)",
         }
     }
 }
 
-#[derive(Debug, Clone)]
 pub struct Selection {
-    pub solver: &'static str,
-    pub config: Config,
+    pub solution: Solution,
     pub source: Source,
-    /// Known when the rule read the perf-db; otherwise ask [`crate::known::origin_of`].
-    pub config_origin: Option<ConfigOrigin>,
+    pub origin: ConfigOrigin,
     /// The ranking when a find ran.
-    pub find: Option<Vec<FindRecord>>,
+    pub find: Option<Vec<Ranked>>,
 }
 
-impl Selection {
-    /// Whether the chosen config is the perf-db's tuned one.
-    pub fn origin<T: Target>(&self, target: &T, db: &Db, p: &ConvProblem) -> Result<ConfigOrigin> {
-        match self.config_origin {
-            Some(origin) => Ok(origin),
-            None => origin_of(db, target.device_key(), target.registry().get(self.solver)?, p, &self.config),
-        }
-    }
+/// The solution of solver `id` with its known config.
+pub fn forced(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, id: &str) -> Result<Selection> {
+    let (config, origin) = known_config(db, rt.device_key(), rt.solver(id)?, p)?;
+    Ok(Selection { solution: rt.build(id, p, config)?, source: Source::Forced, origin, find: None })
 }
 
-pub fn select<T: Target>(target: &T, db: &mut Db, p: &ConvProblem, mode: FindMode, opts: &FindOptions) -> Result<Selection> {
+/// Selects by `mode`; a find runs on `bed`, whose data the caller may reuse.
+pub fn select(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, p: &ConvProblem, mode: FindMode, opts: &FindOptions) -> Result<Selection> {
     if mode != FindMode::Normal {
-        if let Some(selection) = from_find_db(target, db, p)? {
+        if let Some(selection) = from_find_db(rt, db, p)? {
             return Ok(selection);
         }
     }
-    match mode {
-        FindMode::Fast => by_rule(target, db, p, opts.workspace_limit),
-        _ => {
-            let only_prebuilt = mode == FindMode::DynamicHybrid;
-            let rows = find(target, db, p, &FindOptions { only_prebuilt, ..*opts })?;
-            let Some(best) = rows.iter().find(|r| r.status == STATUS_OK) else {
-                if only_prebuilt {
-                    // Nothing is built yet: build only what the rule picks.
-                    return by_rule(target, db, p, opts.workspace_limit);
-                }
-                return Err(gconv_core::GconvError::Backend(format!("no candidate ran successfully for {}", p.key())).into());
-            };
-            let solver = target.registry().get(&best.solver)?;
-            let config: Config = best.config.parse()?;
-            Ok(Selection { solver: solver.id(), config, source: Source::Find, config_origin: None, find: Some(rows) })
-        }
+    if mode == FindMode::Fast {
+        return by_rule(rt, db, p, opts.workspace_limit);
     }
+    let only_prebuilt = mode == FindMode::DynamicHybrid;
+    let rows = find(rt, db, bed, &FindOptions { only_prebuilt, ..*opts })?;
+    let Some(best) = rows.iter().find(|r| r.outcome.timed_ms().is_some()) else {
+        if only_prebuilt {
+            // Nothing is built yet: build only what the rule picks.
+            return by_rule(rt, db, p, opts.workspace_limit);
+        }
+        return Err(gconv_core::GconvError::Backend(format!("no candidate ran successfully for {}", p.key())).into());
+    };
+    let origin = origin_of(db, rt.device_key(), rt.solver(best.solver)?, p, &best.config)?;
+    let solution = rt.build(best.solver, p, best.config.clone())?;
+    Ok(Selection { solution, source: Source::Find, origin, find: Some(rows) })
 }
 
 /// The best usable row of a stored find result. Rows naming unknown solvers, solvers that no
 /// longer apply, or configs their solver rejects are skipped with a warning.
-fn from_find_db<T: Target>(target: &T, db: &mut Db, p: &ConvProblem) -> Result<Option<Selection>> {
+fn from_find_db(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem) -> Result<Option<Selection>> {
     let key = p.key();
-    let Some(rows) = db.find_ranked_ok(&key, target.device_key())? else { return Ok(None) };
+    let Some(rows) = db.find_ranked_ok(&key, rt.device_key())? else { return Ok(None) };
     for (solver_id, config_text) in &rows {
-        let usable = target.registry().get(solver_id).map_err(|e| e.to_string()).and_then(|solver| {
+        let usable = rt.solver(solver_id).map_err(|e| e.to_string()).and_then(|solver| {
             solver.applicable(p).map_err(|r| r.0)?;
             Ok((solver, checked(solver, p, config_text)?))
         });
         match usable {
             Ok((solver, config)) => {
-                return Ok(Some(Selection { solver: solver.id(), config, source: Source::FindDb, config_origin: None, find: None }));
+                let origin = origin_of(db, rt.device_key(), solver, p, &config)?;
+                let solution = rt.build(solver.id(), p, config)?;
+                return Ok(Some(Selection { solution, source: Source::FindDb, origin, find: None }));
             }
-            Err(reason) => db.warnings.push(format!(
-                "skipping find-db entry {solver_id} `{config_text}` for {key}: {reason}"
-            )),
+            Err(reason) => db.warnings.push(format!("skipping find-db entry {solver_id} `{config_text}` for {key}: {reason}")),
         }
     }
     Ok(None)
 }
 
-fn by_rule<T: Target>(target: &T, db: &mut Db, p: &ConvProblem, workspace_limit: u64) -> Result<Selection> {
-    let mut candidates: Vec<_> = target.registry().applicable(p).collect();
+fn by_rule(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, workspace_limit: u64) -> Result<Selection> {
+    let mut candidates: Vec<_> = rt.solvers().into_iter().filter(|s| s.applicable(p).is_ok()).collect();
     // Oracles run only when nothing else can.
     candidates.sort_by_key(|s| s.is_oracle());
     for solver in candidates {
-        let (config, config_origin) = known_config(db, target.device_key(), solver, p)?;
+        let (config, origin) = known_config(db, rt.device_key(), solver, p)?;
         if solver.workspace_bytes(p, &config) <= workspace_limit {
-            return Ok(Selection { solver: solver.id(), config, source: Source::Rule, config_origin: Some(config_origin), find: None });
+            let solution = rt.build(solver.id(), p, config)?;
+            return Ok(Selection { solution, source: Source::Rule, origin, find: None });
         }
     }
-    Err(gconv_core::GconvError::Backend(format!(
-        "no solver can run {} within the workspace limit of {workspace_limit} bytes",
-        p.key()
-    ))
-    .into())
+    Err(gconv_core::GconvError::Backend(format!("no solver can run {} within the workspace limit of {workspace_limit} bytes", p.key())).into())
 }

@@ -4,16 +4,16 @@
 
 use std::time::Instant;
 
-use gconv_core::{Config, ConvProblem, Solution};
+use gconv_core::{Config, ConvProblem, Runtime, Solver};
 use serde::Serialize;
 
-use crate::db::{Db, FindRecord, PerfRecord, TrialRecord, FORMAT_VERSION, GCONV_VERSION};
-use crate::find::{find, Bench, FindOptions, STATUS_OK, STATUS_TIME_BOXED};
+use crate::db::{Db, PerfRecord, TrialRecord, FORMAT_VERSION, GCONV_VERSION};
+use crate::find::{find, FindOptions, Ranked, TestBed};
 use crate::known::checked;
-use crate::measure::{evaluate, TimingPlan};
+use crate::measure::{evaluate, Sampling};
+use crate::outcome::{Outcome, Skip, STATUS_OK};
 use crate::prebuild::{build_threads, prepare_in_parallel, unbuilt};
 use crate::search::SearchStrategy;
-use crate::target::Target;
 use crate::Result;
 
 #[derive(Debug, Clone, Serialize)]
@@ -29,13 +29,12 @@ pub struct SolverTuning {
     pub winner_ms: Option<f64>,
 }
 
-#[derive(Debug, Clone, Serialize)]
 pub struct TuneOutcome {
     pub problem: String,
     /// Already tuned on this device by this gconv version: nothing was run.
     pub skipped: bool,
     pub solvers: Vec<SolverTuning>,
-    pub find: Vec<FindRecord>,
+    pub find: Vec<Ranked>,
 }
 
 /// Progress of one solver's search, for a progress bar.
@@ -48,9 +47,9 @@ pub struct Progress<'a> {
 
 /// Whether every tunable solver has a perf-db record from this gconv version and the problem
 /// has a find result: then tuning it again would redo finished work.
-pub fn is_tuned<T: Target>(target: &T, db: &Db, p: &ConvProblem) -> Result<bool> {
-    let (key, device) = (p.key(), target.device_key());
-    for solver in tunable(target, p) {
+pub fn is_tuned(rt: &dyn Runtime, db: &Db, p: &ConvProblem) -> Result<bool> {
+    let (key, device) = (p.key(), rt.device_key());
+    for solver in tunable(rt, p) {
         match db.perf(&key, device, solver.id())? {
             Some(r) if r.gconv_version == GCONV_VERSION => {}
             _ => return Ok(false),
@@ -59,11 +58,12 @@ pub fn is_tuned<T: Target>(target: &T, db: &Db, p: &ConvProblem) -> Result<bool>
     Ok(db.find(&key, device)?.is_some())
 }
 
-fn tunable<'a, T: Target>(target: &'a T, p: &'a ConvProblem) -> impl Iterator<Item = &'a dyn gconv_core::Solver<T::B>> + 'a {
-    target
-        .registry()
-        .applicable(p)
-        .filter(move |s| !s.is_oracle() && s.configs(p).next().is_some())
+/// Solvers with a space to search. Those whose every config find times already (a vendor
+/// library's list) gain nothing from tuning.
+fn tunable<'a>(rt: &'a dyn Runtime, p: &'a ConvProblem) -> impl Iterator<Item = &'a dyn Solver> + 'a {
+    rt.solvers().into_iter().filter(move |s| {
+        !s.is_oracle() && !s.find_times_every_config() && s.applicable(p).is_ok() && s.configs(p).next().is_some()
+    })
 }
 
 /// Keeps the fastest fully timed config.
@@ -75,8 +75,8 @@ fn consider(config: &Config, time: Option<f64>, status: &str, best: &mut Option<
     }
 }
 
-pub fn tune<T: Target>(
-    target: &T,
+pub fn tune(
+    rt: &dyn Runtime,
     db: &mut Db,
     p: &ConvProblem,
     strategy: &dyn SearchStrategy,
@@ -84,13 +84,13 @@ pub fn tune<T: Target>(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<TuneOutcome> {
     let key = p.key();
-    if is_tuned(target, db, p)? {
+    if is_tuned(rt, db, p)? {
         return Ok(TuneOutcome { problem: key, skipped: true, solvers: vec![], find: vec![] });
     }
-    let device = target.device_key().to_string();
-    let mut bench = Bench::new(target, p)?;
+    let device = rt.device_key().to_string();
+    let mut bed = TestBed::new(rt, p);
     let mut solvers = Vec::new();
-    for solver in tunable(target, p) {
+    for solver in tunable(rt, p) {
         let id = solver.id();
         let space: Vec<Config> = solver.configs(p).collect();
         let schedule = strategy.schedule(p, id, space);
@@ -127,29 +127,31 @@ pub fn tune<T: Target>(
                 break;
             }
             let workspace = solver.workspace_bytes(p, config);
-            let (time, status) = if workspace > opts.workspace_limit {
-                (None, format!("not run: workspace {workspace} B over the limit"))
+            let outcome = if workspace > opts.workspace_limit {
+                Outcome::NotRun(Skip::Workspace { bytes: workspace, limit: opts.workspace_limit })
             } else {
-                let plan = TimingPlan { iterations: opts.iterations, best_ms: best.as_ref().map(|b| b.1) };
-                match Solution::build(solver, p, config.clone())
-                    .map_err(Into::into)
-                    .and_then(|s| evaluate(target, &mut bench.workload, p, &s, Some(&bench.exact), plan))
-                {
-                    Ok(e) if !e.verified_ok() => (None, "failed verification".to_string()),
-                    Ok(e) => (e.time_ms, if e.time_boxed { STATUS_TIME_BOXED } else { STATUS_OK }.to_string()),
-                    Err(e) => (None, format!("failed: {e}")),
+                let sampling = Sampling { samples: opts.samples, best_ms: best.as_ref().map(|b| b.1).filter(|_| opts.time_box), options: opts.timing };
+                let evaluated = rt.build(id, p, config.clone()).and_then(|s| {
+                    let (workload, exact) = bed.parts(true)?;
+                    evaluate(workload, p, &s, exact, sampling)
+                });
+                match evaluated {
+                    Err(e) if e.is_device_lost() => return Err(e.into()),
+                    Err(e) => Outcome::Failed(e),
+                    Ok(e) => e.outcome(),
                 }
             };
+            let status = outcome.status();
             db.put_trial(&TrialRecord {
                 problem: key.clone(),
                 device: device.clone(),
                 solver: id.to_string(),
                 config: text,
-                time_ms: time,
+                time_ms: outcome.any_ms(),
                 status: status.clone(),
             })?;
             report.measured += 1;
-            consider(config, time, &status, &mut best);
+            consider(config, outcome.any_ms(), &status, &mut best);
         }
         progress(Progress { problem: &key, solver: id, done: schedule.len(), total: schedule.len() });
         if let Some((config, time_ms)) = best {
@@ -170,6 +172,6 @@ pub fn tune<T: Target>(
         }
         solvers.push(report);
     }
-    let find = find(target, db, p, opts)?;
+    let find = find(rt, db, &mut bed, opts)?;
     Ok(TuneOutcome { problem: key, skipped: false, solvers, find })
 }

@@ -27,10 +27,11 @@ impl Scratch {
         self.path("user.db").to_string_lossy().into_owned()
     }
 
-    /// `gconv` with this directory as the cache directory.
+    /// `gconv` on the CPU with this directory as the cache directory. These tests describe the
+    /// CPU backend, so they pass on a machine with a GPU too; the GPU has its own tests.
     pub fn gconv(&self) -> Command {
         let mut cmd = Command::new(binary());
-        cmd.env("XDG_CACHE_HOME", &self.0);
+        cmd.env("XDG_CACHE_HOME", &self.0).args(["--backend", "cpu"]);
         cmd
     }
 

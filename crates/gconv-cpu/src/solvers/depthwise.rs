@@ -2,7 +2,7 @@
 //! over contiguous memory so it vectorises: channels in NHWC, output columns in NCHW.
 
 use gconv_core::geometry::{positions, Strides};
-use gconv_core::{Config, ConvProblem, Direction, Geometry, Invoker, Layout, NotApplicable, Result, Solver};
+use gconv_core::{Config, ConvProblem, Direction, Geometry, Invoker, Layout, NotApplicable, Result, Solve, Solver};
 use rayon::prelude::*;
 
 use super::partition;
@@ -13,7 +13,7 @@ pub struct Depthwise {
     pub threads: usize,
 }
 
-impl Solver<Host> for Depthwise {
+impl Solver for Depthwise {
     fn id(&self) -> &'static str {
         "cpu.depthwise"
     }
@@ -25,7 +25,9 @@ impl Solver<Host> for Depthwise {
     fn workspace_bytes(&self, p: &ConvProblem, _config: &Config) -> u64 {
         Depthwise::plan(p, self.threads).workspace_elements() as u64 * 4
     }
+}
 
+impl Solve<Host> for Depthwise {
     fn solution(&self, p: &ConvProblem, _config: &Config) -> Result<Box<dyn Invoker<Host>>> {
         let plan = Depthwise::plan(p, self.threads);
         Ok(HostInvoker::boxed(p, plan.workspace_elements() as u64 * 4, plan))

@@ -8,7 +8,7 @@
 //!   the same element and no partial sums are needed.
 
 use gconv_core::geometry::positions;
-use gconv_core::{Config, ConvProblem, Direction, GconvError, Geometry, Invoker, NotApplicable, Result, Solver};
+use gconv_core::{Config, ConvProblem, Direction, GconvError, Geometry, Invoker, NotApplicable, Result, Solve, Solver};
 use rayon::prelude::*;
 
 use crate::matmul::{gemm, SharedMut, Span, View};
@@ -96,7 +96,7 @@ fn candidates(list: &'static [u32], max: usize) -> impl Iterator<Item = usize> +
     list.iter().map(|&v| v as usize).filter(move |&v| v < max).chain(std::iter::once(max))
 }
 
-impl Solver<Host> for DirectBlocked {
+impl Solver for DirectBlocked {
     fn id(&self) -> &'static str {
         "cpu.direct_blocked"
     }
@@ -136,7 +136,9 @@ impl Solver<Host> for DirectBlocked {
     fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {
         Blocking::from_config(p, config).map(|_| ())
     }
+}
 
+impl Solve<Host> for DirectBlocked {
     fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Host>>> {
         let blocking = Blocking::from_config(p, config)?;
         Ok(HostInvoker::boxed(p, 0, Kernel { geo: Geometry::new(p), blocking }))

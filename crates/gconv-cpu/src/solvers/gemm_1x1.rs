@@ -1,7 +1,7 @@
 //! `cpu.gemm_1x1`: a 1x1 convolution with unit stride and no padding is a GEMM per group, with
 //! no unfolding. In NHWC all images are one matrix (one GEMM per group); in NCHW each image is.
 
-use gconv_core::{Config, ConvProblem, Direction, Geometry, Invoker, Layout, NotApplicable, Result, Solver};
+use gconv_core::{Config, ConvProblem, Direction, Geometry, Invoker, Layout, NotApplicable, Result, Solve, Solver};
 use rayon::prelude::*;
 
 use super::partition;
@@ -12,7 +12,7 @@ pub struct Gemm1x1 {
     pub threads: usize,
 }
 
-impl Solver<Host> for Gemm1x1 {
+impl Solver for Gemm1x1 {
     fn id(&self) -> &'static str {
         "cpu.gemm_1x1"
     }
@@ -20,7 +20,9 @@ impl Solver<Host> for Gemm1x1 {
     fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
         gconv_core::applicability::plain_1x1(p)
     }
+}
 
+impl Solve<Host> for Gemm1x1 {
     fn solution(&self, p: &ConvProblem, _config: &Config) -> Result<Box<dyn Invoker<Host>>> {
         let geo = Geometry::new(p);
         let channels_last = p.layout == Layout::Nhwc;

@@ -5,7 +5,7 @@
 //! contiguous runs.
 
 use gconv_core::geometry::positions;
-use gconv_core::{Config, ConvProblem, Direction, Geometry, Invoker, Layout, NotApplicable, Result, Solver};
+use gconv_core::{Config, ConvProblem, Direction, Geometry, Invoker, Layout, NotApplicable, Result, Solve, Solver};
 use rayon::prelude::*;
 
 use super::partition;
@@ -19,7 +19,7 @@ pub struct Im2colGemm {
     pub threads: usize,
 }
 
-impl Solver<Host> for Im2colGemm {
+impl Solver for Im2colGemm {
     fn id(&self) -> &'static str {
         "cpu.im2col_gemm"
     }
@@ -31,7 +31,9 @@ impl Solver<Host> for Im2colGemm {
     fn workspace_bytes(&self, p: &ConvProblem, _config: &Config) -> u64 {
         Plan::new(p, self.threads).workspace_elements() as u64 * 4
     }
+}
 
+impl Solve<Host> for Im2colGemm {
     fn solution(&self, p: &ConvProblem, _config: &Config) -> Result<Box<dyn Invoker<Host>>> {
         let plan = Plan::new(p, self.threads);
         Ok(HostInvoker::boxed(p, plan.workspace_elements() as u64 * 4, plan))

@@ -1,13 +1,13 @@
 //! `cpu.reference`: the oracle run as a solver, so it can be picked, timed and compared.
 
 use gconv_core::reference::reference;
-use gconv_core::{Config, ConvProblem, Invoker, NotApplicable, Result, Solver};
+use gconv_core::{Config, ConvProblem, Invoker, NotApplicable, Result, Solve, Solver, SolverKind};
 
 use crate::{Host, HostBuffers};
 
 pub struct Reference;
 
-impl Solver<Host> for Reference {
+impl Solver for Reference {
     fn id(&self) -> &'static str {
         "cpu.reference"
     }
@@ -16,10 +16,12 @@ impl Solver<Host> for Reference {
         Ok(())
     }
 
-    fn is_oracle(&self) -> bool {
-        true
+    fn kind(&self) -> SolverKind {
+        SolverKind::Oracle
     }
+}
 
+impl Solve<Host> for Reference {
     fn solution(&self, p: &ConvProblem, _config: &Config) -> Result<Box<dyn Invoker<Host>>> {
         Ok(Box::new(ReferenceInvoker { problem: p.clone() }))
     }

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use gconv_core::{require, Config, ConvProblem, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solver};
+use gconv_core::{require, Config, ConvProblem, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
 
 use super::direct::{filter_hw, DirectInvoker, Kernels, THREADS};
 use crate::device::CudaDevice;
@@ -37,7 +37,7 @@ fn vec_widths(p: &ConvProblem) -> Vec<u32> {
     let max_bytes = 16;
     [1u32, 2, 4, 8]
         .into_iter()
-        .filter(|&v| p.c % v == 0 && v as usize * p.dtype.size_bytes() <= max_bytes)
+        .filter(|&v| p.c.is_multiple_of(v) && v as usize * p.dtype.size_bytes() <= max_bytes)
         .filter(|&v| p.direction != Direction::BackwardWeight || v * fh * fw <= MAX_WEIGHT_ACCUMULATORS)
         .collect()
 }
@@ -85,7 +85,7 @@ impl Tile {
     }
 }
 
-impl Solver<Cuda> for Depthwise {
+impl Solver for Depthwise {
     fn id(&self) -> &'static str {
         "cuda.depthwise"
     }
@@ -129,7 +129,9 @@ impl Solver<Cuda> for Depthwise {
     fn prepare(&self, p: &ConvProblem, config: &Config) -> Result<()> {
         self.device.precompile(&Tile::from_config(p, config)?.source(p))
     }
+}
 
+impl Solve<Cuda> for Depthwise {
     fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
         let tile = Tile::from_config(p, config)?;
         let src = tile.source(p);

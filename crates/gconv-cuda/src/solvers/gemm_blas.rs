@@ -12,10 +12,11 @@ use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
 
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
-use cudarc::cublas::{result as blas, CudaBlas};
+use cudarc::cublas::result as blas;
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
-use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solver};
+use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
 
+use crate::blas::BlasHandle;
 use crate::device::{backend_error, CudaDevice};
 use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
 
@@ -24,7 +25,7 @@ const THREADS: u32 = 256;
 
 pub struct GemmBlas {
     pub device: Arc<CudaDevice>,
-    handle: OnceLock<std::result::Result<Arc<CudaBlas>, String>>,
+    handle: OnceLock<std::result::Result<Arc<BlasHandle>, String>>,
 }
 
 impl GemmBlas {
@@ -33,12 +34,9 @@ impl GemmBlas {
     }
 
     /// One cuBLAS handle on gconv's stream, created on first use.
-    fn blas(&self) -> Result<Arc<CudaBlas>> {
+    fn blas(&self) -> Result<Arc<BlasHandle>> {
         self.handle
-            .get_or_init(|| {
-                let stream = self.device.stream().map_err(|e| e.to_string())?;
-                CudaBlas::new(stream.clone()).map(Arc::new).map_err(|e| format!("cannot create a cuBLAS handle: {e:?}"))
-            })
+            .get_or_init(|| BlasHandle::new(&self.device).map(Arc::new).map_err(|e| e.to_string()))
             .clone()
             .map_err(GconvError::Backend)
     }
@@ -115,7 +113,7 @@ fn col_bytes(p: &ConvProblem) -> u64 {
 fn im2col_source(p: &ConvProblem) -> KernelSource {
     let cg = p.c / p.g;
     let max = 16 / col_bytes(p).max(p.dtype.size_bytes() as u64) as u32;
-    let vec = [8u32, 4, 2, 1].into_iter().find(|&v| v <= max && cg % v == 0).unwrap_or(1);
+    let vec = [8u32, 4, 2, 1].into_iter().find(|&v| v <= max && cg.is_multiple_of(v)).unwrap_or(1);
     KernelSource::new("im2col.cu", IM2COL_SOURCE, p.dtype).define("VEC", vec)
 }
 
@@ -171,7 +169,7 @@ fn plan(p: &ConvProblem) -> Vec<(Gemm, f32)> {
     }
 }
 
-impl Solver<Cuda> for GemmBlas {
+impl Solver for GemmBlas {
     fn id(&self) -> &'static str {
         "cuda.gemm_blas"
     }
@@ -203,7 +201,9 @@ impl Solver<Cuda> for GemmBlas {
         }
         Ok(())
     }
+}
 
+impl Solve<Cuda> for GemmBlas {
     fn solution(&self, p: &ConvProblem, _config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
         let data = match p.dtype {
             DataType::F32 | DataType::Tf32 => cudaDataType::CUDA_R_32F,
@@ -251,7 +251,7 @@ impl Columns {
 }
 
 struct BlasInvoker {
-    blas: Arc<CudaBlas>,
+    blas: Arc<BlasHandle>,
     gemms: Vec<(Gemm, f32)>,
     data: cudaDataType,
     compute: cublasComputeType_t,
@@ -281,7 +281,7 @@ impl Invoker<Cuda> for BlasInvoker {
             // operand lies inside its tensor by construction of `plan`.
             unsafe {
                 blas::gemm_strided_batched_ex(
-                    *self.blas.handle(),
+                    *self.blas.blas.handle(),
                     op(g.trans_a),
                     op(g.trans_b),
                     g.m,

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use gconv_core::{require, Config, ConvProblem, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solver};
+use gconv_core::{require, Config, ConvProblem, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
 
 use super::direct::{filter_hw, DirectInvoker, Kernels, THREADS};
 use crate::device::CudaDevice;
@@ -52,7 +52,7 @@ fn source(p: &ConvProblem, tw: u32) -> KernelSource {
         .define("TW", tw)
 }
 
-impl Solver<Cuda> for GroupedDirect {
+impl Solver for GroupedDirect {
     fn id(&self) -> &'static str {
         "cuda.grouped_direct"
     }
@@ -102,7 +102,9 @@ impl Solver<Cuda> for GroupedDirect {
     fn prepare(&self, p: &ConvProblem, config: &Config) -> Result<()> {
         self.device.precompile(&source(p, column_tile(p, config)?))
     }
+}
 
+impl Solve<Cuda> for GroupedDirect {
     fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
         let tw = column_tile(p, config)?;
         let src = source(p, tw);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::CUfunction_attribute as FuncAttr;
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
-use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solver};
+use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
 
 use crate::device::{backend_error, CudaDevice};
 use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
@@ -138,7 +138,7 @@ fn elem_bytes(dtype: DataType) -> u32 {
 fn copy_widths(p: &ConvProblem) -> (u32, u32) {
     let (cg, kg) = (p.c / p.g, p.k / p.g);
     let max = 16 / elem_bytes(p.dtype);
-    let width = |channels: u32| [8u32, 4, 2, 1].into_iter().find(|&w| w <= max && channels % w == 0).unwrap_or(1);
+    let width = |channels: u32| [8u32, 4, 2, 1].into_iter().find(|&w| w <= max && channels.is_multiple_of(w)).unwrap_or(1);
     let a = if p.direction == Direction::Forward { cg } else { kg };
     (width(a), width(cg))
 }
@@ -449,7 +449,7 @@ impl Planner {
     }
 }
 
-impl Solver<Cuda> for Igemm {
+impl Solver for Igemm {
     fn id(&self) -> &'static str {
         match self.plan.math {
             Math::TensorCores => "cuda.igemm_tc",
@@ -505,7 +505,9 @@ impl Solver<Cuda> for Igemm {
     fn prepare(&self, p: &ConvProblem, config: &Config) -> Result<()> {
         self.device.precompile(&Tile::from_config(&self.plan, p, config)?.source(&self.plan, p))
     }
+}
 
+impl Solve<Cuda> for Igemm {
     fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
         let tile = Tile::from_config(&self.plan, p, config)?;
         let src = tile.source(&self.plan, p);

@@ -1,5 +1,6 @@
-//! One module per solver (and its `.cu` in `kernels/`); `crate::registry` lists them.
+//! One module per solver (and its `.cu` in `kernels/`); `crate::runtime` lists them.
 
+pub mod cudnn;
 pub mod depthwise;
 mod direct;
 pub mod gemm_blas;

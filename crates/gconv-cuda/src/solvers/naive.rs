@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, DevicePtr, LaunchConfig, PushKernelArg};
-use gconv_core::{Config, ConvProblem, Direction, Invoker, NotApplicable, Result, Solver};
+use gconv_core::{Config, ConvProblem, Direction, Invoker, NotApplicable, Result, Solve, Solver};
 
 use crate::device::{backend_error, CudaDevice};
 use crate::{ConvParams, Cuda, CudaBuffers, DeviceTensors, KernelSource};
@@ -29,7 +29,7 @@ fn function_name(direction: Direction) -> &'static str {
     }
 }
 
-impl Solver<Cuda> for Naive {
+impl Solver for Naive {
     fn id(&self) -> &'static str {
         "cuda.naive"
     }
@@ -45,7 +45,9 @@ impl Solver<Cuda> for Naive {
     fn prepare(&self, p: &ConvProblem, _config: &Config) -> Result<()> {
         self.device.precompile(&source(p))
     }
+}
 
+impl Solve<Cuda> for Naive {
     fn solution(&self, p: &ConvProblem, _config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
         Ok(Box::new(NaiveInvoker::new(&self.device, p, source(p))?))
     }

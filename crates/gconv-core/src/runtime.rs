@@ -1,0 +1,149 @@
+//! The runtime: what find, tuning, bench and the CLI need from a backend, behind one
+//! object-safe trait. A backend is a crate that implements [`Runtime`] plus one line in the
+//! CLI's list of runtimes.
+
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::error::{GconvError, Result};
+use crate::problem::{ConvProblem, DataType};
+use crate::solver::{BuildStats, Solution, Solver};
+use crate::tensor::{ConvTensors, Tensor};
+
+/// How samples are taken; every timing report says which.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct TimingOptions {
+    /// Flush the device's cache before each sample (warm by default, as PyTorch's benchmark
+    /// and cuDNN's find see it).
+    pub cold_cache: bool,
+}
+
+impl TimingOptions {
+    pub fn label(self) -> &'static str {
+        if self.cold_cache {
+            "cold L2"
+        } else {
+            "warm L2"
+        }
+    }
+}
+
+/// How a timer makes its calls back to back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TimingMethod {
+    /// A CUDA graph of the calls, replayed between two events.
+    GraphReplay,
+    /// The calls queued behind a spin kernel, so the GPU never waits for the host.
+    SpinQueued,
+    /// Host wall clock around synchronous calls (the CPU).
+    WallClock,
+}
+
+impl TimingMethod {
+    pub fn label(self) -> &'static str {
+        match self {
+            TimingMethod::GraphReplay => "graph replay",
+            TimingMethod::SpinQueued => "spin-queued calls",
+            TimingMethod::WallClock => "wall clock",
+        }
+    }
+}
+
+/// Times one solution on one workload. Each sample runs `calls()` calls back to back and
+/// returns the time per call; how many samples to take and what to make of them is the
+/// tuner's policy.
+pub trait Timer {
+    fn sample(&mut self) -> Result<f64>;
+    fn calls(&self) -> u32;
+    fn method(&self) -> TimingMethod;
+}
+
+/// A problem's data where the backend's solutions read and write it.
+pub trait Workload {
+    /// Runs the solution once, synchronously.
+    fn run(&mut self, s: &Solution) -> Result<()>;
+    /// A timer for `s` on this data; the solution must have run once already (warm-up).
+    fn timer<'a>(&'a mut self, s: &'a Solution, options: TimingOptions) -> Result<Box<dyn Timer + 'a>>;
+    /// The output tensor of the last run, on the host.
+    fn output(&self) -> Result<Tensor>;
+}
+
+/// The device's measured peaks, for roofline bounds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Peaks {
+    pub flops_per_s: f64,
+    pub bytes_per_s: f64,
+}
+
+impl Peaks {
+    /// The time no kernel can beat: the larger of compute time and memory time.
+    pub fn bound_s(&self, flops: f64, bytes: f64) -> f64 {
+        (flops / self.flops_per_s).max(bytes / self.bytes_per_s)
+    }
+}
+
+/// A vendor library's own choices for a problem, for `gconv bench`: the configs (of one of
+/// the runtime's solvers) that its heuristic and its find would take.
+#[derive(Debug, Clone)]
+pub struct Yardstick {
+    pub library: &'static str,
+    pub solver: &'static str,
+    /// The heuristic's first choice.
+    pub heuristic: Config,
+    /// What the library's find times; its pick is the fastest.
+    pub find: Vec<Config>,
+}
+
+/// A backend on one device.
+pub trait Runtime: Send + Sync {
+    /// `cpu`, `cuda`: the name `--backend` takes.
+    fn backend(&self) -> &'static str;
+    /// Identifies the device in databases.
+    fn device_key(&self) -> &str;
+    /// One line for people: the device, its properties.
+    fn describe(&self) -> String;
+    /// Whether a database record's device key names a device of this backend, so that this
+    /// runtime's solvers judge it (`db prune`).
+    fn owns_device_key(&self, key: &str) -> bool;
+    /// Kernel builds so far, where the backend builds kernels.
+    fn build_stats(&self) -> Option<BuildStats> {
+        None
+    }
+    /// Every solver, in priority order.
+    fn solvers(&self) -> Vec<&dyn Solver>;
+    fn solver(&self, id: &str) -> Result<&dyn Solver> {
+        self.solvers().into_iter().find(|s| s.id() == id).ok_or_else(|| GconvError::UnknownSolver(id.to_string()))
+    }
+    /// Builds solver `id`'s solution for the problem and config.
+    fn build(&self, id: &str, p: &ConvProblem, config: Config) -> Result<Solution>;
+    /// Places the host tensors where the backend's solutions read them.
+    fn upload(&self, p: &ConvProblem, tensors: &ConvTensors) -> Result<Box<dyn Workload>>;
+    /// The exact result that runs are verified against.
+    fn reference(&self, p: &ConvProblem, tensors: &ConvTensors) -> Result<Vec<f64>> {
+        Ok(crate::reference::reference(p, tensors))
+    }
+    /// Measured arithmetic and memory peaks for `dtype`, where the backend measures them.
+    fn peaks(&self, _dtype: DataType) -> Result<Option<Peaks>> {
+        Ok(None)
+    }
+    /// The vendor library this backend is judged against, if any.
+    fn yardstick(&self, _p: &ConvProblem) -> Result<Option<Yardstick>> {
+        Ok(None)
+    }
+}
+
+/// A sample should last about this long, so that per-sample overheads (event resolution, a
+/// graph launch) vanish in it.
+pub const SAMPLE_SECONDS: f64 = 1e-3;
+/// At most this many calls per sample, for the fastest solutions.
+pub const MAX_CALLS_PER_SAMPLE: u32 = 1000;
+
+/// Calls per sample for a solution that takes `one_call_s` per call.
+pub fn calls_per_sample(one_call_s: f64) -> u32 {
+    if one_call_s.is_finite() && one_call_s > 0.0 {
+        (SAMPLE_SECONDS / one_call_s).ceil().clamp(1.0, f64::from(MAX_CALLS_PER_SAMPLE)) as u32
+    } else {
+        MAX_CALLS_PER_SAMPLE
+    }
+}

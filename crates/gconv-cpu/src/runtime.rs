@@ -1,0 +1,115 @@
+//! The CPU as a [`Runtime`]: tensors stay in host memory, samples are timed by the wall clock
+//! around back-to-back synchronous calls.
+
+use std::time::Instant;
+
+use gconv_core::runtime::calls_per_sample;
+use gconv_core::{
+    Config, ConvProblem, ConvTensors, GconvError, Registry, Result, Runtime, Solution, Solver, Tensor, Timer, TimingMethod,
+    TimingOptions, Workload,
+};
+
+use crate::{CpuDevice, Host, HostBuffers};
+
+pub struct CpuRuntime {
+    pub device: CpuDevice,
+    registry: Registry<Host>,
+    key: String,
+}
+
+impl CpuRuntime {
+    pub fn new(device: CpuDevice) -> Self {
+        CpuRuntime { registry: crate::registry(&device), key: device.key(), device }
+    }
+
+    /// The machine's CPU with every core.
+    pub fn detect() -> Self {
+        Self::new(CpuDevice::detect())
+    }
+}
+
+impl Runtime for CpuRuntime {
+    fn backend(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn device_key(&self) -> &str {
+        &self.key
+    }
+
+    fn describe(&self) -> String {
+        format!("cpu: {} ({}, {} threads)", self.device.model, self.device.simd, self.device.threads)
+    }
+
+    fn owns_device_key(&self, key: &str) -> bool {
+        key.starts_with("cpu:")
+    }
+
+    fn solvers(&self) -> Vec<&dyn Solver> {
+        self.registry.solvers()
+    }
+
+    fn build(&self, id: &str, p: &ConvProblem, config: Config) -> Result<Solution> {
+        self.registry.build(id, p, config)
+    }
+
+    fn upload(&self, p: &ConvProblem, tensors: &ConvTensors) -> Result<Box<dyn Workload>> {
+        Ok(Box::new(CpuWorkload { direction: p.direction, tensors: tensors.clone(), workspace: Vec::new() }))
+    }
+}
+
+struct CpuWorkload {
+    direction: gconv_core::Direction,
+    tensors: ConvTensors,
+    workspace: Vec<f32>,
+}
+
+impl Workload for CpuWorkload {
+    fn run(&mut self, s: &Solution) -> Result<()> {
+        let needed = usize::try_from(s.workspace_bytes.div_ceil(4)).unwrap_or(usize::MAX);
+        if self.workspace.len() < needed {
+            self.workspace.clear();
+            self.workspace
+                .try_reserve_exact(needed)
+                .map_err(|_| GconvError::Backend(format!("cannot allocate a workspace of {} bytes", s.workspace_bytes)))?;
+            self.workspace.resize(needed, 0.0);
+        }
+        s.invoker::<Host>()?.run(&mut HostBuffers { tensors: &mut self.tensors, workspace: &mut self.workspace })
+    }
+
+    fn timer<'a>(&'a mut self, s: &'a Solution, _options: TimingOptions) -> Result<Box<dyn Timer + 'a>> {
+        // No cache flush on the CPU: its caches are small next to these tensors.
+        let start = Instant::now();
+        self.run(s)?;
+        let calls = calls_per_sample(start.elapsed().as_secs_f64());
+        Ok(Box::new(WallClock { workload: self, solution: s, calls }))
+    }
+
+    fn output(&self) -> Result<Tensor> {
+        Ok(self.tensors.output(self.direction).clone())
+    }
+}
+
+struct WallClock<'a> {
+    workload: &'a mut CpuWorkload,
+    solution: &'a Solution,
+    calls: u32,
+}
+
+impl Timer for WallClock<'_> {
+    fn sample(&mut self) -> Result<f64> {
+        let start = Instant::now();
+        for _ in 0..self.calls {
+            self.workload.run(self.solution)?;
+        }
+        Ok(start.elapsed().as_secs_f64() / f64::from(self.calls))
+    }
+
+    fn calls(&self) -> u32 {
+        self.calls
+    }
+
+    fn method(&self) -> TimingMethod {
+        TimingMethod::WallClock
+    }
+}

@@ -1,0 +1,203 @@
+//! cuDNN through its graph (backend) API, as PyTorch uses it: per problem an operation graph,
+//! engine configs from heuristic modes A, B and FALLBACK plus every engine with its default
+//! knobs (deduplicated by tag), plans built before anything is timed and cached in the process.
+//! `cuda.cudnn` (solvers/cudnn.rs) is the solver over these configs; `gconv bench` reads
+//! cuDNN's own heuristic and find lists from here.
+
+mod descriptor;
+mod graph;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cudarc::cudnn::sys::cudnnBackendHeurMode_t as Mode;
+use gconv_core::{Config, ConvProblem, DataType, GconvError, Result};
+
+use crate::device::CudaDevice;
+pub use descriptor::library_version;
+use descriptor::Handle;
+use graph::{EngineConfig, OpGraph, Tag};
+pub use graph::Plan;
+
+/// One usable engine config of a problem.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub config: Config,
+    /// Read from the engine config before any plan is built.
+    pub workspace_bytes: Option<u64>,
+    pub compiles_at_run_time: bool,
+}
+
+/// A problem's engine configs, and the lists cuDNN's own heuristic and find would use.
+#[derive(Debug, Clone, Default)]
+pub struct Candidates {
+    /// Every usable config: heuristics A, B, FALLBACK, then each engine with default knobs.
+    pub all: Vec<Candidate>,
+    /// Mode A's first usable config: cuDNN's heuristic pick.
+    pub heuristic: Option<Config>,
+    /// Modes A and FALLBACK: what PyTorch's benchmark (cuDNN's find) times.
+    pub find: Vec<Config>,
+    /// Why there is none, when `all` is empty.
+    pub none_because: Option<String>,
+}
+
+struct Problem {
+    graph: Arc<OpGraph>,
+    candidates: Arc<Candidates>,
+}
+
+struct State {
+    handle: Handle,
+    problems: HashMap<ConvProblem, Problem>,
+    plans: HashMap<(ConvProblem, Config), Arc<Plan>>,
+}
+
+/// The library on one device: a handle on gconv's stream and the per-process caches. A
+/// handle must not be used by two threads at once, so everything goes through one lock.
+pub struct Cudnn {
+    device: Arc<CudaDevice>,
+    state: Mutex<Option<std::result::Result<State, String>>>,
+}
+
+impl Cudnn {
+    pub fn new(device: Arc<CudaDevice>) -> Arc<Self> {
+        Arc::new(Cudnn { device, state: Mutex::new(None) })
+    }
+
+    pub fn version(&self) -> Option<usize> {
+        self.device.cudnn_version
+    }
+
+    /// The state, created on first use, with the device's context current on this thread.
+    fn lock(&self) -> Result<MutexGuard<'_, Option<std::result::Result<State, String>>>> {
+        let ctx = self.device.context()?;
+        ctx.bind_to_thread().map_err(|e| crate::device::driver_error("bind the CUDA context", e))?;
+        let mut guard = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if guard.is_none() {
+            let made = match self.version() {
+                None => Err("cuDNN (libcudnn) not found".to_string()),
+                Some(_) => self
+                    .device
+                    .stream()
+                    .and_then(|s| Handle::new(s.cu_stream() as _))
+                    .map(|handle| State { handle, problems: HashMap::new(), plans: HashMap::new() })
+                    .map_err(|e| e.to_string()),
+            };
+            *guard = Some(made);
+        }
+        Ok(guard)
+    }
+
+    fn with_state<R>(&self, f: impl FnOnce(&mut State) -> Result<R>) -> Result<R> {
+        let mut guard = self.lock()?;
+        match guard.as_mut().expect("set by lock") {
+            Ok(state) => f(state),
+            Err(reason) => Err(GconvError::Backend(reason.clone())),
+        }
+    }
+
+    /// The problem's engine configs, listed once per process.
+    pub fn candidates(&self, p: &ConvProblem) -> Result<Arc<Candidates>> {
+        self.with_state(|state| Ok(problem(state, p)?.candidates.clone()))
+    }
+
+    /// The candidates when they are already listed, without asking cuDNN.
+    pub fn known_candidates(&self, p: &ConvProblem) -> Option<Arc<Candidates>> {
+        let guard = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        guard.as_ref()?.as_ref().ok()?.problems.get(p).map(|e| e.candidates.clone())
+    }
+
+    /// The plan of a config, built once per process.
+    pub fn plan(&self, p: &ConvProblem, config: &Config) -> Result<Arc<Plan>> {
+        self.with_state(|state| plan(state, p, config))
+    }
+
+    pub fn is_planned(&self, p: &ConvProblem, config: &Config) -> bool {
+        let guard = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        guard.as_ref().and_then(|s| s.as_ref().ok()).is_some_and(|s| s.plans.contains_key(&(p.clone(), config.clone())))
+    }
+
+    /// Runs a plan on the device buffers (under the lock: one thread uses the handle).
+    pub fn execute(&self, plan: &Plan, x: u64, w: u64, y: u64, workspace: u64) -> Result<()> {
+        self.with_state(|state| plan.execute(&state.handle, x, w, y, workspace))
+    }
+}
+
+fn problem<'s>(state: &'s mut State, p: &ConvProblem) -> Result<&'s Problem> {
+    if !state.problems.contains_key(p) {
+        let graph = OpGraph::new(&state.handle, p)?;
+        let candidates = Arc::new(list(&graph, p));
+        state.problems.insert(p.clone(), Problem { graph, candidates });
+    }
+    Ok(&state.problems[p])
+}
+
+fn plan(state: &mut State, p: &ConvProblem, config: &Config) -> Result<Arc<Plan>> {
+    let key = (p.clone(), config.clone());
+    if let Some(plan) = state.plans.get(&key) {
+        return Ok(plan.clone());
+    }
+    let tag = Tag::from_config(config)?;
+    let graph = problem(state, p)?.graph.clone();
+    let engine_config = EngineConfig::from_tag(&graph, &tag)?;
+    if p.dtype == DataType::F32 && !engine_config.exact_fp32() {
+        return Err(GconvError::BadConfig { text: config.to_string(), reason: "the engine uses tensor cores or converts inputs down: not exact fp32".into() });
+    }
+    let plan = Arc::new(Plan::new(&state.handle, &graph, engine_config)?);
+    state.plans.insert(key, plan.clone());
+    Ok(plan)
+}
+
+/// Lists the usable configs of a graph. Exact fp32 drops engines on tensor cores or with
+/// down-converted inputs; tf32 and 16-bit types keep every engine.
+fn list(graph: &OpGraph, p: &ConvProblem) -> Candidates {
+    let mut out = Candidates::default();
+    let mut errors = Vec::new();
+    let add = |config: EngineConfig, out: &mut Candidates| -> Option<Config> {
+        if p.dtype == DataType::F32 && !config.exact_fp32() {
+            return None;
+        }
+        let text = config.tag.to_config().ok()?;
+        if !out.all.iter().any(|c| c.config == text) {
+            out.all.push(Candidate {
+                config: text.clone(),
+                workspace_bytes: config.workspace_bytes().ok(),
+                compiles_at_run_time: config.compiles_at_run_time(),
+            });
+        }
+        Some(text)
+    };
+    for mode in [Mode::CUDNN_HEUR_MODE_A, Mode::CUDNN_HEUR_MODE_B, Mode::CUDNN_HEUR_MODE_FALLBACK] {
+        let configs = match graph.heuristic(mode) {
+            Ok(configs) => configs,
+            Err(e) => {
+                errors.push(format!("heuristic {mode:?}: {e}"));
+                continue;
+            }
+        };
+        for config in configs.into_iter().filter_map(|c| EngineConfig::from_heuristic(c).ok()) {
+            if let Some(text) = add(config, &mut out) {
+                if mode == Mode::CUDNN_HEUR_MODE_A && out.heuristic.is_none() {
+                    out.heuristic = Some(text.clone());
+                }
+                if mode != Mode::CUDNN_HEUR_MODE_B && !out.find.contains(&text) {
+                    out.find.push(text);
+                }
+            }
+        }
+    }
+    match graph.engine_count() {
+        Ok(count) => {
+            for engine in 0..count {
+                if let Ok(config) = EngineConfig::from_tag(graph, &Tag { engine, knobs: vec![] }) {
+                    add(config, &mut out);
+                }
+            }
+        }
+        Err(e) => errors.push(format!("engine count: {e}")),
+    }
+    if out.all.is_empty() {
+        out.none_because = Some(if errors.is_empty() { "no cuDNN engine supports this problem".into() } else { errors.join("; ") });
+    }
+    out
+}

@@ -1,0 +1,157 @@
+//! The GPU as a [`Runtime`]: the solvers, one line each, tensors in GPU memory, timing by the
+//! one measurement path (timing.rs), the naive kernels as the reference, cuDNN as the
+//! yardstick.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use gconv_core::{
+    BuildStats, Config, ConvProblem, ConvTensors, DataType, Direction, Peaks, Registry, Result, Runtime, Solution, Solver, Tensor, Timer,
+    TimingOptions, Workload, Yardstick,
+};
+
+use crate::cudnn::Cudnn;
+use crate::device::{driver_error, CudaDevice};
+use crate::solvers::*;
+use crate::timing::GpuTimer;
+use crate::{Cuda, DeviceTensors};
+
+pub struct CudaRuntime {
+    pub device: Arc<CudaDevice>,
+    registry: Registry<Cuda>,
+    cudnn: Arc<Cudnn>,
+    key: String,
+    peaks: Mutex<HashMap<DataType, Peaks>>,
+}
+
+/// Every CUDA solver, one line each, in priority order.
+fn registry(device: &Arc<CudaDevice>, cudnn: &Arc<Cudnn>) -> Registry<Cuda> {
+    Registry::new(vec![
+        Box::new(gemm_blas::GemmBlas::new(device.clone())),
+        Box::new(depthwise::Depthwise { device: device.clone() }),
+        Box::new(grouped_direct::GroupedDirect { device: device.clone() }),
+        Box::new(igemm::Igemm::tensor_cores(device.clone())),
+        Box::new(igemm::Igemm::simt(device.clone())),
+        Box::new(cudnn::CudnnSolver { library: cudnn.clone() }),
+        Box::new(naive::Naive { device: device.clone() }),
+    ])
+}
+
+impl CudaRuntime {
+    pub fn new(device: Arc<CudaDevice>) -> Self {
+        let cudnn = Cudnn::new(device.clone());
+        CudaRuntime { registry: registry(&device, &cudnn), key: device.key(), cudnn, device, peaks: Mutex::default() }
+    }
+
+    /// The first GPU, kernels cached under `kernel_cache`; or why there is none usable.
+    pub fn probe(kernel_cache: Option<PathBuf>) -> std::result::Result<Self, String> {
+        CudaDevice::probe(kernel_cache).map(Self::new)
+    }
+}
+
+impl Runtime for CudaRuntime {
+    fn backend(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn device_key(&self) -> &str {
+        &self.key
+    }
+
+    fn describe(&self) -> String {
+        let d = &self.device;
+        let cudnn = d.cudnn_version.map_or("no cuDNN".to_string(), |v| format!("cuDNN {}.{}.{}", v / 10000, v / 100 % 100, v % 100));
+        format!(
+            "cuda: {} ({}, {} SMs, NVRTC {}.{}, driver API {}.{}, {cudnn})",
+            d.name,
+            d.arch(),
+            d.sm_count,
+            d.nvrtc_version.0,
+            d.nvrtc_version.1,
+            d.driver_version / 1000,
+            d.driver_version % 1000 / 10
+        )
+    }
+
+    fn owns_device_key(&self, key: &str) -> bool {
+        key.starts_with("cuda:")
+    }
+
+    fn build_stats(&self) -> Option<BuildStats> {
+        Some(self.device.build_stats())
+    }
+
+    fn solvers(&self) -> Vec<&dyn Solver> {
+        self.registry.solvers()
+    }
+
+    fn build(&self, id: &str, p: &ConvProblem, config: Config) -> Result<Solution> {
+        self.registry.build(id, p, config)
+    }
+
+    fn upload(&self, p: &ConvProblem, tensors: &ConvTensors) -> Result<Box<dyn Workload>> {
+        Ok(Box::new(CudaWorkload {
+            device: self.device.clone(),
+            direction: p.direction,
+            problem: p.clone(),
+            gpu: DeviceTensors::upload(&self.device, tensors)?,
+            output: tensors.output(p.direction).clone(),
+        }))
+    }
+
+    /// The naive GPU kernels with fp32 output: the CPU's plain loops are too slow for real
+    /// layers.
+    fn reference(&self, p: &ConvProblem, tensors: &ConvTensors) -> Result<Vec<f64>> {
+        naive::gpu_reference(&self.device, p, tensors)
+    }
+
+    fn peaks(&self, dtype: DataType) -> Result<Option<Peaks>> {
+        if let Some(peaks) = self.peaks.lock().unwrap().get(&dtype) {
+            return Ok(Some(*peaks));
+        }
+        let measured = crate::roofline::measure_peaks(&self.device, dtype)?;
+        self.peaks.lock().unwrap().insert(dtype, measured);
+        Ok(Some(measured))
+    }
+
+    fn yardstick(&self, p: &ConvProblem) -> Result<Option<Yardstick>> {
+        if self.cudnn.version().is_none() {
+            return Ok(None);
+        }
+        let listed = self.cudnn.candidates(p)?;
+        Ok(listed.heuristic.clone().map(|heuristic| Yardstick { library: "cuDNN", solver: "cuda.cudnn", heuristic, find: listed.find.clone() }))
+    }
+}
+
+struct CudaWorkload {
+    device: Arc<CudaDevice>,
+    direction: Direction,
+    problem: ConvProblem,
+    gpu: DeviceTensors,
+    /// The output tensor's host twin, for reading results back.
+    output: Tensor,
+}
+
+impl Workload for CudaWorkload {
+    fn run(&mut self, s: &Solution) -> Result<()> {
+        self.gpu.reserve_workspace(&self.device, s.workspace_bytes)?;
+        let mut buffers = self.gpu.buffers(&self.device)?;
+        s.invoker::<Cuda>()?.run(&mut buffers)?;
+        buffers.stream.synchronize().map_err(|e| driver_error("run on the GPU", e))
+    }
+
+    fn timer<'a>(&'a mut self, s: &'a Solution, options: TimingOptions) -> Result<Box<dyn Timer + 'a>> {
+        self.gpu.reserve_workspace(&self.device, s.workspace_bytes)?;
+        let mut buffers = self.gpu.buffers(&self.device)?;
+        let invoker = s.invoker::<Cuda>()?;
+        Ok(Box::new(GpuTimer::new(&self.device, options, move || invoker.run(&mut buffers))?))
+    }
+
+    fn output(&self) -> Result<Tensor> {
+        let mut out = self.output.clone();
+        debug_assert_eq!(self.direction, self.problem.direction);
+        self.gpu.download_output(&self.device, &self.problem, &mut out)?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,95 @@
+//! `cuda.cudnn`: cuDNN's engines as one solver. Each config is an engine config named by its
+//! stable tag (`eng22_k2=5_k13=1`), valid for the cuDNN version and GPU in the device key.
+//! Find times every config, as cuDNN's own find times its list, so gconv's find cannot lose
+//! to cuDNN's, and engines outside cuDNN's heuristic lists get their chance too.
+
+use std::sync::Arc;
+
+use gconv_core::{require, Config, ConvProblem, GconvError, Invoker, NotApplicable, Result, Solve, Solver, SolverKind};
+
+use crate::cudnn::Cudnn;
+use crate::{Cuda, CudaBuffers};
+
+pub struct CudnnSolver {
+    pub library: Arc<Cudnn>,
+}
+
+impl Solver for CudnnSolver {
+    fn id(&self) -> &'static str {
+        "cuda.cudnn"
+    }
+
+    fn kind(&self) -> SolverKind {
+        SolverKind::Vendor("cuDNN")
+    }
+
+    /// Asks cuDNN (once per problem and process) which engines support the problem.
+    fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
+        require!(self.library.version().is_some(), "cuDNN (libcudnn) not found");
+        let listed = self.library.candidates(p).map_err(|e| NotApplicable::because(e.to_string()))?;
+        match &listed.none_because {
+            Some(reason) => Err(NotApplicable::because(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// The plan's figure once it is built; before, the engine config's (so that a config
+    /// over the workspace limit is never planned).
+    fn workspace_bytes(&self, p: &ConvProblem, config: &Config) -> u64 {
+        let listed = || self.library.known_candidates(p)?.all.iter().find(|c| c.config == *config)?.workspace_bytes;
+        match self.library.is_planned(p, config) {
+            false if listed().is_some() => listed().unwrap_or_default(),
+            // A config cuDNN cannot plan needs more than any limit: it is listed, never run.
+            _ => self.library.plan(p, config).map_or(u64::MAX, |plan| plan.workspace_bytes),
+        }
+    }
+
+    fn default_config(&self, p: &ConvProblem) -> Config {
+        let listed = self.library.candidates(p).ok();
+        listed.and_then(|c| c.heuristic.clone().or_else(|| c.all.first().map(|c| c.config.clone()))).unwrap_or_default()
+    }
+
+    fn configs<'a>(&'a self, p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
+        let listed = self.library.candidates(p).map(|c| c.all.iter().map(|c| c.config.clone()).collect::<Vec<_>>());
+        Box::new(listed.unwrap_or_default().into_iter())
+    }
+
+    fn find_times_every_config(&self) -> bool {
+        true
+    }
+
+    fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {
+        if config.is_empty() {
+            let why = self.library.candidates(p)?.none_because.clone().unwrap_or_else(|| "an empty config names no engine".into());
+            return Err(GconvError::BadConfig { text: config.to_string(), reason: why });
+        }
+        self.library.plan(p, config).map(|_| ())
+    }
+
+    fn needs_build(&self, p: &ConvProblem, config: &Config) -> bool {
+        let compiles = self.library.candidates(p).ok().and_then(|c| c.all.iter().find(|c| c.config == *config).map(|c| c.compiles_at_run_time));
+        compiles.unwrap_or(true) && !self.library.is_planned(p, config)
+    }
+
+    /// Builds the plan: for engines cuDNN compiles at run time, that is the expensive part.
+    fn prepare(&self, p: &ConvProblem, config: &Config) -> Result<()> {
+        self.library.plan(p, config).map(|_| ())
+    }
+}
+
+impl Solve<Cuda> for CudnnSolver {
+    fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
+        Ok(Box::new(CudnnInvoker { library: self.library.clone(), plan: self.library.plan(p, config)? }))
+    }
+}
+
+struct CudnnInvoker {
+    library: Arc<Cudnn>,
+    plan: Arc<crate::cudnn::Plan>,
+}
+
+impl Invoker<Cuda> for CudnnInvoker {
+    fn run(&self, b: &mut CudaBuffers<'_>) -> Result<()> {
+        self.library.execute(&self.plan, b.x, b.w, b.y, b.workspace)
+    }
+}

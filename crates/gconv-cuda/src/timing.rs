@@ -1,0 +1,146 @@
+//! The one way gconv times GPU work: GPU time per call of back-to-back calls. A sample is a
+//! CUDA-graph replay of R calls (R chosen so a replay lasts about a millisecond) between two
+//! events, enqueued behind a spin kernel so the GPU never waits for the host launching it.
+//! Where capture fails, the R calls themselves are queued behind a spin long enough to cover
+//! their launch cost. A cold-cache sample first writes twice the L2's size (and takes one call
+//! per sample, so every call sees a cold cache).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaEvent, CudaFunction, CudaGraph, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use gconv_core::runtime::calls_per_sample;
+use gconv_core::{DataType, Result, Timer, TimingMethod, TimingOptions};
+
+use crate::device::{driver_error, CudaDevice};
+use crate::KernelSource;
+
+const SPIN_SOURCE: &str = include_str!("kernels/spin.cu");
+/// The spin before the calibration call: longer than any launch's host cost.
+const CALIBRATION_SPIN_NS: u64 = 200_000;
+/// Spins are at least this long: event records and a graph launch cost a few microseconds.
+const MIN_SPIN_NS: u64 = 20_000;
+const MAX_SPIN_NS: u64 = 100_000_000;
+
+/// What one sample enqueues.
+enum Payload<'a> {
+    Graph(CudaGraph),
+    Queued(Box<dyn FnMut() -> Result<()> + 'a>),
+}
+
+pub struct GpuTimer<'a> {
+    stream: Arc<CudaStream>,
+    spin: CudaFunction,
+    spin_ns: u64,
+    start: CudaEvent,
+    end: CudaEvent,
+    flush: Option<CudaSlice<u8>>,
+    payload: Payload<'a>,
+    calls: u32,
+}
+
+impl<'a> GpuTimer<'a> {
+    /// Calibrates, captures and warms a timer for `launch`, which enqueues one call on the
+    /// device's stream (and must have run once already).
+    pub fn new(device: &CudaDevice, options: TimingOptions, mut launch: impl FnMut() -> Result<()> + 'a) -> Result<Self> {
+        let stream = device.stream()?.clone();
+        let ctx = device.context()?;
+        let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| driver_error("create an event", e));
+        let spin = device.function(&KernelSource::new("spin.cu", SPIN_SOURCE, DataType::F32), "gconv_spin")?;
+        let flush = match options.cold_cache {
+            true => Some(stream.alloc_zeros::<u8>(2 * device.l2_bytes as usize).map_err(|e| driver_error("allocate the L2 flush buffer", e))?),
+            false => None,
+        };
+        let mut timer = GpuTimer {
+            stream: stream.clone(),
+            spin,
+            spin_ns: CALIBRATION_SPIN_NS,
+            start: event()?,
+            end: event()?,
+            flush,
+            payload: Payload::Queued(Box::new(|| Ok(()))),
+            calls: 1,
+        };
+        let one_call = timer.time(&mut launch)?;
+        timer.calls = if options.cold_cache { 1 } else { calls_per_sample(one_call) };
+        timer.payload = match capture(&stream, timer.calls, &mut launch) {
+            Ok(graph) => Payload::Graph(graph),
+            Err(_) => Payload::Queued(Box::new(launch)),
+        };
+        // The spin must outlast the host's enqueueing of one sample's payload.
+        let host = Instant::now();
+        timer.time_payload()?;
+        let enqueue_ns = host.elapsed().as_nanos() as u64;
+        timer.spin_ns = (2 * enqueue_ns).clamp(MIN_SPIN_NS, MAX_SPIN_NS);
+        Ok(timer)
+    }
+
+    /// GPU seconds of what `enqueue` puts on the stream, behind the spin.
+    fn time(&mut self, enqueue: impl FnOnce() -> Result<()>) -> Result<f64> {
+        if let Some(flush) = &mut self.flush {
+            self.stream.memset_zeros(flush).map_err(|e| driver_error("flush the L2", e))?;
+        }
+        let mut spin = self.stream.launch_builder(&self.spin);
+        spin.arg(&self.spin_ns);
+        // SAFETY: gconv_spin takes one u64 and touches no memory.
+        unsafe { spin.launch(LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 }) }
+            .map_err(|e| driver_error("launch the spin kernel", e))?;
+        self.start.record(&self.stream).map_err(|e| driver_error("record an event", e))?;
+        enqueue()?;
+        self.end.record(&self.stream).map_err(|e| driver_error("record an event", e))?;
+        self.end.synchronize().map_err(|e| driver_error("run on the GPU", e))?;
+        let ms = self.start.elapsed_ms(&self.end).map_err(|e| driver_error("read an event", e))?;
+        Ok(f64::from(ms) * 1e-3)
+    }
+
+    fn time_payload(&mut self) -> Result<f64> {
+        let calls = self.calls;
+        let payload = std::mem::replace(&mut self.payload, Payload::Queued(Box::new(|| Ok(()))));
+        let (payload, seconds) = match payload {
+            Payload::Graph(graph) => {
+                let t = self.time(|| graph.launch().map_err(|e| driver_error("launch a graph", e)));
+                (Payload::Graph(graph), t)
+            }
+            Payload::Queued(mut launch) => {
+                let t = self.time(|| (0..calls).try_for_each(|_| launch()));
+                (Payload::Queued(launch), t)
+            }
+        };
+        self.payload = payload;
+        seconds
+    }
+}
+
+/// `calls` calls captured into a graph, instantiated, uploaded; an error where the calls
+/// cannot be captured (the stream is out of capture mode again either way).
+fn capture(stream: &Arc<CudaStream>, calls: u32, launch: &mut impl FnMut() -> Result<()>) -> Result<CudaGraph> {
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(|e| driver_error("begin a graph capture", e))?;
+    let enqueued = (0..calls).try_for_each(|_| launch());
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+    enqueued?;
+    let graph = graph
+        .map_err(|e| driver_error("capture a graph", e))?
+        .ok_or_else(|| gconv_core::GconvError::Backend("the captured graph is empty".into()))?;
+    graph.upload().map_err(|e| driver_error("upload a graph", e))?;
+    Ok(graph)
+}
+
+impl Timer for GpuTimer<'_> {
+    fn sample(&mut self) -> Result<f64> {
+        Ok(self.time_payload()? / f64::from(self.calls))
+    }
+
+    fn calls(&self) -> u32 {
+        self.calls
+    }
+
+    fn method(&self) -> TimingMethod {
+        match self.payload {
+            Payload::Graph(_) => TimingMethod::GraphReplay,
+            Payload::Queued(_) => TimingMethod::SpinQueued,
+        }
+    }
+}
