@@ -12,8 +12,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use gconv_core::{ConvProblem, DataType, Direction, Runtime, SolverKind};
 use gconv_tune::db::Db;
-use gconv_tune::find::{find, FindOptions, Ranked, TestBed};
+use gconv_tune::find::{find_reusing, FindOptions, Ranked, TestBed};
 use gconv_tune::measure::{evaluate, Sampling};
+use gconv_tune::outcome::Outcome;
 use gconv_tune::select::{select, FindMode};
 
 pub struct BenchOptions {
@@ -112,8 +113,9 @@ fn label(r: &Ranked) -> String {
 fn bench_one(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &BenchOptions) -> anyhow::Result<Row> {
     let mut bed = TestBed::new(rt, p);
     let selection = select(rt, db, &mut bed, p, opts.mode, &opts.find)?;
-    // Every candidate fully sampled: cuDNN's lists must not be cut short by gconv's time box.
-    let ranking = find(rt, db, &mut bed, &FindOptions { only_prebuilt: false, time_box: false, ..opts.find })?;
+    // Every candidate, what the pick's find measured already taken as it is.
+    let earlier = selection.find.as_deref().unwrap_or_default();
+    let ranking = find_reusing(rt, db, &mut bed, &FindOptions { only_prebuilt: false, ..opts.find }, earlier)?;
     let timed = |r: &&Ranked| r.outcome.timed_ms().is_some();
     let row_of = |solver: &str, config: &gconv_core::Config| ranking.iter().find(|r| r.solver == solver && r.config == *config);
     let measured = |r: &Ranked| r.outcome.timed_ms().map(|ms| (label(r), ms));
@@ -122,20 +124,34 @@ fn bench_one(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &BenchOptions
     let pick_ms = match row_of(chosen.solver_id, &chosen.config).and_then(|r| r.outcome.timed_ms()) {
         Some(ms) => ms,
         None => {
-            let (workload, _) = bed.parts(false)?;
             let sampling = Sampling { samples: opts.find.samples, best_ms: None, options: opts.find.timing };
-            evaluate(workload, p, chosen, None, sampling)?.timing.context("the pick was not timed")?.ms
+            evaluate(bed.workload(false)?, chosen, false, sampling)?.timing.context("the pick was not timed")?.ms
         }
     };
     let yardstick = rt.yardstick(p)?;
     let (cudnn_heuristic, cudnn_find) = match &yardstick {
         None => (Err("no cuDNN configs".to_string()), Err("no cuDNN configs".to_string())),
         Some(y) => {
-            let heuristic = match row_of(y.solver, &y.heuristic) {
-                Some(r) => measured(r).ok_or_else(|| r.outcome.status()),
-                None => Err("not run".into()),
+            // The library's own lists as it runs them: a config find time-boxed or rejected
+            // (cuDNN does not verify) is timed in full here.
+            let mut vendor = |config: &gconv_core::Config| -> Result<Measured, String> {
+                let what = format!("{} {config}", y.solver);
+                match row_of(y.solver, config) {
+                    Some(r) if r.outcome.timed_ms().is_some() => Ok((what, r.outcome.timed_ms().unwrap_or_default())),
+                    Some(r) if matches!(r.outcome, Outcome::NotRun(_) | Outcome::Failed(_)) => Err(r.outcome.status()),
+                    None => Err("not run".into()),
+                    Some(r) => {
+                        let unverified = if matches!(r.outcome, Outcome::WrongResult(_)) { " (fails gconv's verification)" } else { "" };
+                        let solution = rt.build(y.solver, p, config.clone()).map_err(|e| e.to_string())?;
+                        let sampling = Sampling { samples: opts.find.samples, best_ms: None, options: opts.find.timing };
+                        let workload = bed.workload(false).map_err(|e| e.to_string())?;
+                        let timing = evaluate(workload, &solution, false, sampling).map_err(|e| e.to_string())?.timing;
+                        timing.map(|t| (format!("{what}{unverified}"), t.ms)).ok_or_else(|| "not timed".into())
+                    }
+                }
             };
-            let found = y.find.iter().filter_map(|c| row_of(y.solver, c)).filter_map(measured).min_by(|a, b| a.1.total_cmp(&b.1));
+            let heuristic = vendor(&y.heuristic);
+            let found = y.find.iter().filter_map(|c| vendor(c).ok()).min_by(|a, b| a.1.total_cmp(&b.1));
             (heuristic, found.ok_or_else(|| "none of its configs ran".to_string()))
         }
     };
@@ -213,7 +229,7 @@ impl CsvOut {
         let (heuristic, found) = (part(r.cudnn_heuristic.as_ref().ok()), part(r.cudnn_find.as_ref().ok()));
         let (torch, bound) = (r.torch_ms.unwrap_or(f64::NAN), r.bound_ms.unwrap_or(f64::NAN));
         self.line(&format!(
-            "{},{},{},{},{timing},{},{:.5},{},{:.5},{},{:.5},{},{:.5},{},{:.5},{torch:.5},{bound:.5},{:.4},{:.4},{:.4},{:.4}",
+            "{},{},{},{},{timing},{},{:.5},{},{:.5},{},{:.5},{},{:.5},{},{:.5},{torch:.5},{bound:.4e},{:.4},{:.4},{:.4},{:.4}",
             r.key, r.class, r.direction, r.dtype, r.pick.0, r.pick.1, best.0, best.1, own.0, own.1, heuristic.0, heuristic.1, found.0, found.1,
             found.1 / r.pick.1, found.1 / best.1, found.1 / own.1, found.1 / torch
         ))
@@ -222,6 +238,52 @@ impl CsvOut {
     fn line(&mut self, text: &str) -> anyhow::Result<()> {
         writeln!(self.file, "{text}").and_then(|_| self.file.flush()).with_context(|| format!("cannot write {}", self.path.display()))
     }
+}
+
+/// The summary of earlier runs, read back from their `--csv` files.
+pub fn summarize_csv(paths: &[PathBuf]) -> anyhow::Result<ExitCode> {
+    let mut rows = Vec::new();
+    let mut torch = false;
+    for path in paths {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let mut lines = text.lines();
+        let header: Vec<&str> = lines.next().with_context(|| format!("{}: empty", path.display()))?.split(',').collect();
+        for (i, line) in lines.enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let row = row_from_csv(&header, line).with_context(|| format!("{}:{}", path.display(), i + 2))?;
+            torch |= row.torch_ms.is_some();
+            rows.push(row);
+        }
+    }
+    println!("{} rows from {} files", rows.len(), paths.len());
+    summarize(&rows, torch);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn row_from_csv(header: &[&str], line: &str) -> anyhow::Result<Row> {
+    let fields: Vec<&str> = line.split(',').collect();
+    anyhow::ensure!(fields.len() == header.len(), "{} fields where the header has {}", fields.len(), header.len());
+    let get = |name: &str| header.iter().position(|h| *h == name).map(|i| fields[i]).with_context(|| format!("no `{name}` column"));
+    let ms = |name: &str| -> anyhow::Result<Option<f64>> { Ok(get(name)?.parse::<f64>().ok().filter(|v| v.is_finite())) };
+    let measured = |what: &str, time: &str| -> anyhow::Result<Option<Measured>> { Ok(ms(time)?.map(|t| (get(what).unwrap_or_default().to_string(), t))) };
+    let class = match get("class")? {
+        "dense" => "dense",
+        "grouped" => "grouped",
+        "depthwise" => "depthwise",
+        other => anyhow::bail!("unknown class `{other}`"),
+    };
+    Ok(Row {
+        key: get("key")?.to_string(),
+        class,
+        direction: get("direction")?.parse().map_err(anyhow::Error::msg)?,
+        dtype: get("dtype")?.parse().map_err(anyhow::Error::msg)?,
+        pick: measured("gconv_pick", "gconv_pick_ms")?.context("no pick time")?,
+        best: measured("gconv_best", "gconv_best_ms")?,
+        own: measured("gconv_own", "gconv_own_ms")?,
+        cudnn_heuristic: measured("cudnn_heuristic", "cudnn_heuristic_ms")?.ok_or_else(|| "failed".to_string()),
+        cudnn_find: measured("cudnn_find", "cudnn_find_ms")?.ok_or_else(|| "failed".to_string()),
+        torch_ms: ms("torch_ms")?,
+        bound_ms: ms("roofline_ms")?,
+    })
 }
 
 /// Layers of cuDNN-find time above this (ms) must agree with PyTorch within AGREEMENT.

@@ -3,7 +3,7 @@
 
 use gconv_core::{ConvProblem, Runtime};
 
-pub fn explain(rt: &dyn Runtime, p: &ConvProblem) {
+pub fn explain(rt: &dyn Runtime, p: &ConvProblem, every_config: bool) {
     println!("problem:   {}", p.summary());
     println!("key:       {}", p.key());
     println!("{:<22} {:<15} {:<11} {:>14} {:>8}  note", "solver", "code", "applicable", "workspace B", "configs");
@@ -27,6 +27,14 @@ pub fn explain(rt: &dyn Runtime, p: &ConvProblem) {
                 );
             }
             Err(reason) => println!("{:<22} {:<15} {:<11} {:>14} {:>8}  {reason}", solver.id(), kind, "no", "-", "-"),
+        }
+    }
+    if every_config {
+        for solver in rt.solvers().into_iter().filter(|s| s.applicable(p).is_ok()) {
+            for config in solver.configs(p) {
+                let note = solver.describe_config(p, &config).unwrap_or_default();
+                println!("  {:<20} {:<40} {:>14}  {note}", solver.id(), config.to_string(), solver.workspace_bytes(p, &config));
+            }
         }
     }
     println!();

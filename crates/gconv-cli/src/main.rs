@@ -51,7 +51,7 @@ enum Command {
     Convbfp16(ConvCmd),
     /// List every solver for a problem: applicable or why not, workspace, number of configs
     #[command(allow_negative_numbers = true, args_override_self = true)]
-    Explain(ProblemArgs),
+    Explain(ExplainCmd),
     /// Benchmark every applicable solver, rank them, keep the ranking in the find-db
     #[command(allow_negative_numbers = true, args_override_self = true)]
     Find(FindCmd),
@@ -74,8 +74,11 @@ enum Command {
 #[derive(Debug, Args)]
 struct BenchCmd {
     /// Problems: driver lines or keys, one per line (`#` comments)
-    #[arg(long, value_name = "FILE")]
-    file: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "summarize")]
+    file: Option<PathBuf>,
+    /// Print the summary of earlier runs from their --csv files instead of measuring
+    #[arg(long, value_name = "CSV", num_args = 1.., conflicts_with = "file")]
+    summarize: Vec<PathBuf>,
     /// Run every problem in this data type instead of the file's
     #[arg(long, value_parser = ["f32", "f16", "bf16", "tf32"])]
     dtype: Option<String>,
@@ -86,7 +89,7 @@ struct BenchCmd {
     #[arg(long = "find-mode", default_value = "dynamic-hybrid")]
     find_mode: FindMode,
     /// Samples per measurement (after one warm-up)
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     iter: u32,
     /// Also write one CSV row per problem to this file
     #[arg(long, value_name = "FILE")]
@@ -112,7 +115,8 @@ impl BenchCmd {
         let directions: Vec<gconv_core::Direction> =
             self.dir.iter().map(|d| d.parse().map_err(anyhow::Error::msg)).collect::<anyhow::Result<_>>()?;
         let mut problems: Vec<ConvProblem> = Vec::new();
-        let jobs = jobs_from_file(&self.file, DataType::F32, &default_run_args()).map_err(anyhow::Error::msg)?;
+        let file = self.file.as_deref().context("--file names the problems")?;
+        let jobs = jobs_from_file(file, DataType::F32, &default_run_args()).map_err(anyhow::Error::msg)?;
         let code = for_each_problem(allowing_tf32(jobs, tf32), |p, _| {
             let mut p = p.clone();
             if let Some(dtype) = dtype {
@@ -136,6 +140,15 @@ struct PrecompileCmd {
     threads: Option<u32>,
     #[command(flatten)]
     db: DbArgs,
+}
+
+#[derive(Debug, Args)]
+struct ExplainCmd {
+    #[command(flatten)]
+    problems: ProblemArgs,
+    /// Also list every config of each applicable solver, with what the solver says of it
+    #[arg(long)]
+    configs: bool,
 }
 
 /// Problems by key, by driver flags, or from a file.
@@ -360,11 +373,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Conv(cmd) => conv(rt, &device_line, cmd, DataType::F32, tf32, timing),
         Command::Convfp16(cmd) => conv(rt, &device_line, cmd, DataType::F16, tf32, timing),
         Command::Convbfp16(cmd) => conv(rt, &device_line, cmd, DataType::Bf16, tf32, timing),
-        Command::Explain(args) => {
-            let jobs = args.jobs(tf32)?;
+        Command::Explain(cmd) => {
+            let jobs = cmd.problems.jobs(tf32)?;
             println!("device:    {device_line}\n");
             Ok(for_each_problem(jobs, |p, _| {
-                explain::explain(rt, p);
+                explain::explain(rt, p, cmd.configs);
                 Ok(true)
             }))
         }
@@ -384,6 +397,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let jobs = cmd.problems.jobs(tf32)?;
             tuning::select_bench(rt, &mut db, jobs, cmd.find_mode, &cmd.find.options(timing), cmd.repeat)
         }
+        Command::Bench(cmd) if !cmd.summarize.is_empty() => bench::summarize_csv(&cmd.summarize),
         Command::Bench(cmd) => {
             let (problems, parsed) = cmd.problems(tf32)?;
             if cmd.list {

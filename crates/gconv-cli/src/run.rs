@@ -52,8 +52,8 @@ pub fn run(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, args: &RunArgs, mode:
     };
     let solution = &selection.solution;
     let samples = if args.time == 1 { args.iter } else { 0 };
-    let (workload, exact) = bed.parts(args.verify == 1)?;
-    let e = evaluate(workload, p, solution, exact, Sampling { samples, best_ms: None, options: opts.timing })?;
+    let check = args.verify == 1;
+    let e = evaluate(bed.workload(check)?, solution, check, Sampling { samples, best_ms: None, options: opts.timing })?;
     let ms = e.timing.map(|t| t.ms);
     Ok(Report {
         device: rt.device_key().to_string(),

@@ -9,6 +9,7 @@ use crate::error::{GconvError, Result};
 use crate::problem::{ConvProblem, DataType};
 use crate::solver::{BuildStats, Solution, Solver};
 use crate::tensor::{ConvTensors, Tensor};
+use crate::verify::Verification;
 
 /// How samples are taken; every timing report says which.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -54,12 +55,16 @@ impl TimingMethod {
 /// returns the time per call; how many samples to take and what to make of them is the
 /// tuner's policy.
 pub trait Timer {
+    /// The time of the one call the timer was calibrated on: enough to time-box a slow
+    /// candidate before anything else is spent on it.
+    fn estimate(&self) -> f64;
     fn sample(&mut self) -> Result<f64>;
     fn calls(&self) -> u32;
     fn method(&self) -> TimingMethod;
 }
 
-/// A problem's data where the backend's solutions read and write it.
+/// A problem's data where the backend's solutions read and write it, and the exact result
+/// they are checked against.
 pub trait Workload {
     /// Runs the solution once, synchronously.
     fn run(&mut self, s: &Solution) -> Result<()>;
@@ -67,6 +72,12 @@ pub trait Workload {
     fn timer<'a>(&'a mut self, s: &'a Solution, options: TimingOptions) -> Result<Box<dyn Timer + 'a>>;
     /// The output tensor of the last run, on the host.
     fn output(&self) -> Result<Tensor>;
+    /// Computes the exact result of this data, once, where the backend keeps it.
+    fn prepare_reference(&mut self) -> Result<()>;
+    /// Fills the output with NaN (so nothing a solution leaves unwritten passes), runs the
+    /// solution once and compares its output with the exact result where the data lives: on a
+    /// GPU only the verdict crosses the bus.
+    fn run_checked(&mut self, s: &Solution) -> Result<Verification>;
 }
 
 /// The device's measured peaks, for roofline bounds.
@@ -119,10 +130,6 @@ pub trait Runtime: Send + Sync {
     fn build(&self, id: &str, p: &ConvProblem, config: Config) -> Result<Solution>;
     /// Places the host tensors where the backend's solutions read them.
     fn upload(&self, p: &ConvProblem, tensors: &ConvTensors) -> Result<Box<dyn Workload>>;
-    /// The exact result that runs are verified against.
-    fn reference(&self, p: &ConvProblem, tensors: &ConvTensors) -> Result<Vec<f64>> {
-        Ok(crate::reference::reference(p, tensors))
-    }
     /// Measured arithmetic and memory peaks for `dtype`, where the backend measures them.
     fn peaks(&self, _dtype: DataType) -> Result<Option<Peaks>> {
         Ok(None)

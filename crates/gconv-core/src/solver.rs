@@ -127,6 +127,11 @@ pub trait Solver: Send + Sync {
     fn is_oracle(&self) -> bool {
         self.kind() == SolverKind::Oracle
     }
+
+    /// What the solver can say of a config beyond its text (`gconv explain --configs`).
+    fn describe_config(&self, _p: &ConvProblem, _config: &Config) -> Option<String> {
+        None
+    }
 }
 
 /// A solver of backend `B`: it turns an applicable problem and a valid config into an invoker.

@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 
 use half::{bf16, f16};
+use rayon::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 
@@ -50,14 +51,20 @@ impl Tensor {
     }
 
     /// Values uniform in [-1, 1), rounded to the storage type; the same seed gives the same data.
+    /// Chunks draw from generators of their own, in parallel: real layers hold 10^8 values.
     pub fn try_random(dtype: DataType, len: usize, seed: u64) -> Result<Self> {
-        let mut rng = SmallRng::seed_from_u64(seed);
+        const CHUNK: usize = 1 << 16;
+        fn fill<T: Send>(v: &mut [T], seed: u64, convert: impl Fn(f32) -> T + Sync) {
+            v.par_chunks_mut(CHUNK).enumerate().for_each(|(i, chunk)| {
+                let mut rng = SmallRng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                chunk.iter_mut().for_each(|x| *x = convert(rng.random_range(-1.0f32..1.0)));
+            });
+        }
         let mut t = Self::try_zeros(dtype, len)?;
-        let mut next = || rng.random_range(-1.0f32..1.0);
         match &mut t.data {
-            TensorData::F32(v) => v.iter_mut().for_each(|x| *x = next()),
-            TensorData::F16(v) => v.iter_mut().for_each(|x| *x = f16::from_f32(next())),
-            TensorData::Bf16(v) => v.iter_mut().for_each(|x| *x = bf16::from_f32(next())),
+            TensorData::F32(v) => fill(v, seed, |x| x),
+            TensorData::F16(v) => fill(v, seed, f16::from_f32),
+            TensorData::Bf16(v) => fill(v, seed, bf16::from_f32),
         }
         Ok(t)
     }

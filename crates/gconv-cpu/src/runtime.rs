@@ -3,7 +3,9 @@
 
 use std::time::Instant;
 
+use gconv_core::reference::reference;
 use gconv_core::runtime::calls_per_sample;
+use gconv_core::verify::{verify, Verification};
 use gconv_core::{
     Config, ConvProblem, ConvTensors, GconvError, Registry, Result, Runtime, Solution, Solver, Tensor, Timer, TimingMethod,
     TimingOptions, Workload,
@@ -54,14 +56,15 @@ impl Runtime for CpuRuntime {
     }
 
     fn upload(&self, p: &ConvProblem, tensors: &ConvTensors) -> Result<Box<dyn Workload>> {
-        Ok(Box::new(CpuWorkload { direction: p.direction, tensors: tensors.clone(), workspace: Vec::new() }))
+        Ok(Box::new(CpuWorkload { problem: p.clone(), tensors: tensors.clone(), workspace: Vec::new(), exact: None }))
     }
 }
 
 struct CpuWorkload {
-    direction: gconv_core::Direction,
+    problem: ConvProblem,
     tensors: ConvTensors,
     workspace: Vec<f32>,
+    exact: Option<Vec<f64>>,
 }
 
 impl Workload for CpuWorkload {
@@ -81,12 +84,28 @@ impl Workload for CpuWorkload {
         // No cache flush on the CPU: its caches are small next to these tensors.
         let start = Instant::now();
         self.run(s)?;
-        let calls = calls_per_sample(start.elapsed().as_secs_f64());
-        Ok(Box::new(WallClock { workload: self, solution: s, calls }))
+        let estimate = start.elapsed().as_secs_f64();
+        Ok(Box::new(WallClock { workload: self, solution: s, calls: calls_per_sample(estimate), estimate }))
     }
 
     fn output(&self) -> Result<Tensor> {
-        Ok(self.tensors.output(self.direction).clone())
+        Ok(self.tensors.output(self.problem.direction).clone())
+    }
+
+    fn prepare_reference(&mut self) -> Result<()> {
+        if self.exact.is_none() {
+            // Runs overwrite only the output; the inputs the reference reads stay as uploaded.
+            self.exact = Some(reference(&self.problem, &self.tensors));
+        }
+        Ok(())
+    }
+
+    fn run_checked(&mut self, s: &Solution) -> Result<Verification> {
+        self.prepare_reference()?;
+        self.tensors.output_mut(self.problem.direction).fill_nan();
+        self.run(s)?;
+        let exact = self.exact.as_deref().expect("prepared above");
+        Ok(verify(&self.problem, self.tensors.output(self.problem.direction), exact))
     }
 }
 
@@ -94,9 +113,14 @@ struct WallClock<'a> {
     workload: &'a mut CpuWorkload,
     solution: &'a Solution,
     calls: u32,
+    estimate: f64,
 }
 
 impl Timer for WallClock<'_> {
+    fn estimate(&self) -> f64 {
+        self.estimate
+    }
+
     fn sample(&mut self) -> Result<f64> {
         let start = Instant::now();
         for _ in 0..self.calls {

@@ -5,6 +5,7 @@
 //! else here is used.
 
 mod blas;
+mod check;
 mod compile;
 pub mod cudnn;
 mod device;

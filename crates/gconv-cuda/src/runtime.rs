@@ -6,11 +6,13 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use gconv_core::verify::Verification;
 use gconv_core::{
-    BuildStats, Config, ConvProblem, ConvTensors, DataType, Direction, Peaks, Registry, Result, Runtime, Solution, Solver, Tensor, Timer,
-    TimingOptions, Workload, Yardstick,
+    BuildStats, Config, ConvProblem, ConvTensors, DataType, Peaks, Registry, Result, Runtime, Solution, Solver, Tensor, Timer, TimingOptions,
+    Workload, Yardstick,
 };
 
+use crate::check::Reference;
 use crate::cudnn::Cudnn;
 use crate::device::{driver_error, CudaDevice};
 use crate::solvers::*;
@@ -93,17 +95,11 @@ impl Runtime for CudaRuntime {
     fn upload(&self, p: &ConvProblem, tensors: &ConvTensors) -> Result<Box<dyn Workload>> {
         Ok(Box::new(CudaWorkload {
             device: self.device.clone(),
-            direction: p.direction,
             problem: p.clone(),
             gpu: DeviceTensors::upload(&self.device, tensors)?,
             output: tensors.output(p.direction).clone(),
+            reference: None,
         }))
-    }
-
-    /// The naive GPU kernels with fp32 output: the CPU's plain loops are too slow for real
-    /// layers.
-    fn reference(&self, p: &ConvProblem, tensors: &ConvTensors) -> Result<Vec<f64>> {
-        naive::gpu_reference(&self.device, p, tensors)
     }
 
     fn peaks(&self, dtype: DataType) -> Result<Option<Peaks>> {
@@ -126,11 +122,13 @@ impl Runtime for CudaRuntime {
 
 struct CudaWorkload {
     device: Arc<CudaDevice>,
-    direction: Direction,
     problem: ConvProblem,
     gpu: DeviceTensors,
     /// The output tensor's host twin, for reading results back.
     output: Tensor,
+    /// The exact result, on the GPU: the naive kernels with fp32 output (the CPU's plain loops
+    /// are too slow for real layers).
+    reference: Option<Reference>,
 }
 
 impl Workload for CudaWorkload {
@@ -150,8 +148,23 @@ impl Workload for CudaWorkload {
 
     fn output(&self) -> Result<Tensor> {
         let mut out = self.output.clone();
-        debug_assert_eq!(self.direction, self.problem.direction);
         self.gpu.download_output(&self.device, &self.problem, &mut out)?;
         Ok(out)
+    }
+
+    fn prepare_reference(&mut self) -> Result<()> {
+        if self.reference.is_none() {
+            let buffers = self.gpu.buffers(&self.device)?;
+            self.reference = Some(Reference::new(&self.device, &self.problem, &buffers)?);
+        }
+        Ok(())
+    }
+
+    fn run_checked(&mut self, s: &Solution) -> Result<Verification> {
+        self.prepare_reference()?;
+        self.gpu.poison_output(&self.device, self.problem.direction)?;
+        self.run(s)?;
+        let buffers = self.gpu.buffers(&self.device)?;
+        self.reference.as_mut().expect("prepared above").verify(&self.device, &self.problem, &buffers)
     }
 }

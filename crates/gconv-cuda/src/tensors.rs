@@ -1,7 +1,7 @@
 //! A problem's three tensors and a workspace in GPU memory.
 
 use cudarc::driver::{CudaSlice, DevicePtr};
-use gconv_core::{ConvProblem, ConvTensors, Result, Tensor};
+use gconv_core::{ConvProblem, ConvTensors, Direction, Result, Tensor};
 
 use crate::device::{driver_error, CudaDevice};
 use crate::CudaBuffers;
@@ -44,15 +44,28 @@ impl DeviceTensors {
         })
     }
 
+    fn output(&self, direction: Direction) -> &CudaSlice<u8> {
+        match direction {
+            Direction::Forward => &self.y,
+            Direction::BackwardData => &self.x,
+            Direction::BackwardWeight => &self.w,
+        }
+    }
+
+    /// Fills the direction's output with all-ones bytes: NaN in fp32, fp16 and bf16. (Takes
+    /// `&mut self`: it writes the tensor.)
+    pub fn poison_output(&mut self, device: &CudaDevice, direction: Direction) -> Result<()> {
+        let stream = device.stream()?;
+        let out = self.output(direction);
+        let bytes = out.len();
+        let (ptr, _) = out.device_ptr(stream);
+        // SAFETY: writes exactly the bytes of a live allocation on its own stream.
+        unsafe { cudarc::driver::result::memset_d8_async(ptr, 0xff, bytes, stream.cu_stream()) }.map_err(|e| driver_error("poison the output", e))
+    }
+
     /// Copies the direction's output back into `out`, a host tensor of the same size.
     pub fn download_output(&self, device: &CudaDevice, p: &ConvProblem, out: &mut Tensor) -> Result<()> {
-        let stream = device.stream()?;
-        let src = match p.direction {
-            gconv_core::Direction::Forward => &self.y,
-            gconv_core::Direction::BackwardData => &self.x,
-            gconv_core::Direction::BackwardWeight => &self.w,
-        };
-        let bytes = stream.clone_dtoh(src).map_err(|e| driver_error("copy from the GPU", e))?;
+        let bytes = device.stream()?.clone_dtoh(self.output(p.direction)).map_err(|e| driver_error("copy from the GPU", e))?;
         out.copy_from_bytes(&bytes)
     }
 }

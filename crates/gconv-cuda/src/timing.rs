@@ -20,11 +20,16 @@ const SPIN_SOURCE: &str = include_str!("kernels/spin.cu");
 /// The spin before the calibration call: longer than any launch's host cost.
 const CALIBRATION_SPIN_NS: u64 = 200_000;
 /// Spins are at least this long: event records and a graph launch cost a few microseconds.
-const MIN_SPIN_NS: u64 = 20_000;
+const MIN_SPIN_NS: u64 = 30_000;
 const MAX_SPIN_NS: u64 = 100_000_000;
+/// A sample whose enqueueing outlasted its spin (the GPU may have waited) is taken again,
+/// behind a longer spin, this many times at most.
+const RETRIES: u32 = 3;
 
-/// What one sample enqueues.
+/// What one sample enqueues: nothing yet right after calibration (a time-boxed candidate is
+/// never captured), then a graph, or the calls themselves where capture fails.
 enum Payload<'a> {
+    Calibrated(Box<dyn FnMut() -> Result<()> + 'a>),
     Graph(CudaGraph),
     Queued(Box<dyn FnMut() -> Result<()> + 'a>),
 }
@@ -38,6 +43,9 @@ pub struct GpuTimer<'a> {
     flush: Option<CudaSlice<u8>>,
     payload: Payload<'a>,
     calls: u32,
+    estimate: f64,
+    /// Host nanoseconds the calibration call took to enqueue.
+    launch_ns: u64,
 }
 
 impl<'a> GpuTimer<'a> {
@@ -61,23 +69,36 @@ impl<'a> GpuTimer<'a> {
             flush,
             payload: Payload::Queued(Box::new(|| Ok(()))),
             calls: 1,
+            estimate: 0.0,
+            launch_ns: 0,
         };
-        let one_call = timer.time(&mut launch)?;
-        timer.calls = if options.cold_cache { 1 } else { calls_per_sample(one_call) };
-        timer.payload = match capture(&stream, timer.calls, &mut launch) {
-            Ok(graph) => Payload::Graph(graph),
-            Err(_) => Payload::Queued(Box::new(launch)),
-        };
-        // The spin must outlast the host's enqueueing of one sample's payload.
-        let host = Instant::now();
-        timer.time_payload()?;
-        let enqueue_ns = host.elapsed().as_nanos() as u64;
-        timer.spin_ns = (2 * enqueue_ns).clamp(MIN_SPIN_NS, MAX_SPIN_NS);
+        (timer.estimate, timer.launch_ns) = timer.time(&mut launch)?;
+        timer.calls = if options.cold_cache { 1 } else { calls_per_sample(timer.estimate) };
+        timer.payload = Payload::Calibrated(Box::new(launch));
         Ok(timer)
     }
 
-    /// GPU seconds of what `enqueue` puts on the stream, behind the spin.
-    fn time(&mut self, enqueue: impl FnOnce() -> Result<()>) -> Result<f64> {
+    /// Captures the calls of a sample into a graph, or queues them where capture fails.
+    fn capture(&mut self) {
+        let payload = std::mem::replace(&mut self.payload, Payload::Queued(Box::new(|| Ok(()))));
+        self.payload = match payload {
+            Payload::Calibrated(mut launch) => match capture(&self.stream, self.calls, &mut launch) {
+                Ok(graph) => Payload::Graph(graph),
+                Err(_) => Payload::Queued(launch),
+            },
+            ready => ready,
+        };
+        // The spin must outlast the host's enqueueing of one sample: a graph launch costs a few
+        // microseconds, queued calls their launch cost each.
+        self.spin_ns = match self.payload {
+            Payload::Queued(_) => (2 * self.launch_ns * u64::from(self.calls)).clamp(MIN_SPIN_NS, MAX_SPIN_NS),
+            _ => MIN_SPIN_NS,
+        };
+    }
+
+    /// GPU seconds of what `enqueue` puts on the stream behind the spin, and the host
+    /// nanoseconds the enqueueing took.
+    fn time(&mut self, enqueue: impl FnOnce() -> Result<()>) -> Result<(f64, u64)> {
         if let Some(flush) = &mut self.flush {
             self.stream.memset_zeros(flush).map_err(|e| driver_error("flush the L2", e))?;
         }
@@ -87,14 +108,29 @@ impl<'a> GpuTimer<'a> {
         unsafe { spin.launch(LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 }) }
             .map_err(|e| driver_error("launch the spin kernel", e))?;
         self.start.record(&self.stream).map_err(|e| driver_error("record an event", e))?;
+        let host = Instant::now();
         enqueue()?;
+        let enqueue_ns = host.elapsed().as_nanos() as u64;
         self.end.record(&self.stream).map_err(|e| driver_error("record an event", e))?;
         self.end.synchronize().map_err(|e| driver_error("run on the GPU", e))?;
         let ms = self.start.elapsed_ms(&self.end).map_err(|e| driver_error("read an event", e))?;
-        Ok(f64::from(ms) * 1e-3)
+        Ok((f64::from(ms) * 1e-3, enqueue_ns))
     }
 
+    /// One sample of the payload, taken again behind a longer spin while its enqueueing
+    /// outlasts the spin.
     fn time_payload(&mut self) -> Result<f64> {
+        for _ in 0..RETRIES {
+            let (seconds, enqueue_ns) = self.enqueue_payload()?;
+            if enqueue_ns < self.spin_ns {
+                return Ok(seconds);
+            }
+            self.spin_ns = (2 * enqueue_ns).clamp(MIN_SPIN_NS, MAX_SPIN_NS);
+        }
+        Ok(self.enqueue_payload()?.0)
+    }
+
+    fn enqueue_payload(&mut self) -> Result<(f64, u64)> {
         let calls = self.calls;
         let payload = std::mem::replace(&mut self.payload, Payload::Queued(Box::new(|| Ok(()))));
         let (payload, seconds) = match payload {
@@ -106,6 +142,7 @@ impl<'a> GpuTimer<'a> {
                 let t = self.time(|| (0..calls).try_for_each(|_| launch()));
                 (Payload::Queued(launch), t)
             }
+            calibrated @ Payload::Calibrated(_) => (calibrated, Err(gconv_core::GconvError::Backend("a sample before capture".into()))),
         };
         self.payload = payload;
         seconds
@@ -129,7 +166,14 @@ fn capture(stream: &Arc<CudaStream>, calls: u32, launch: &mut impl FnMut() -> Re
 }
 
 impl Timer for GpuTimer<'_> {
+    fn estimate(&self) -> f64 {
+        self.estimate
+    }
+
     fn sample(&mut self) -> Result<f64> {
+        if let Payload::Calibrated(_) = self.payload {
+            self.capture();
+        }
         Ok(self.time_payload()? / f64::from(self.calls))
     }
 
@@ -140,7 +184,7 @@ impl Timer for GpuTimer<'_> {
     fn method(&self) -> TimingMethod {
         match self.payload {
             Payload::Graph(_) => TimingMethod::GraphReplay,
-            Payload::Queued(_) => TimingMethod::SpinQueued,
+            Payload::Queued(_) | Payload::Calibrated(_) => TimingMethod::SpinQueued,
         }
     }
 }

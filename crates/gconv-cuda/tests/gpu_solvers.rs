@@ -40,6 +40,11 @@ fn gpu_backward_weight_solvers_match_the_reference() {
     every_solver_matches_the_reference(Direction::BackwardWeight);
 }
 
+/// Every cuDNN engine config of every direction, dtype and layout, 2D and 3D, dense, grouped
+/// and depthwise: one at least matches the reference, and the runtime's verification (which
+/// find runs) agrees with the reference on each, so no wrong config can be picked. (cuDNN
+/// offers inexact engines without saying so: eng17 on an exact-fp32 depthwise backward-weight
+/// is off by 1e-3.)
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_cudnn_matches_the_reference_in_every_direction_dtype_and_layout() {
@@ -57,9 +62,8 @@ fn gpu_cudnn_matches_the_reference_in_every_direction_dtype_and_layout() {
             for direction in ["fwd", "bwd-data", "bwd-weight"] {
                 for dtype in ["f32", "tf32", "f16", "bf16"] {
                     let p = ConvProblem::from_key(&format!("v1:{direction}:{dtype}:{layout}:{shape}")).unwrap();
-                    let solver = rt.solver("cuda.cudnn").unwrap();
-                    solver.applicable(&p).unwrap_or_else(|r| panic!("{what}: cuda.cudnn cannot run {}: {r}", p.key()));
-                    check_solvers(&rt, &p, 2, |s| s.id() == "cuda.cudnn").unwrap_or_else(|e| panic!("{what}: {e}"));
+                    rt.solver("cuda.cudnn").unwrap().applicable(&p).unwrap_or_else(|r| panic!("{what}: cuda.cudnn cannot run {}: {r}", p.key()));
+                    check_solvers(&rt, &p, usize::MAX, |s| s.id() == "cuda.cudnn").unwrap_or_else(|e| panic!("{what}: {e}"));
                 }
             }
         }
@@ -129,13 +133,13 @@ fn gpu_every_solver_kind_is_timed_by_graph_replay() {
         let mut data = rt.upload(&p, &ConvTensors::random(&p, 3)).unwrap();
         data.run(&solution).unwrap();
         let mut warm = data.timer(&solution, TimingOptions::default()).unwrap();
+        let per_call = warm.sample().unwrap();
         assert_eq!(warm.method(), TimingMethod::GraphReplay, "{id}");
         assert!(warm.calls() > 1, "{id}: a small problem takes several calls per sample");
-        let per_call = warm.sample().unwrap();
         drop(warm);
         let mut cold = data.timer(&solution, TimingOptions { cold_cache: true }).unwrap();
-        assert_eq!((cold.method(), cold.calls()), (TimingMethod::GraphReplay, 1), "{id}");
         let lone = cold.sample().unwrap();
+        assert_eq!((cold.method(), cold.calls()), (TimingMethod::GraphReplay, 1), "{id}");
         assert!(per_call > 0.0 && per_call < 0.01, "{id}: {per_call} s per call");
         assert!(per_call <= lone * 1.1, "{id}: {per_call} s per call warm, {lone} s cold");
     }

@@ -33,41 +33,32 @@ impl Default for FindOptions {
     }
 }
 
-/// A problem's data on the runtime's device, and its exact result, made when first needed
-/// and reused by everything measured on the problem (find, tuning, the run that follows).
+/// A problem's data on the runtime's device, with its exact result when asked for, made when
+/// first needed and reused by everything measured on the problem (find, tuning, the run that
+/// follows).
 pub struct TestBed<'r> {
     rt: &'r dyn Runtime,
     p: ConvProblem,
-    tensors: Option<ConvTensors>,
     workload: Option<Box<dyn Workload>>,
-    exact: Option<Vec<f64>>,
 }
 
 impl<'r> TestBed<'r> {
     pub fn new(rt: &'r dyn Runtime, p: &ConvProblem) -> Self {
-        TestBed { rt, p: p.clone(), tensors: None, workload: None, exact: None }
+        TestBed { rt, p: p.clone(), workload: None }
     }
 
-    fn make_tensors(&mut self) -> CoreResult<()> {
-        if self.tensors.is_none() {
-            self.p.validate()?;
-            self.tensors = Some(ConvTensors::try_random(&self.p, DATA_SEED)?);
-        }
-        Ok(())
-    }
-
-    /// The data, uploaded, and the exact result (when `exact`) for verification.
-    pub fn parts(&mut self, exact: bool) -> CoreResult<(&mut dyn Workload, Option<&[f64]>)> {
-        self.make_tensors()?;
-        let tensors = self.tensors.as_ref().expect("made above");
-        if exact && self.exact.is_none() {
-            self.exact = Some(self.rt.reference(&self.p, tensors)?);
-        }
+    /// The data, uploaded, with its reference prepared when `check`.
+    pub fn workload(&mut self, check: bool) -> CoreResult<&mut dyn Workload> {
         if self.workload.is_none() {
-            self.workload = Some(self.rt.upload(&self.p, tensors)?);
+            self.p.validate()?;
+            let tensors = ConvTensors::try_random(&self.p, DATA_SEED)?;
+            self.workload = Some(self.rt.upload(&self.p, &tensors)?);
         }
-        let exact = if exact { self.exact.as_deref() } else { None };
-        Ok((self.workload.as_deref_mut().expect("set above"), exact))
+        let workload = self.workload.as_deref_mut().expect("set above");
+        if check {
+            workload.prepare_reference()?;
+        }
+        Ok(workload)
     }
 }
 
@@ -103,6 +94,12 @@ impl Ranked {
 /// then candidates that did not run or failed, each with its reason. A lost device ends the
 /// find with that error; nothing is stored.
 pub fn find(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: &FindOptions) -> Result<Vec<Ranked>> {
+    find_reusing(rt, db, bed, opts, &[])
+}
+
+/// [`find`], taking the fully timed rows of an `earlier` find on the same test bed as they are
+/// instead of measuring those candidates again.
+pub fn find_reusing(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: &FindOptions, earlier: &[Ranked]) -> Result<Vec<Ranked>> {
     let p = bed.p.clone();
     let device = rt.device_key().to_string();
     let mut candidates = Vec::new();
@@ -122,16 +119,16 @@ pub fn find(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: &FindOpt
     let mut best: Option<f64> = None;
     for (solver, config) in candidates {
         let workspace_bytes = solver.workspace_bytes(&p, &config);
-        let outcome = if opts.only_prebuilt && solver.needs_build(&p, &config) {
+        let measured = earlier.iter().find(|r| r.solver == solver.id() && r.config == config && r.outcome.timed_ms().is_some());
+        let outcome = if let Some(row) = measured {
+            row.outcome.clone()
+        } else if opts.only_prebuilt && solver.needs_build(&p, &config) {
             Outcome::NotRun(Skip::NeedsBuild)
         } else if workspace_bytes > opts.workspace_limit {
             Outcome::NotRun(Skip::Workspace { bytes: workspace_bytes, limit: opts.workspace_limit })
         } else {
             let sampling = Sampling { samples: opts.samples, best_ms: best.filter(|_| opts.time_box), options: opts.timing };
-            let evaluated = rt.build(solver.id(), &p, config.clone()).and_then(|s| {
-                let (workload, exact) = bed.parts(true)?;
-                evaluate(workload, &p, &s, exact, sampling)
-            });
+            let evaluated = rt.build(solver.id(), &p, config.clone()).and_then(|s| evaluate(bed.workload(true)?, &s, true, sampling));
             match evaluated {
                 Err(e) if e.is_device_lost() => return Err(e.into()),
                 Err(e) => Outcome::Failed(e),

@@ -2,13 +2,13 @@
 //! runtime's timer, stopped early once the candidate is clearly slower than the best so far.
 //! How a sample is taken is the backend's; how many, the time box and the median are here.
 
-use gconv_core::verify::{verify, Verification};
-use gconv_core::{ConvProblem, Result, Solution, TimingOptions, Workload};
+use gconv_core::verify::Verification;
+use gconv_core::{Result, Solution, TimingOptions, Workload};
 
 use crate::outcome::{Outcome, Timing};
 
-/// A candidate whose first sample exceeds this multiple of the best time so far is not
-/// sampled further.
+/// A candidate whose one-call estimate exceeds this multiple of the best time so far is
+/// neither verified nor sampled.
 pub const TIME_BOX_FACTOR: f64 = 2.0;
 
 #[derive(Debug, Clone, Copy)]
@@ -24,7 +24,7 @@ pub struct Sampling {
 pub struct Evaluation {
     pub verification: Option<Verification>,
     pub timing: Option<Timing>,
-    /// Stopped after one sample: over TIME_BOX_FACTOR x the best so far.
+    /// Over TIME_BOX_FACTOR x the best so far on one call: not verified, not sampled.
     pub time_boxed: bool,
 }
 
@@ -39,34 +39,27 @@ impl Evaluation {
     }
 }
 
-/// A run (verified against `exact` when given), then up to `sampling.samples` samples. A
-/// failed verification ends the evaluation untimed.
-pub fn evaluate(
-    workload: &mut dyn Workload,
-    p: &ConvProblem,
-    solution: &Solution,
-    exact: Option<&[f64]>,
-    sampling: Sampling,
-) -> Result<Evaluation> {
+/// A warm-up run and the timer's one-call estimate; a candidate over the time box stops
+/// there. Otherwise a run verified against the workload's reference (when `check`) and up to
+/// `sampling.samples` samples; a failed verification ends the evaluation untimed.
+pub fn evaluate(workload: &mut dyn Workload, solution: &Solution, check: bool, sampling: Sampling) -> Result<Evaluation> {
     workload.run(solution)?;
-    let verification = match exact {
-        Some(exact) => Some(verify(p, &workload.output()?, exact)),
-        None => None,
-    };
+    if sampling.samples > 0 {
+        if let Some(best) = sampling.best_ms {
+            let estimate_ms = workload.timer(solution, sampling.options)?.estimate() * 1e3;
+            if estimate_ms > TIME_BOX_FACTOR * best {
+                let timing = Timing { ms: estimate_ms, samples: 1, calls: 1, method: gconv_core::TimingMethod::SpinQueued };
+                return Ok(Evaluation { verification: None, timing: Some(timing), time_boxed: true });
+            }
+        }
+    }
+    let verification = if check { Some(workload.run_checked(solution)?) } else { None };
     if verification.is_some_and(|v| !v.passed) || sampling.samples == 0 {
         return Ok(Evaluation { verification, timing: None, time_boxed: false });
     }
     let mut timer = workload.timer(solution, sampling.options)?;
-    let mut samples = Vec::with_capacity(sampling.samples as usize);
-    let mut time_boxed = false;
-    for _ in 0..sampling.samples {
-        samples.push(timer.sample()? * 1e3);
-        if samples.len() == 1 && sampling.best_ms.is_some_and(|best| samples[0] > TIME_BOX_FACTOR * best) {
-            time_boxed = true;
-            break;
-        }
-    }
+    let mut samples = (0..sampling.samples).map(|_| timer.sample().map(|s| s * 1e3)).collect::<Result<Vec<_>>>()?;
     samples.sort_by(f64::total_cmp);
     let timing = Timing { ms: samples[samples.len() / 2], samples: samples.len() as u32, calls: timer.calls(), method: timer.method() };
-    Ok(Evaluation { verification, timing: Some(timing), time_boxed })
+    Ok(Evaluation { verification, timing: Some(timing), time_boxed: false })
 }

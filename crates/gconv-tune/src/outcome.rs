@@ -37,7 +37,7 @@ impl fmt::Display for Skip {
 pub enum Outcome {
     /// Verified and fully timed.
     Timed(Timing),
-    /// Verified; its first sample was over the time box, so it was not timed further.
+    /// One call over the time box: neither verified nor sampled further.
     TimeBoxed(Timing),
     NotRun(Skip),
     WrongResult(Verification),
@@ -73,7 +73,7 @@ impl Outcome {
     }
 
     pub fn verified(&self) -> bool {
-        matches!(self, Outcome::Timed(_) | Outcome::TimeBoxed(_))
+        matches!(self, Outcome::Timed(_))
     }
 
     /// Ranking class: fully timed, then time-boxed, then the rest.

@@ -131,10 +131,7 @@ pub fn tune(
                 Outcome::NotRun(Skip::Workspace { bytes: workspace, limit: opts.workspace_limit })
             } else {
                 let sampling = Sampling { samples: opts.samples, best_ms: best.as_ref().map(|b| b.1).filter(|_| opts.time_box), options: opts.timing };
-                let evaluated = rt.build(id, p, config.clone()).and_then(|s| {
-                    let (workload, exact) = bed.parts(true)?;
-                    evaluate(workload, p, &s, exact, sampling)
-                });
+                let evaluated = rt.build(id, p, config.clone()).and_then(|s| evaluate(bed.workload(true)?, &s, true, sampling));
                 match evaluated {
                     Err(e) if e.is_device_lost() => return Err(e.into()),
                     Err(e) => Outcome::Failed(e),

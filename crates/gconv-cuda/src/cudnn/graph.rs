@@ -227,10 +227,28 @@ impl EngineConfig {
         Ok(EngineConfig { tag: tag.clone(), config, numerical_notes, behavior_notes, _engine: engine, _knobs: knobs })
     }
 
-    /// Whether the engine computes exact fp32 products: not on tensor cores, inputs not
-    /// converted down (PyTorch's filter when TF32 is off).
+    /// Whether the engine keeps fp32 products exact: not on tensor cores, inputs not
+    /// converted down (PyTorch's filter when TF32 is off). FFT and Winograd engines stay: they
+    /// round differently, and find's verification decides, problem by problem, whether they
+    /// are within fp32's tolerance.
     pub fn exact_fp32(&self) -> bool {
-        !self.numerical_notes.iter().any(|&n| n == Note::CUDNN_NUMERICAL_NOTE_TENSOR_CORE as u32 || n == Note::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS as u32)
+        let inexact = [Note::CUDNN_NUMERICAL_NOTE_TENSOR_CORE, Note::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS];
+        !self.numerical_notes.iter().any(|&n| inexact.iter().any(|&i| n == i as u32))
+    }
+
+    /// The notes in words, e.g. `notes: tensor-core, runtime-compiled`.
+    pub fn describe_notes(&self) -> String {
+        let numerical = ["tensor-core", "down-convert", "reduced-precision-reduction", "fft", "nondeterministic", "winograd", "winograd-4x4", "winograd-6x6", "winograd-13x13", "strict-nan"];
+        let behaviour = ["runtime-compiled", "int8x32-filter", "int8x32-bias", "graph-native", "cublaslt"];
+        let words = |notes: &[u32], names: &[&str]| -> Vec<String> {
+            notes.iter().map(|&n| names.get(n as usize).map_or(format!("note{n}"), |w| w.to_string())).collect()
+        };
+        let all = [words(&self.numerical_notes, &numerical), words(&self.behavior_notes, &behaviour)].concat();
+        if all.is_empty() {
+            "no notes".into()
+        } else {
+            format!("notes: {}", all.join(", "))
+        }
     }
 
     /// Workspace the config needs, known before its plan is built (cuDNN 9.2 and later).

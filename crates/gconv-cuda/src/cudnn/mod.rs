@@ -26,6 +26,8 @@ pub struct Candidate {
     /// Read from the engine config before any plan is built.
     pub workspace_bytes: Option<u64>,
     pub compiles_at_run_time: bool,
+    /// Which heuristic lists named it, and the engine's numerical and behaviour notes.
+    pub notes: String,
 }
 
 /// A problem's engine configs, and the lists cuDNN's own heuristic and find would use.
@@ -141,29 +143,31 @@ fn plan(state: &mut State, p: &ConvProblem, config: &Config) -> Result<Arc<Plan>
     let graph = problem(state, p)?.graph.clone();
     let engine_config = EngineConfig::from_tag(&graph, &tag)?;
     if p.dtype == DataType::F32 && !engine_config.exact_fp32() {
-        return Err(GconvError::BadConfig { text: config.to_string(), reason: "the engine uses tensor cores or converts inputs down: not exact fp32".into() });
+        return Err(GconvError::BadConfig { text: config.to_string(), reason: "the engine is not exact fp32 (tensor cores or down-converted inputs)".into() });
     }
     let plan = Arc::new(Plan::new(&state.handle, &graph, engine_config)?);
     state.plans.insert(key, plan.clone());
     Ok(plan)
 }
 
-/// Lists the usable configs of a graph. Exact fp32 drops engines on tensor cores or with
-/// down-converted inputs; tf32 and 16-bit types keep every engine.
+/// Lists the usable configs of a graph. Exact fp32 keeps only exact engines
+/// ([`EngineConfig::exact_fp32`]); tf32 and 16-bit types keep every engine.
 fn list(graph: &OpGraph, p: &ConvProblem) -> Candidates {
     let mut out = Candidates::default();
     let mut errors = Vec::new();
-    let add = |config: EngineConfig, out: &mut Candidates| -> Option<Config> {
+    let add = |config: EngineConfig, source: &str, out: &mut Candidates| -> Option<Config> {
         if p.dtype == DataType::F32 && !config.exact_fp32() {
             return None;
         }
         let text = config.tag.to_config().ok()?;
-        if !out.all.iter().any(|c| c.config == text) {
-            out.all.push(Candidate {
+        match out.all.iter_mut().find(|c| c.config == text) {
+            Some(known) => known.notes = format!("{source}, {}", known.notes),
+            None => out.all.push(Candidate {
                 config: text.clone(),
                 workspace_bytes: config.workspace_bytes().ok(),
                 compiles_at_run_time: config.compiles_at_run_time(),
-            });
+                notes: format!("{source}; {}", config.describe_notes()),
+            }),
         }
         Some(text)
     };
@@ -175,8 +179,13 @@ fn list(graph: &OpGraph, p: &ConvProblem) -> Candidates {
                 continue;
             }
         };
+        let source = match mode {
+            Mode::CUDNN_HEUR_MODE_A => "heuristic A",
+            Mode::CUDNN_HEUR_MODE_B => "heuristic B",
+            _ => "fallback",
+        };
         for config in configs.into_iter().filter_map(|c| EngineConfig::from_heuristic(c).ok()) {
-            if let Some(text) = add(config, &mut out) {
+            if let Some(text) = add(config, source, &mut out) {
                 if mode == Mode::CUDNN_HEUR_MODE_A && out.heuristic.is_none() {
                     out.heuristic = Some(text.clone());
                 }
@@ -190,7 +199,7 @@ fn list(graph: &OpGraph, p: &ConvProblem) -> Candidates {
         Ok(count) => {
             for engine in 0..count {
                 if let Ok(config) = EngineConfig::from_tag(graph, &Tag { engine, knobs: vec![] }) {
-                    add(config, &mut out);
+                    add(config, "engine with default knobs", &mut out);
                 }
             }
         }

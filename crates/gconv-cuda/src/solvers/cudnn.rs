@@ -58,6 +58,11 @@ impl Solver for CudnnSolver {
         true
     }
 
+    fn describe_config(&self, p: &ConvProblem, config: &Config) -> Option<String> {
+        let listed = self.library.known_candidates(p)?;
+        listed.all.iter().find(|c| c.config == *config).map(|c| c.notes.clone())
+    }
+
     fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {
         if config.is_empty() {
             let why = self.library.candidates(p)?.none_because.clone().unwrap_or_else(|| "an empty config names no engine".into());

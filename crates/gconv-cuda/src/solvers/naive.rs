@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use gconv_core::{Config, ConvProblem, Direction, Invoker, NotApplicable, Result, Solve, Solver};
 
 use crate::device::{backend_error, CudaDevice};
-use crate::{ConvParams, Cuda, CudaBuffers, DeviceTensors, KernelSource};
+use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
 
 const SOURCE: &str = include_str!("../kernels/naive.cu");
 const THREADS: u32 = 256;
@@ -54,23 +54,10 @@ impl Solve<Cuda> for Naive {
 }
 
 /// The exact result on the GPU: the naive kernels with fp32 output, for problems too large
-/// for the CPU reference to be quick.
-pub fn gpu_reference(device: &CudaDevice, p: &ConvProblem, tensors: &gconv_core::ConvTensors) -> Result<Vec<f64>> {
-    let invoker = NaiveInvoker::new(device, p, source(p).define("GCONV_REF_OUT", 1))?;
-    let gpu = DeviceTensors::upload(device, tensors)?;
-    let stream = device.stream()?;
-    let out_len = p.result_elements(p.direction) as usize;
-    let out = stream.alloc_zeros::<f32>(out_len).map_err(|e| backend_error("allocate the reference", e))?;
-    let mut buffers = gpu.buffers(device)?;
-    let out_ptr = out.device_ptr(stream).0;
-    match p.direction {
-        Direction::Forward => buffers.y = out_ptr,
-        Direction::BackwardData => buffers.x = out_ptr,
-        Direction::BackwardWeight => buffers.w = out_ptr,
-    }
-    invoker.run(&mut buffers)?;
-    let host = stream.clone_dtoh(&out).map_err(|e| backend_error("copy the reference back", e))?;
-    Ok(host.into_iter().map(f64::from).collect())
+/// for the CPU reference to be quick. `buffers` hold the inputs, and in place of the output the
+/// fp32 buffer the reference goes to.
+pub fn gpu_reference(device: &CudaDevice, p: &ConvProblem, buffers: &mut CudaBuffers<'_>) -> Result<()> {
+    NaiveInvoker::new(device, p, source(p).define("GCONV_REF_OUT", 1))?.run(buffers)
 }
 
 struct NaiveInvoker {
