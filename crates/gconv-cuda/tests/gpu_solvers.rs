@@ -63,7 +63,7 @@ fn gpu_cudnn_matches_the_reference_in_every_direction_dtype_and_layout() {
                 for dtype in ["f32", "tf32", "f16", "bf16"] {
                     let p = ConvProblem::from_key(&format!("v1:{direction}:{dtype}:{layout}:{shape}")).unwrap();
                     rt.solver("cuda.cudnn").unwrap().applicable(&p).unwrap_or_else(|r| panic!("{what}: cuda.cudnn cannot run {}: {r}", p.key()));
-                    check_solvers(&rt, &p, usize::MAX, |s| s.id() == "cuda.cudnn").unwrap_or_else(|e| panic!("{what}: {e}"));
+                    check_solvers(&rt, &p, 8, |s| s.id() == "cuda.cudnn").unwrap_or_else(|e| panic!("{what}: {e}"));
                 }
             }
         }

@@ -91,6 +91,11 @@ impl Cudnn {
     }
 
     fn with_state<R>(&self, f: impl FnOnce(&mut State) -> Result<R>) -> Result<R> {
+        // Separate handles in separate threads are not enough: with several runtimes of one
+        // process calling cuDNN at once (the GPU tests' threads) it raised SIGFPE, and each
+        // passed alone. So every call into cuDNN in the process takes turns.
+        static CALLS: Mutex<()> = Mutex::new(());
+        let _turn = CALLS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut guard = self.lock()?;
         match guard.as_mut().expect("set by lock") {
             Ok(state) => f(state),
