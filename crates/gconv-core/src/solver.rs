@@ -210,10 +210,6 @@ impl<B: Backend> Registry<B> {
         self.iter().find(|s| s.id() == id).ok_or_else(|| GconvError::UnknownSolver(id.to_string()))
     }
 
-    pub fn applicable<'a>(&'a self, p: &'a ConvProblem) -> impl Iterator<Item = &'a dyn Solve<B>> {
-        self.iter().filter(move |s| s.applicable(p).is_ok())
-    }
-
     /// The backend-free view of every solver, in priority order.
     pub fn solvers(&self) -> Vec<&dyn Solver> {
         self.iter().map(|s| s as &dyn Solver).collect()

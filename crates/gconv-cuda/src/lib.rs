@@ -25,7 +25,7 @@ pub use compile::KernelSource;
 pub use device::CudaDevice;
 pub use params::ConvParams;
 pub use runtime::CudaRuntime;
-pub use tensors::DeviceTensors;
+use tensors::DeviceTensors;
 
 /// The CUDA backend: invokers get device pointers and the stream to launch on.
 pub struct Cuda;

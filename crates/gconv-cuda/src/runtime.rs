@@ -97,7 +97,6 @@ impl Runtime for CudaRuntime {
             device: self.device.clone(),
             problem: p.clone(),
             gpu: DeviceTensors::upload(&self.device, tensors)?,
-            output: tensors.output(p.direction).clone(),
             reference: None,
         }))
     }
@@ -124,8 +123,6 @@ struct CudaWorkload {
     device: Arc<CudaDevice>,
     problem: ConvProblem,
     gpu: DeviceTensors,
-    /// The output tensor's host twin, for reading results back.
-    output: Tensor,
     /// The exact result, on the GPU: the naive kernels with fp32 output (the CPU's plain loops
     /// are too slow for real layers).
     reference: Option<Reference>,
@@ -147,8 +144,9 @@ impl Workload for CudaWorkload {
     }
 
     fn output(&self) -> Result<Tensor> {
-        let mut out = self.output.clone();
-        self.gpu.download_output(&self.device, &self.problem, &mut out)?;
+        let p = &self.problem;
+        let mut out = Tensor::try_zeros(p.dtype, p.result_elements(p.direction) as usize)?;
+        self.gpu.download_output(&self.device, p, &mut out)?;
         Ok(out)
     }
 

@@ -65,13 +65,6 @@ impl Outcome {
         }
     }
 
-    pub fn timing(&self) -> Option<&Timing> {
-        match self {
-            Outcome::Timed(t) | Outcome::TimeBoxed(t) => Some(t),
-            _ => None,
-        }
-    }
-
     pub fn verified(&self) -> bool {
         matches!(self, Outcome::Timed(_))
     }

@@ -37,10 +37,10 @@ impl Solver for CudnnSolver {
     /// over the workspace limit is never planned).
     fn workspace_bytes(&self, p: &ConvProblem, config: &Config) -> u64 {
         let listed = || self.library.known_candidates(p)?.all.iter().find(|c| c.config == *config)?.workspace_bytes;
-        match self.library.is_planned(p, config) {
-            false if listed().is_some() => listed().unwrap_or_default(),
+        match listed().filter(|_| !self.library.is_planned(p, config)) {
+            Some(bytes) => bytes,
             // A config cuDNN cannot plan needs more than any limit: it is listed, never run.
-            _ => self.library.plan(p, config).map_or(u64::MAX, |plan| plan.workspace_bytes),
+            None => self.library.plan(p, config).map_or(u64::MAX, |plan| plan.workspace_bytes),
         }
     }
 
