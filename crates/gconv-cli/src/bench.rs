@@ -133,25 +133,37 @@ fn bench_one(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &BenchOptions
         None => (Err("no cuDNN configs".to_string()), Err("no cuDNN configs".to_string())),
         Some(y) => {
             // The library's own lists as it runs them: a config find time-boxed or rejected
-            // (cuDNN does not verify) is timed in full here.
-            let mut vendor = |config: &gconv_core::Config| -> Result<Measured, String> {
+            // (cuDNN does not verify) is timed in full here, unless it is over the time box
+            // of the best of the library's list so far (`best_ms`).
+            let mut vendor = |config: &gconv_core::Config, best_ms: Option<f64>| -> Result<Option<Measured>, String> {
                 let what = format!("{} {config}", y.solver);
                 match row_of(y.solver, config) {
-                    Some(r) if r.outcome.timed_ms().is_some() => Ok((what, r.outcome.timed_ms().unwrap_or_default())),
+                    Some(r) if r.outcome.timed_ms().is_some() => Ok(r.outcome.timed_ms().map(|ms| (what, ms))),
                     Some(r) if matches!(r.outcome, Outcome::NotRun(_) | Outcome::Failed(_)) => Err(r.outcome.status()),
                     None => Err("not run".into()),
                     Some(r) => {
                         let unverified = if matches!(r.outcome, Outcome::WrongResult(_)) { " (fails gconv's verification)" } else { "" };
                         let solution = rt.build(y.solver, p, config.clone()).map_err(|e| e.to_string())?;
-                        let sampling = Sampling { samples: opts.find.samples, best_ms: None, options: opts.find.timing };
+                        let sampling = Sampling { samples: opts.find.samples, best_ms, options: opts.find.timing };
                         let workload = bed.workload(false).map_err(|e| e.to_string())?;
-                        let timing = evaluate(workload, &solution, false, sampling).map_err(|e| e.to_string())?.timing;
-                        timing.map(|t| (format!("{what}{unverified}"), t.ms)).ok_or_else(|| "not timed".into())
+                        let evaluation = evaluate(workload, &solution, false, sampling).map_err(|e| e.to_string())?;
+                        let timing = evaluation.timing.filter(|_| !evaluation.time_boxed);
+                        Ok(timing.map(|t| (format!("{what}{unverified}"), t.ms)))
                     }
                 }
             };
-            let heuristic = vendor(&y.heuristic);
-            let found = y.find.iter().filter_map(|c| vendor(c).ok()).min_by(|a, b| a.1.total_cmp(&b.1));
+            let heuristic = vendor(&y.heuristic, None).and_then(|m| m.ok_or_else(|| "not timed".into()));
+            // Fastest first by find's figures, so that the time box stops the slow ones early.
+            let mut list: Vec<_> = y.find.iter().map(|c| (c, row_of(y.solver, c).and_then(|r| r.outcome.any_ms()).unwrap_or(f64::INFINITY))).collect();
+            list.sort_by(|a, b| a.1.total_cmp(&b.1));
+            let mut found: Option<Measured> = None;
+            for (config, _) in list {
+                if let Ok(Some(m)) = vendor(config, found.as_ref().map(|f| f.1)) {
+                    if found.as_ref().is_none_or(|f| m.1 < f.1) {
+                        found = Some(m);
+                    }
+                }
+            }
             (heuristic, found.ok_or_else(|| "none of its configs ran".to_string()))
         }
     };

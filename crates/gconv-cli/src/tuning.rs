@@ -2,7 +2,7 @@
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use gconv_core::{ConvProblem, Runtime, SolverKind};
@@ -36,19 +36,36 @@ pub fn strategy(name: &str, count: Option<u64>, seconds: Option<f64>, seed: u64)
     }
 }
 
-fn print_ranking(rows: &[Ranked], opts: &FindOptions) {
+/// The ranking, with the find's own cost when `took` (the find's wall time and its test bed)
+/// is given.
+fn print_ranking(rows: &[Ranked], opts: &FindOptions, took: Option<(Duration, &TestBed<'_>)>) {
     println!("  times: per call, median of {} samples of back-to-back calls ({})", opts.samples, opts.timing.label());
-    println!("  {:<4} {:<16} {:<22} {:<26} {:>12} {:>14}  status", "rank", "code", "solver", "config", "time ms", "workspace B");
+    println!("  {:<4} {:<16} {:<22} {:<26} {:>12} {:>14} {:>9}  status", "rank", "code", "solver", "config", "time ms", "workspace B", "find ms");
     for (rank, r) in rows.iter().enumerate() {
         let time = r.outcome.any_ms().map_or("-".to_string(), |t| format!("{t:.4}"));
         let status = r.outcome.status();
-        println!("  {rank:<4} {:<16} {:<22} {:<26} {time:>12} {:>14}  {status}", r.kind.label(), r.solver, r.config.to_string(), r.workspace_bytes);
+        let spent = r.spent.as_secs_f64() * 1e3;
+        println!("  {rank:<4} {:<16} {:<22} {:<26} {time:>12} {:>14} {spent:>9.1}  {status}", r.kind.label(), r.solver, r.config.to_string(), r.workspace_bytes);
     }
+    let Some((took, bed)) = took else { return };
+    let measuring: Duration = rows.iter().map(|r| r.spent).sum();
+    let setup = bed.data_time + bed.reference_time;
+    println!(
+        "  find took {:.3} s: {:.3} s listing candidates and building kernels, {:.3} s making the data, {:.3} s the reference, {:.3} s measuring {} candidates",
+        took.as_secs_f64(),
+        took.saturating_sub(measuring + setup).as_secs_f64(),
+        bed.data_time.as_secs_f64(),
+        bed.reference_time.as_secs_f64(),
+        measuring.as_secs_f64(),
+        rows.iter().filter(|r| !r.spent.is_zero()).count()
+    );
 }
 
 pub fn find(rt: &dyn Runtime, db: &mut Db, jobs: Vec<Job>, opts: &FindOptions, json: bool) -> anyhow::Result<ExitCode> {
     Ok(for_each_problem(jobs, |p, _| {
-        let rows = run_find(rt, db, &mut TestBed::new(rt, p), opts);
+        let (started, mut bed) = (Instant::now(), TestBed::new(rt, p));
+        let rows = run_find(rt, db, &mut bed, opts);
+        let took = started.elapsed();
         print_warnings(db);
         let rows = rows?;
         if json {
@@ -57,7 +74,7 @@ pub fn find(rt: &dyn Runtime, db: &mut Db, jobs: Vec<Job>, opts: &FindOptions, j
             println!("{line}");
         } else {
             println!("find:      {}", p.key());
-            print_ranking(&rows, opts);
+            print_ranking(&rows, opts, Some((took, &bed)));
             println!();
         }
         Ok(rows.iter().any(|r| r.outcome.timed_ms().is_some()))
@@ -110,7 +127,7 @@ pub fn tune(
             };
             println!("  {}: {} scheduled, {} measured, {} resumed; {winner}", s.solver, s.scheduled, s.measured, s.resumed);
         }
-        print_ranking(&outcome.find, opts);
+        print_ranking(&outcome.find, opts, None);
         println!();
         Ok(outcome.solvers.iter().all(|s| s.winner.is_some()))
     }))

@@ -68,7 +68,9 @@ pub trait Timer {
 pub trait Workload {
     /// Runs the solution once, synchronously.
     fn run(&mut self, s: &Solution) -> Result<()>;
-    /// A timer for `s` on this data; the solution must have run once already (warm-up).
+    /// A timer for `s` on this data. Making it runs one call, the timer's one-call estimate;
+    /// that may be the solution's first call (find's warm-up), so a backend whose first call
+    /// costs extra host time must time it again.
     fn timer<'a>(&'a mut self, s: &'a Solution, options: TimingOptions) -> Result<Box<dyn Timer + 'a>>;
     /// The output tensor of the last run, on the host.
     fn output(&self) -> Result<Tensor>;

@@ -128,6 +128,18 @@ pub trait Solver: Send + Sync {
         self.kind() == SolverKind::Oracle
     }
 
+    /// Why find lists this config without running it, when it should (tuning still runs it):
+    /// for a config too costly to prepare for the chance it has.
+    fn find_skips(&self, _p: &ConvProblem, _config: &Config) -> Option<String> {
+        None
+    }
+
+    /// A fallback (a naive kernel): find runs it only when no other candidate could be timed,
+    /// and the rule takes it last.
+    fn is_fallback(&self) -> bool {
+        false
+    }
+
     /// What the solver can say of a config beyond its text (`gconv explain --configs`).
     fn describe_config(&self, _p: &ConvProblem, _config: &Config) -> Option<String> {
         None

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 
 use crate::problem::{ConvProblem, DataType, Direction, Layout, SpatialDim};
 use crate::reference::reference;
-use crate::verify::verify;
+use crate::verify::{error_scale_floor, verify};
 use crate::{Config, ConvTensors, Runtime, Solver};
 
 fn spatial_dim(max_input: u32) -> impl Strategy<Value = SpatialDim> {
@@ -64,6 +64,7 @@ pub fn check_every_solver(rt: &dyn Runtime, p: &ConvProblem, sample: usize) -> R
 pub fn check_solvers(rt: &dyn Runtime, p: &ConvProblem, sample: usize, chosen: impl Fn(&dyn Solver) -> bool) -> Result<(), String> {
     let inputs = ConvTensors::random(p, 11);
     let exact = reference(p, &inputs);
+    let floor = error_scale_floor(p, &inputs);
     let mut runs = Vec::new();
     for solver in rt.solvers().into_iter().filter(|s| chosen(*s) && s.applicable(p).is_ok()) {
         let space: Vec<Config> = solver.configs(p).collect();
@@ -82,11 +83,21 @@ pub fn check_solvers(rt: &dyn Runtime, p: &ConvProblem, sample: usize, chosen: i
     let mut list_passes: std::collections::HashMap<&str, bool> = std::collections::HashMap::new();
     for (solver, config) in runs {
         let what = || format!("{} {config} on {}", solver.id(), p.key());
-        let solution = rt.build(solver.id(), p, config.clone()).map_err(|e| format!("{}: {e}", what()))?;
+        let solution = match rt.build(solver.id(), p, config.clone()) {
+            Ok(solution) => solution,
+            // A vendor library may list a config it then fails to plan (cuDNN: "compilation
+            // failed"); find records it as failed, and another config must pass.
+            Err(_) if solver.find_times_every_config() => {
+                list_passes.entry(solver.id()).or_default();
+                continue;
+            }
+            Err(e) => return Err(format!("{}: {e}", what())),
+        };
         let mut data = rt.upload(p, &inputs).map_err(|e| format!("{}: {e}", what()))?;
-        data.run(&solution).map_err(|e| format!("{}: {e}", what()))?;
-        let truth = verify(p, &data.output().map_err(|e| format!("{}: {e}", what()))?, &exact);
+        // Both judge the same output: a nondeterministic engine's two runs can fall on either
+        // side of the tolerance.
         let own = data.run_checked(&solution).map_err(|e| format!("{}: {e}", what()))?;
+        let truth = verify(p, &data.output().map_err(|e| format!("{}: {e}", what()))?, &exact, floor);
         if own.passed != truth.passed {
             return Err(format!("{}: the reference says {}, the runtime's verification {} (errors {:e}, {:e})", what(), truth.passed, own.passed, truth.max_error, own.max_error));
         }

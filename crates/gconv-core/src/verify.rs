@@ -3,14 +3,18 @@
 
 use serde::Serialize;
 
-use crate::problem::{ConvProblem, DataType};
-use crate::tensor::Tensor;
+use rayon::prelude::*;
 
-/// Outcome of one comparison. Errors are relative to the largest reference magnitude, so one
+use crate::problem::{ConvProblem, DataType, Direction};
+use crate::tensor::{ConvTensors, Tensor};
+
+/// Outcome of one comparison. Errors are relative to the largest reference magnitude (or to
+/// the typical size of one output, when that is larger: see [`error_scale_floor`]), so one
 /// number describes a whole tensor whatever its scale.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Verification {
-    /// max |got - reference| / max |reference|; infinite when any value is NaN or infinite.
+    /// max |got - reference| / max(max |reference|, floor); infinite when any value is NaN or
+    /// infinite.
     pub max_error: f64,
     pub tolerance: f64,
     /// Output element with the largest error.
@@ -27,11 +31,30 @@ pub fn tolerance(p: &ConvProblem) -> f64 {
     4.0 * p.dtype.unit_roundoff() + accumulation
 }
 
-pub fn verify(p: &ConvProblem, got: &Tensor, reference: &[f64]) -> Verification {
+/// The least scale errors are measured against: the typical size of one output,
+/// sqrt(L * mean a^2 * mean b^2) for the direction's inputs a and b and reduction length L.
+/// Rounding errors grow with the sizes of the terms, not with their sum; a tiny output of few,
+/// cancelling terms (2 outputs of 6 terms each) can have a largest value far below its terms,
+/// and an exact-within-rounding result would fail against that alone.
+pub fn error_scale_floor(p: &ConvProblem, tensors: &ConvTensors) -> f64 {
+    let mean_square = |t: &Tensor| {
+        let values = t.to_f32();
+        values.par_iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / values.len().max(1) as f64
+    };
+    let (a, b) = match p.direction {
+        Direction::Forward => (&tensors.x, &tensors.w),
+        Direction::BackwardData => (&tensors.y, &tensors.w),
+        Direction::BackwardWeight => (&tensors.x, &tensors.y),
+    };
+    (p.reduction_length() as f64 * mean_square(a) * mean_square(b)).sqrt()
+}
+
+/// Compares `got` with the reference; `floor` is [`error_scale_floor`] of the inputs.
+pub fn verify(p: &ConvProblem, got: &Tensor, reference: &[f64], floor: f64) -> Verification {
     let tolerance = tolerance(p);
     let got = got.to_f32();
     assert_eq!(got.len(), reference.len(), "verify: length mismatch");
-    let scale = reference.iter().fold(0.0f64, |m, r| m.max(r.abs())).max(f64::MIN_POSITIVE);
+    let scale = reference.iter().fold(floor, |m, r| m.max(r.abs())).max(f64::MIN_POSITIVE);
     let mut max_error = 0.0f64;
     let mut worst_index = 0;
     for (i, (&g, &r)) in got.iter().zip(reference).enumerate() {

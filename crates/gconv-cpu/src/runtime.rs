@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use gconv_core::reference::reference;
 use gconv_core::runtime::calls_per_sample;
-use gconv_core::verify::{verify, Verification};
+use gconv_core::verify::{error_scale_floor, verify, Verification};
 use gconv_core::{
     Config, ConvProblem, ConvTensors, GconvError, Registry, Result, Runtime, Solution, Solver, Tensor, Timer, TimingMethod,
     TimingOptions, Workload,
@@ -64,7 +64,8 @@ struct CpuWorkload {
     problem: ConvProblem,
     tensors: ConvTensors,
     workspace: Vec<f32>,
-    exact: Option<Vec<f64>>,
+    /// The reference result and the error scale floor of the inputs.
+    exact: Option<(Vec<f64>, f64)>,
 }
 
 impl Workload for CpuWorkload {
@@ -95,7 +96,7 @@ impl Workload for CpuWorkload {
     fn prepare_reference(&mut self) -> Result<()> {
         if self.exact.is_none() {
             // Runs overwrite only the output; the inputs the reference reads stay as uploaded.
-            self.exact = Some(reference(&self.problem, &self.tensors));
+            self.exact = Some((reference(&self.problem, &self.tensors), error_scale_floor(&self.problem, &self.tensors)));
         }
         Ok(())
     }
@@ -104,8 +105,8 @@ impl Workload for CpuWorkload {
         self.prepare_reference()?;
         self.tensors.output_mut(self.problem.direction).fill_nan();
         self.run(s)?;
-        let exact = self.exact.as_deref().expect("prepared above");
-        Ok(verify(&self.problem, self.tensors.output(self.problem.direction), exact))
+        let (exact, floor) = self.exact.as_ref().expect("prepared above");
+        Ok(verify(&self.problem, self.tensors.output(self.problem.direction), exact, *floor))
     }
 }
 

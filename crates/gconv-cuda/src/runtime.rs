@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use gconv_core::verify::Verification;
+use gconv_core::verify::{error_scale_floor, Verification};
 use gconv_core::{
     BuildStats, Config, ConvProblem, ConvTensors, DataType, Peaks, Registry, Result, Runtime, Solution, Solver, Tensor, Timer, TimingOptions,
     Workload, Yardstick,
@@ -97,6 +97,7 @@ impl Runtime for CudaRuntime {
             device: self.device.clone(),
             problem: p.clone(),
             gpu: DeviceTensors::upload(&self.device, tensors)?,
+            error_floor: error_scale_floor(p, tensors),
             reference: None,
         }))
     }
@@ -123,6 +124,8 @@ struct CudaWorkload {
     device: Arc<CudaDevice>,
     problem: ConvProblem,
     gpu: DeviceTensors,
+    /// [`error_scale_floor`] of the uploaded inputs.
+    error_floor: f64,
     /// The exact result, on the GPU: the naive kernels with fp32 output (the CPU's plain loops
     /// are too slow for real layers).
     reference: Option<Reference>,
@@ -153,7 +156,7 @@ impl Workload for CudaWorkload {
     fn prepare_reference(&mut self) -> Result<()> {
         if self.reference.is_none() {
             let buffers = self.gpu.buffers(&self.device)?;
-            self.reference = Some(Reference::new(&self.device, &self.problem, &buffers)?);
+            self.reference = Some(Reference::new(&self.device, &self.problem, &buffers, self.error_floor)?);
         }
         Ok(())
     }

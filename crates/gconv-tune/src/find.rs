@@ -2,7 +2,9 @@
 //! config of a vendor library whose own find times them all), verify it, rank by measured
 //! time, and keep the ranking in the find-db.
 
-use gconv_core::{Config, ConvProblem, ConvTensors, Result as CoreResult, Runtime, SolverKind, TimingOptions, Workload};
+use std::time::{Duration, Instant};
+
+use gconv_core::{Config, ConvProblem, ConvTensors, Result as CoreResult, Runtime, Solver, SolverKind, TimingOptions, Workload};
 
 use crate::db::{Db, FindRecord, GCONV_VERSION};
 use crate::known::known_config;
@@ -40,25 +42,37 @@ pub struct TestBed<'r> {
     rt: &'r dyn Runtime,
     p: ConvProblem,
     workload: Option<Box<dyn Workload>>,
+    /// Wall time spent making and uploading the data.
+    pub data_time: Duration,
+    /// Wall time spent computing the reference.
+    pub reference_time: Duration,
 }
 
 impl<'r> TestBed<'r> {
     pub fn new(rt: &'r dyn Runtime, p: &ConvProblem) -> Self {
-        TestBed { rt, p: p.clone(), workload: None }
+        TestBed { rt, p: p.clone(), workload: None, data_time: Duration::ZERO, reference_time: Duration::ZERO }
     }
 
     /// The data, uploaded, with its reference prepared when `check`.
     pub fn workload(&mut self, check: bool) -> CoreResult<&mut dyn Workload> {
         if self.workload.is_none() {
+            let started = Instant::now();
             self.p.validate()?;
             let tensors = ConvTensors::try_random(&self.p, DATA_SEED)?;
             self.workload = Some(self.rt.upload(&self.p, &tensors)?);
+            self.data_time += started.elapsed();
         }
         let workload = self.workload.as_deref_mut().expect("set above");
         if check {
+            let started = Instant::now();
             workload.prepare_reference()?;
+            self.reference_time += started.elapsed();
         }
         Ok(workload)
+    }
+
+    fn setup_time(&self) -> Duration {
+        self.data_time + self.reference_time
     }
 }
 
@@ -70,6 +84,10 @@ pub struct Ranked {
     pub config: Config,
     pub workspace_bytes: u64,
     pub outcome: Outcome,
+    /// Wall time this find spent on the candidate: its plan or kernel fetched, runs,
+    /// verification and samples (zero when an earlier measurement was reused); the test data
+    /// and the reference are the test bed's.
+    pub spent: Duration,
 }
 
 impl Ranked {
@@ -111,7 +129,9 @@ pub fn find_reusing(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: 
         }
     }
     if !opts.only_prebuilt {
-        let runnable = candidates.iter().filter(|(s, c)| s.workspace_bytes(&p, c) <= opts.workspace_limit);
+        let runnable = candidates
+            .iter()
+            .filter(|(s, c)| !s.is_fallback() && s.find_skips(&p, c).is_none() && s.workspace_bytes(&p, c) <= opts.workspace_limit);
         let jobs: Vec<_> = runnable.flat_map(|(s, c)| unbuilt(*s, &p, [c.clone()])).collect();
         prepare_in_parallel(&jobs, build_threads());
     }
@@ -120,30 +140,48 @@ pub fn find_reusing(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: 
     for (solver, config) in candidates {
         let workspace_bytes = solver.workspace_bytes(&p, &config);
         let measured = earlier.iter().find(|r| r.solver == solver.id() && r.config == config && r.outcome.timed_ms().is_some());
-        let outcome = if let Some(row) = measured {
-            row.outcome.clone()
+        let (outcome, spent) = if let Some(row) = measured {
+            (row.outcome.clone(), Duration::ZERO)
+        } else if solver.is_fallback() {
+            (Outcome::NotRun(Skip::Fallback), Duration::ZERO)
+        } else if let Some(reason) = solver.find_skips(&p, &config) {
+            (Outcome::NotRun(Skip::LeftToTuning(reason)), Duration::ZERO)
         } else if opts.only_prebuilt && solver.needs_build(&p, &config) {
-            Outcome::NotRun(Skip::NeedsBuild)
+            (Outcome::NotRun(Skip::NeedsBuild), Duration::ZERO)
         } else if workspace_bytes > opts.workspace_limit {
-            Outcome::NotRun(Skip::Workspace { bytes: workspace_bytes, limit: opts.workspace_limit })
+            (Outcome::NotRun(Skip::Workspace { bytes: workspace_bytes, limit: opts.workspace_limit }), Duration::ZERO)
         } else {
-            let sampling = Sampling { samples: opts.samples, best_ms: best.filter(|_| opts.time_box), options: opts.timing };
-            let evaluated = rt.build(solver.id(), &p, config.clone()).and_then(|s| evaluate(bed.workload(true)?, &s, true, sampling));
-            match evaluated {
-                Err(e) if e.is_device_lost() => return Err(e.into()),
-                Err(e) => Outcome::Failed(e),
-                Ok(e) => e.outcome(),
-            }
+            measure(rt, bed, solver, &config, opts, best)?
         };
         if let Some(t) = outcome.timed_ms() {
             best = Some(best.map_or(t, |b| b.min(t)));
         }
-        rows.push(Ranked { solver: solver.id(), kind: solver.kind(), config, workspace_bytes, outcome });
+        rows.push(Ranked { solver: solver.id(), kind: solver.kind(), config, workspace_bytes, outcome, spent });
+    }
+    // A fallback runs only when nothing else could.
+    if best.is_none() {
+        for row in rows.iter_mut().filter(|r| matches!(r.outcome, Outcome::NotRun(Skip::Fallback))) {
+            (row.outcome, row.spent) = measure(rt, bed, rt.solver(row.solver)?, &row.config, opts, None)?;
+        }
     }
     rank(&mut rows);
     let records: Vec<FindRecord> = rows.iter().enumerate().map(|(i, r)| r.record(&p.key(), &device, i)).collect();
     db.put_find(&p.key(), &device, &records)?;
     Ok(rows)
+}
+
+/// Builds, verifies and times one candidate; the wall time it took leaves out the test bed's
+/// data and reference (made on first need). A lost device ends the find.
+fn measure(rt: &dyn Runtime, bed: &mut TestBed<'_>, solver: &dyn Solver, config: &Config, opts: &FindOptions, best: Option<f64>) -> Result<(Outcome, Duration)> {
+    let (started, setup_before) = (Instant::now(), bed.setup_time());
+    let sampling = Sampling { samples: opts.samples, best_ms: best.filter(|_| opts.time_box), options: opts.timing };
+    let evaluated = rt.build(solver.id(), &bed.p, config.clone()).and_then(|s| evaluate(bed.workload(true)?, &s, true, sampling));
+    let outcome = match evaluated {
+        Err(e) if e.is_device_lost() => return Err(e.into()),
+        Err(e) => Outcome::Failed(e),
+        Ok(e) => e.outcome(),
+    };
+    Ok((outcome, started.elapsed().saturating_sub(bed.setup_time() - setup_before)))
 }
 
 /// Sorts rows: fully timed by time, then time-boxed by time, then the rest in registry order.

@@ -1,5 +1,6 @@
-//! Measuring one solution: a warm-up run that is also verified, then samples from the
-//! runtime's timer, stopped early once the candidate is clearly slower than the best so far.
+//! Measuring one solution: a timed warm-up call, a verified run, then samples from the
+//! runtime's timer, stopped after the first call when the candidate is clearly slower than the
+//! best so far.
 //! How a sample is taken is the backend's; how many, the time box and the median are here.
 
 use gconv_core::verify::Verification;
@@ -7,8 +8,8 @@ use gconv_core::{Result, Solution, TimingOptions, Workload};
 
 use crate::outcome::{Outcome, Timing};
 
-/// A candidate whose one-call estimate exceeds this multiple of the best time so far is
-/// neither verified nor sampled.
+/// A candidate whose first call takes over this multiple of the best time so far is neither
+/// verified nor sampled.
 pub const TIME_BOX_FACTOR: f64 = 2.0;
 
 #[derive(Debug, Clone, Copy)]
@@ -39,18 +40,18 @@ impl Evaluation {
     }
 }
 
-/// A warm-up run and the timer's one-call estimate; a candidate over the time box stops
-/// there. Otherwise a run verified against the workload's reference (when `check`) and up to
-/// `sampling.samples` samples; a failed verification ends the evaluation untimed.
+/// A first call, timed by the runtime's timer as a one-call estimate (the warm-up); a candidate
+/// over the time box stops there, so a slow one costs a single call. Otherwise a run verified
+/// against the workload's reference (when `check`) and up to `sampling.samples` samples; a
+/// failed verification ends the evaluation untimed.
 pub fn evaluate(workload: &mut dyn Workload, solution: &Solution, check: bool, sampling: Sampling) -> Result<Evaluation> {
-    workload.run(solution)?;
-    if sampling.samples > 0 {
-        if let Some(best) = sampling.best_ms {
-            let estimate_ms = workload.timer(solution, sampling.options)?.estimate() * 1e3;
-            if estimate_ms > TIME_BOX_FACTOR * best {
-                let timing = Timing { ms: estimate_ms, samples: 1, calls: 1, method: gconv_core::TimingMethod::SpinQueued };
-                return Ok(Evaluation { verification: None, timing: Some(timing), time_boxed: true });
-            }
+    if sampling.samples == 0 {
+        workload.run(solution)?;
+    } else {
+        let estimate_ms = workload.timer(solution, sampling.options)?.estimate() * 1e3;
+        if sampling.best_ms.is_some_and(|best| estimate_ms > TIME_BOX_FACTOR * best) {
+            let timing = Timing { ms: estimate_ms, samples: 1, calls: 1, method: gconv_core::TimingMethod::SpinQueued };
+            return Ok(Evaluation { verification: None, timing: Some(timing), time_boxed: true });
         }
     }
     let verification = if check { Some(workload.run_checked(solution)?) } else { None };

@@ -22,6 +22,10 @@ pub enum Skip {
     /// `dynamic-hybrid` runs only what is built already.
     NeedsBuild,
     Workspace { bytes: u64, limit: u64 },
+    /// A fallback solver, and another candidate was timed.
+    Fallback,
+    /// The solver's reason to leave the config to tuning.
+    LeftToTuning(String),
 }
 
 impl fmt::Display for Skip {
@@ -29,6 +33,8 @@ impl fmt::Display for Skip {
         match self {
             Skip::NeedsBuild => f.write_str("needs a new kernel build"),
             Skip::Workspace { bytes, limit } => write!(f, "workspace {bytes} B over the limit of {limit} B"),
+            Skip::Fallback => f.write_str("a fallback, and another candidate ran"),
+            Skip::LeftToTuning(reason) => write!(f, "left to tuning: {reason}"),
         }
     }
 }

@@ -137,8 +137,8 @@ fn from_find_db(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem) -> Result<Option
 
 fn by_rule(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, workspace_limit: u64) -> Result<Selection> {
     let mut candidates: Vec<_> = rt.solvers().into_iter().filter(|s| s.applicable(p).is_ok()).collect();
-    // Oracles run only when nothing else can.
-    candidates.sort_by_key(|s| s.is_oracle());
+    // Oracles and fallbacks run only when nothing else can.
+    candidates.sort_by_key(|s| (s.is_oracle(), s.is_fallback()));
     for solver in candidates {
         let (config, origin) = known_config(db, rt.device_key(), solver, p)?;
         if solver.workspace_bytes(p, &config) <= workspace_limit {

@@ -26,6 +26,8 @@ pub struct Candidate {
     /// Read from the engine config before any plan is built.
     pub workspace_bytes: Option<u64>,
     pub compiles_at_run_time: bool,
+    /// Named by heuristic mode A or FALLBACK, the lists cuDNN's own find times.
+    pub on_find_list: bool,
     /// Which heuristic lists named it, and the engine's numerical and behaviour notes.
     pub notes: String,
 }
@@ -171,6 +173,7 @@ fn list(graph: &OpGraph, p: &ConvProblem) -> Candidates {
                 config: text.clone(),
                 workspace_bytes: config.workspace_bytes().ok(),
                 compiles_at_run_time: config.compiles_at_run_time(),
+                on_find_list: false,
                 notes: format!("{source}; {}", config.describe_notes()),
             }),
         }
@@ -209,6 +212,9 @@ fn list(graph: &OpGraph, p: &ConvProblem) -> Candidates {
             }
         }
         Err(e) => errors.push(format!("engine count: {e}")),
+    }
+    for candidate in &mut out.all {
+        candidate.on_find_list = out.find.contains(&candidate.config);
     }
     if out.all.is_empty() {
         out.none_because = Some(if errors.is_empty() { "no cuDNN engine supports this problem".into() } else { errors.join("; ") });

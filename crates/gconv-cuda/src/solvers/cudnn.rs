@@ -58,6 +58,15 @@ impl Solver for CudnnSolver {
         true
     }
 
+    /// An engine cuDNN compiles when its plan is built (0.15-0.6 s each, every process) is
+    /// left to tuning unless cuDNN's own find would time it.
+    fn find_skips(&self, p: &ConvProblem, config: &Config) -> Option<String> {
+        let listed = self.library.known_candidates(p)?;
+        let candidate = listed.all.iter().find(|c| c.config == *config)?;
+        (candidate.compiles_at_run_time && !candidate.on_find_list && !self.library.is_planned(p, config))
+            .then(|| "cuDNN compiles this engine at run time, and neither heuristic A nor FALLBACK names it".to_string())
+    }
+
     fn describe_config(&self, p: &ConvProblem, config: &Config) -> Option<String> {
         let listed = self.library.known_candidates(p)?;
         listed.all.iter().find(|c| c.config == *config).map(|c| c.notes.clone())

@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock};
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
 use cudarc::cublas::result as blas;
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
-use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
+use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver, SolverKind};
 
 use crate::blas::BlasHandle;
 use crate::device::{backend_error, CudaDevice};
@@ -172,6 +172,11 @@ fn plan(p: &ConvProblem) -> Vec<(Gemm, f32)> {
 impl Solver for GemmBlas {
     fn id(&self) -> &'static str {
         "cuda.gemm_blas"
+    }
+
+    /// The GEMMs are cuBLAS's (im2col and col2im are gconv's).
+    fn kind(&self) -> SolverKind {
+        SolverKind::Vendor("cuBLAS")
     }
 
     fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {

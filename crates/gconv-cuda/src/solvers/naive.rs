@@ -1,6 +1,7 @@
-//! `cuda.naive`: direct convolution, one thread per output element (kernels/naive.cu). The GPU
-//! reference: every direction, dtype and layout; sizes are run-time arguments, so one build
-//! per (direction, dtype) serves every shape.
+//! `cuda.naive`: direct convolution, each sum in the definition's order (kernels/naive.cu). The
+//! GPU reference: every direction, dtype and layout; sizes are run-time arguments, so one build
+//! per (direction, dtype) serves every shape. It is find's fallback: it runs only when no
+//! other candidate could.
 
 use std::sync::Arc;
 
@@ -12,13 +13,27 @@ use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
 
 const SOURCE: &str = include_str!("../kernels/naive.cu");
 const THREADS: u32 = 256;
+/// Output channels one thread sums in the forward and backward-data kernels.
+const CH_BLOCK: u32 = 8;
 
 pub struct Naive {
     pub device: Arc<CudaDevice>,
 }
 
 fn source(p: &ConvProblem) -> KernelSource {
-    KernelSource::new("naive.cu", SOURCE, p.dtype)
+    KernelSource::new("naive.cu", SOURCE, p.dtype).define("CH_BLOCK", CH_BLOCK)
+}
+
+/// Threads' work items: channel blocks of output positions, or weights (times images for the
+/// reference, which sums each image on its own thread).
+fn work_items(p: &ConvProblem, reference: bool) -> u64 {
+    let spatial = |dims: Vec<u32>| dims.into_iter().map(u64::from).product::<u64>();
+    let blocks = |channels: u32| u64::from(p.g) * u64::from(channels.div_ceil(CH_BLOCK));
+    match p.direction {
+        Direction::Forward => u64::from(p.n) * blocks(p.k_per_group()) * spatial(p.output_dims()),
+        Direction::BackwardData => u64::from(p.n) * blocks(p.c_per_group()) * spatial(p.dims.iter().map(|d| d.input).collect()),
+        Direction::BackwardWeight => p.weight_elements() * if reference { u64::from(p.n) } else { 1 },
+    }
 }
 
 fn function_name(direction: Direction) -> &'static str {
@@ -38,6 +53,10 @@ impl Solver for Naive {
         Ok(())
     }
 
+    fn is_fallback(&self) -> bool {
+        true
+    }
+
     fn needs_build(&self, p: &ConvProblem, _config: &Config) -> bool {
         !self.device.is_built(&source(p))
     }
@@ -49,15 +68,15 @@ impl Solver for Naive {
 
 impl Solve<Cuda> for Naive {
     fn solution(&self, p: &ConvProblem, _config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
-        Ok(Box::new(NaiveInvoker::new(&self.device, p, source(p))?))
+        Ok(Box::new(NaiveInvoker::new(&self.device, p, source(p), false)?))
     }
 }
 
 /// The exact result on the GPU: the naive kernels with fp32 output, for problems too large
 /// for the CPU reference to be quick. `buffers` hold the inputs, and in place of the output the
-/// fp32 buffer the reference goes to.
+/// fp32 buffer the reference goes to, zeroed (backward-weight adds into it).
 pub fn gpu_reference(device: &CudaDevice, p: &ConvProblem, buffers: &mut CudaBuffers<'_>) -> Result<()> {
-    NaiveInvoker::new(device, p, source(p).define("GCONV_REF_OUT", 1))?.run(buffers)
+    NaiveInvoker::new(device, p, source(p).define("GCONV_REF_OUT", 1), true)?.run(buffers)
 }
 
 struct NaiveInvoker {
@@ -68,11 +87,10 @@ struct NaiveInvoker {
 }
 
 impl NaiveInvoker {
-    fn new(device: &CudaDevice, p: &ConvProblem, source: KernelSource) -> Result<Self> {
+    fn new(device: &CudaDevice, p: &ConvProblem, source: KernelSource, reference: bool) -> Result<Self> {
         let function = device.function(&source, function_name(p.direction))?;
-        let outputs = p.result_elements(p.direction);
         // A grid-stride loop: enough blocks to fill the GPU, no more than the work needs.
-        let blocks = outputs.div_ceil(u64::from(THREADS)).min(u64::from(device.sm_count) * 64).max(1) as u32;
+        let blocks = work_items(p, reference).div_ceil(u64::from(THREADS)).min(u64::from(device.sm_count) * 64).max(1) as u32;
         Ok(NaiveInvoker { function, params: ConvParams::new(p), direction: p.direction, blocks })
     }
 }
