@@ -132,41 +132,17 @@ fn bench_one(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &BenchOptions
     let (cudnn_heuristic, cudnn_find) = match &yardstick {
         None => (Err("no cuDNN configs".to_string()), Err("no cuDNN configs".to_string())),
         Some(y) => {
-            // The library's own lists as it runs them: a config find time-boxed or rejected
-            // (cuDNN does not verify) is timed in full here, unless it is over the time box
-            // of the best of the library's list so far (`best_ms`).
-            let mut vendor = |config: &gconv_core::Config, best_ms: Option<f64>| -> Result<Option<Measured>, String> {
-                let what = format!("{} {config}", y.solver);
-                match row_of(y.solver, config) {
-                    Some(r) if r.outcome.timed_ms().is_some() => Ok(r.outcome.timed_ms().map(|ms| (what, ms))),
-                    Some(r) if matches!(r.outcome, Outcome::NotRun(_) | Outcome::Failed(_)) => Err(r.outcome.status()),
-                    None => Err("not run".into()),
-                    Some(r) => {
-                        let unverified = if matches!(r.outcome, Outcome::WrongResult(_)) { " (fails gconv's verification)" } else { "" };
-                        let solution = rt.build(y.solver, p, config.clone()).map_err(|e| e.to_string())?;
-                        let sampling = Sampling { samples: opts.find.samples, best_ms, options: opts.find.timing };
-                        let workload = bed.workload(false).map_err(|e| e.to_string())?;
-                        let evaluation = evaluate(workload, &solution, false, sampling).map_err(|e| e.to_string())?;
-                        let timing = evaluation.timing.filter(|_| !evaluation.time_boxed);
-                        Ok(timing.map(|t| (format!("{what}{unverified}"), t.ms)))
-                    }
-                }
-            };
-            let heuristic = vendor(&y.heuristic, None).and_then(|m| m.ok_or_else(|| "not timed".into()));
-            // Fastest first by find's figures, so that the time box stops the slow ones early.
-            let mut list: Vec<_> = y.find.iter().map(|c| (c, row_of(y.solver, c).and_then(|r| r.outcome.any_ms()).unwrap_or(f64::INFINITY))).collect();
-            list.sort_by(|a, b| a.1.total_cmp(&b.1));
-            let mut found: Option<Measured> = None;
-            for (config, _) in list {
-                if let Ok(Some(m)) = vendor(config, found.as_ref().map(|f| f.1)) {
-                    if found.as_ref().is_none_or(|f| m.1 < f.1) {
-                        found = Some(m);
-                    }
-                }
-            }
-            (heuristic, found.ok_or_else(|| "none of its configs ran".to_string()))
+            // The library's own lists as it runs them: cuDNN does not verify, so a config
+            // gconv's verification rejects is timed too, and says so.
+            let rows = |configs: &[gconv_core::Config]| configs.iter().filter_map(|c| row_of(y.solver, c)).collect::<Vec<_>>();
+            let heuristic = fastest_in_full(rt, &mut bed, &rows(std::slice::from_ref(&y.heuristic)), false, opts)?;
+            let found = fastest_in_full(rt, &mut bed, &rows(&y.find), false, opts)?;
+            let why_not = row_of(y.solver, &y.heuristic).map_or("not listed by find".to_string(), |r| r.outcome.status());
+            (heuristic.ok_or(why_not), found.ok_or_else(|| "none of its configs ran".to_string()))
         }
     };
+    let own_rows: Vec<&Ranked> = ranking.iter().filter(|r| r.kind == SolverKind::Own).collect();
+    let own = fastest_in_full(rt, &mut bed, &own_rows, true, opts)?;
     Ok(Row {
         key: p.key(),
         class: class(p),
@@ -174,12 +150,50 @@ fn bench_one(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &BenchOptions
         dtype: p.dtype,
         pick: (format!("{} {}", chosen.solver_id, chosen.config), pick_ms),
         best: ranking.iter().find(timed).and_then(measured),
-        own: ranking.iter().filter(|r| r.kind == SolverKind::Own).find(timed).and_then(measured),
+        own,
         cudnn_heuristic,
         cudnn_find,
         torch_ms: opts.torch.as_ref().and_then(|t| t.get(&p.key()).copied()),
         bound_ms: rt.peaks(p.dtype)?.map(|peaks| peaks.bound_s(p.flops(), p.bytes()) * 1e3),
     })
+}
+
+/// The fastest of a find's `rows`, each timed in full: a row find timed fully is taken as it
+/// is; one find time-boxed is timed here, fastest first by find's one-call figure, under a time
+/// box relative to the best of these rows so far. `verified`: a config that fails gconv's
+/// verification is left out (own kernels); otherwise it is timed and labelled (a vendor's
+/// list, which the vendor does not verify). Rows not run or failed are left out.
+fn fastest_in_full(rt: &dyn Runtime, bed: &mut TestBed<'_>, rows: &[&Ranked], verified: bool, opts: &BenchOptions) -> anyhow::Result<Option<Measured>> {
+    let mut order: Vec<&Ranked> = rows.to_vec();
+    order.sort_by(|a, b| a.outcome.any_ms().unwrap_or(f64::INFINITY).total_cmp(&b.outcome.any_ms().unwrap_or(f64::INFINITY)));
+    let mut fastest: Option<Measured> = None;
+    for r in order {
+        let measured = match &r.outcome {
+            Outcome::Timed(t) => Some((label(r), t.ms)),
+            Outcome::TimeBoxed(_) => time_in_full(rt, bed, r, verified, fastest.as_ref().map(|f| f.1), opts)?.map(|ms| (label(r), ms)),
+            Outcome::WrongResult(_) if !verified => {
+                time_in_full(rt, bed, r, false, fastest.as_ref().map(|f| f.1), opts)?.map(|ms| (format!("{} (fails gconv's verification)", label(r)), ms))
+            }
+            _ => None,
+        };
+        if let Some(m) = measured.filter(|m| fastest.as_ref().is_none_or(|f| m.1 < f.1)) {
+            fastest = Some(m);
+        }
+    }
+    Ok(fastest)
+}
+
+/// A find row's time per call in full (verified when `verified`), or None where it fails, is
+/// over the time box or fails verification; only a lost device is an error.
+fn time_in_full(rt: &dyn Runtime, bed: &mut TestBed<'_>, r: &Ranked, verified: bool, best_ms: Option<f64>, opts: &BenchOptions) -> anyhow::Result<Option<f64>> {
+    let sampling = Sampling { samples: opts.find.samples, best_ms, options: opts.find.timing };
+    let problem = bed.problem().clone();
+    let evaluation = rt.build(r.solver, &problem, r.config.clone()).and_then(|s| evaluate(bed.workload(verified)?, &s, verified, sampling));
+    match evaluation {
+        Err(e) if e.is_device_lost() => Err(e.into()),
+        Err(_) => Ok(None),
+        Ok(e) => Ok(e.outcome().timed_ms()),
+    }
 }
 
 fn print_row(r: &Row) {

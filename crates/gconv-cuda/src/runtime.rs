@@ -19,6 +19,8 @@ use crate::solvers::*;
 use crate::timing::GpuTimer;
 use crate::{Cuda, DeviceTensors};
 
+/// The CUDA backend on one GPU. Its runs, timings and verifications go to one stream: use its
+/// workloads from one thread at a time (building solutions may run in parallel threads).
 pub struct CudaRuntime {
     pub device: Arc<CudaDevice>,
     registry: Registry<Cuda>,

@@ -6,26 +6,29 @@
 use gconv_core::testing::{check_every_solver, check_every_solver_is_reached, check_solvers, small_problem};
 use gconv_core::{ConvProblem, ConvTensors, Direction, Runtime, TimingMethod, TimingOptions};
 use gconv_cuda::CudaRuntime;
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
 
-/// One runtime for the whole test process, as an application has one per device. With a
-/// runtime per test, the tests' streams ran cuDNN plans at once and one run ended in
+/// One runtime for the whole test process, as an application has one per device, used by one
+/// test at a time: its work runs on one stream, and a test capturing a graph on it while
+/// another enqueued there broke both (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED). With a runtime
+/// per test, the tests' streams ran cuDNN plans at once and one run ended in
 /// CUDA_ERROR_MISALIGNED_ADDRESS, while each test passed in a process of its own.
-fn runtime() -> &'static CudaRuntime {
-    static RUNTIME: OnceLock<CudaRuntime> = OnceLock::new();
-    RUNTIME.get_or_init(|| CudaRuntime::probe(None).expect("a usable CUDA GPU"))
+fn runtime() -> MutexGuard<'static, CudaRuntime> {
+    static RUNTIME: OnceLock<Mutex<CudaRuntime>> = OnceLock::new();
+    let runtime = RUNTIME.get_or_init(|| Mutex::new(CudaRuntime::probe(None).expect("a usable CUDA GPU")));
+    // A test that failed while holding it does not stop the others.
+    runtime.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// 100 random problems of one direction; one test per direction, so that they build their
-/// kernels in parallel test threads.
+/// 100 random problems of one direction; one test per direction, so that a failure names it.
 fn every_solver_matches_the_reference(direction: Direction) {
     let rt = runtime();
     let mut runner = TestRunner::new(ProptestConfig { cases: 100, ..ProptestConfig::default() });
     let problems = small_problem().prop_map(move |p| ConvProblem { direction, ..p });
-    runner.run(&problems, |p| check_every_solver(rt, &p, 3).map_err(TestCaseError::fail)).unwrap();
+    runner.run(&problems, |p| check_every_solver(&*rt, &p, 3).map_err(TestCaseError::fail)).unwrap();
 }
 
 #[test]
@@ -69,7 +72,7 @@ fn gpu_cudnn_matches_the_reference_in_every_direction_dtype_and_layout() {
                 for dtype in ["f32", "tf32", "f16", "bf16"] {
                     let p = ConvProblem::from_key(&format!("v1:{direction}:{dtype}:{layout}:{shape}")).unwrap();
                     rt.solver("cuda.cudnn").unwrap().applicable(&p).unwrap_or_else(|r| panic!("{what}: cuda.cudnn cannot run {}: {r}", p.key()));
-                    check_solvers(rt, &p, 8, |s| s.id() == "cuda.cudnn").unwrap_or_else(|e| panic!("{what}: {e}"));
+                    check_solvers(&*rt, &p, 8, |s| s.id() == "cuda.cudnn").unwrap_or_else(|e| panic!("{what}: {e}"));
                 }
             }
         }
@@ -79,6 +82,8 @@ fn gpu_cudnn_matches_the_reference_in_every_direction_dtype_and_layout() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_kernels_build_once_and_load_from_the_disk_cache() {
+    // Its runtimes of their own wait for the other tests.
+    let _one_at_a_time = runtime();
     let dir = std::env::temp_dir().join(format!("gconv-kernel-cache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let p = ConvProblem::from_key("v1:fwd:bf16:NHWC:n2:c8:k8:i9x9:f3x3:s1x1:p1x1:d1x1:g2").unwrap();
@@ -116,7 +121,7 @@ fn gpu_every_registered_solver_is_reached() {
         "v1:bwd-data:f32:NHWC:n2:c12:k8:i7x7:f3x3:s2x2:p1x1:d1x1:g2",
         "v1:fwd:bf16:NHWC:n2:c16:k32:i9x9:f3x3:s2x2:p1x1:d1x1:g4",
     ];
-    check_every_solver_is_reached(runtime(), &keys, 3).unwrap();
+    check_every_solver_is_reached(&*runtime(), &keys, 3).unwrap();
 }
 
 /// Every kind of solver (NVRTC kernels, cuBLAS, cuDNN) is timed by graph replay, with several
@@ -173,7 +178,7 @@ fn gpu_implicit_gemm_on_medium_problems() {
             for dtype in ["bf16", "f16", "f32", "tf32"] {
                 let layout = if shape.matches('x').count() > 6 { "NDHWC" } else { "NHWC" };
                 let p = ConvProblem::from_key(&format!("v1:{direction}:{dtype}:{layout}:{shape}")).unwrap();
-                check_every_solver(rt, &p, 3).unwrap();
+                check_every_solver(&*rt, &p, 3).unwrap();
             }
         }
     }

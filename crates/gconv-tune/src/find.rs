@@ -71,6 +71,10 @@ impl<'r> TestBed<'r> {
         Ok(workload)
     }
 
+    pub fn problem(&self) -> &ConvProblem {
+        &self.p
+    }
+
     fn setup_time(&self) -> Duration {
         self.data_time + self.reference_time
     }
