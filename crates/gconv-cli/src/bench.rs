@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use gconv_core::{ConvProblem, DataType, Direction, Runtime, SolverKind};
-use gconv_tune::db::Db;
+use gconv_tune::db::{Db, Warning};
 use gconv_tune::find::{find_reusing, FindOptions, Ranked, TestBed};
 use gconv_tune::measure::{evaluate, Sampling};
 use gconv_tune::outcome::Outcome;
@@ -80,10 +80,9 @@ pub fn bench(rt: &dyn Runtime, device_line: &str, db: &mut Db, problems: Vec<Con
             println!("peaks:     {}: {:.1} TFLOP/s (cuBLAS GEMM), {:.0} GB/s (copy)\n", p.dtype, peaks.flops_per_s / 1e12, peaks.bytes_per_s / 1e9);
             peaks_shown.push(p.dtype);
         }
-        let row = bench_one(rt, db, p, opts);
-        crate::print_warnings(db);
-        match row {
-            Ok(row) => {
+        match bench_one(rt, db, p, opts) {
+            Ok((row, warnings)) => {
+                crate::print_warnings(&warnings);
                 print_row(&row);
                 if let Some(out) = &mut csv {
                     out.row(&row, opts.find.timing.label())?;
@@ -110,12 +109,16 @@ fn label(r: &Ranked) -> String {
     format!("{} {}", r.solver, r.config)
 }
 
-fn bench_one(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &BenchOptions) -> anyhow::Result<Row> {
+/// One problem's row, and the stored records its pick and find could not use.
+fn bench_one(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &BenchOptions) -> anyhow::Result<(Row, Vec<Warning>)> {
     let mut bed = TestBed::new(rt, p);
     let selection = select(rt, db, &mut bed, p, opts.mode, &opts.find)?;
     // Every candidate, what the pick's find measured already taken as it is.
     let earlier = selection.find.as_deref().unwrap_or_default();
-    let ranking = find_reusing(rt, db, &mut bed, &FindOptions { only_prebuilt: false, ..opts.find }, earlier)?;
+    let mut ranking = find_reusing(rt, db, &mut bed, &FindOptions { only_prebuilt: false, ..opts.find }, earlier)?;
+    let mut warnings = selection.warnings.clone();
+    warnings.append(&mut ranking.warnings);
+    let ranking = ranking.rows;
     let timed = |r: &&Ranked| r.outcome.timed_ms().is_some();
     let row_of = |solver: &str, config: &gconv_core::Config| ranking.iter().find(|r| r.solver == solver && r.config == *config);
     let measured = |r: &Ranked| r.outcome.timed_ms().map(|ms| (label(r), ms));
@@ -143,7 +146,7 @@ fn bench_one(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &BenchOptions
     };
     let own_rows: Vec<&Ranked> = ranking.iter().filter(|r| r.kind == SolverKind::Own).collect();
     let own = fastest_in_full(rt, &mut bed, &own_rows, true, opts)?;
-    Ok(Row {
+    let row = Row {
         key: p.key(),
         class: class(p),
         direction: p.direction,
@@ -155,7 +158,8 @@ fn bench_one(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &BenchOptions
         cudnn_find,
         torch_ms: opts.torch.as_ref().and_then(|t| t.get(&p.key()).copied()),
         bound_ms: rt.peaks(p.dtype)?.map(|peaks| peaks.bound_s(p.flops(), p.bytes()) * 1e3),
-    })
+    };
+    Ok((row, warnings))
 }
 
 /// The fastest of a find's `rows`, each timed in full: a row find timed fully is taken as it

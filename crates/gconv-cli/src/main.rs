@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use gconv_core::{ConvProblem, DataType, Runtime, TimingOptions};
-use gconv_tune::db::{default_user_path, Db};
+use gconv_tune::db::{default_user_path, Db, Warning};
 use gconv_tune::find::FindOptions;
 use gconv_tune::select::FindMode;
 
@@ -316,13 +316,13 @@ fn main() -> ExitCode {
 /// Opens the user db, reporting what opening it had to repair.
 fn open_db(args: &DbArgs) -> anyhow::Result<Db> {
     let path = args.db.clone().unwrap_or_else(default_user_path);
-    let mut db = Db::open(&path).with_context(|| format!("cannot open the database {}", path.display()))?;
-    print_warnings(&mut db);
+    let (db, warning) = Db::open(&path).with_context(|| format!("cannot open the database {}", path.display()))?;
+    print_warnings(warning.as_slice());
     Ok(db)
 }
 
-pub(crate) fn print_warnings(db: &mut Db) {
-    for w in db.warnings.drain(..) {
+pub(crate) fn print_warnings(warnings: &[Warning]) {
+    for w in warnings {
         eprintln!("warning: {w}");
     }
 }
@@ -448,9 +448,8 @@ fn conv(rt: &dyn Runtime, device_line: &str, cmd: ConvCmd, dtype: DataType, tf32
     }
     let opts = cmd.find.options(timing);
     Ok(for_each_problem(jobs, |p, run_args| {
-        let report = run::run(rt, &mut db, p, run_args, cmd.find_mode, &opts);
-        print_warnings(&mut db);
-        let report = report?;
+        let report = run::run(rt, &mut db, p, run_args, cmd.find_mode, &opts)?;
+        print_warnings(&report.warnings);
         if cmd.json {
             let mut out = std::io::stdout().lock();
             serde_json::to_writer(&mut out, &report)?;

@@ -3,7 +3,7 @@
 
 use gconv_core::verify::Verification;
 use gconv_core::{BuildStats, ConvProblem, Runtime};
-use gconv_tune::db::Db;
+use gconv_tune::db::{Db, Warning};
 use gconv_tune::find::{FindOptions, TestBed};
 use gconv_tune::measure::{evaluate, Sampling};
 use gconv_tune::select::{forced, select, FindMode};
@@ -38,6 +38,9 @@ pub struct Report {
     pub verify: Option<Verification>,
     /// Kernel builds of the process so far (GPU only).
     pub build: Option<BuildStats>,
+    /// Stored records selection could not use (printed to standard error).
+    #[serde(skip)]
+    pub warnings: Vec<Warning>,
 }
 
 pub fn run(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, args: &RunArgs, mode: FindMode, opts: &FindOptions) -> anyhow::Result<Report> {
@@ -74,6 +77,7 @@ pub fn run(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, args: &RunArgs, mode:
         gbps: ms.map(|ms| p.bytes() / (ms * 1e-3) / 1e9),
         verify: e.verification,
         build: rt.build_stats(),
+        warnings: selection.warnings.clone(),
     })
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use gconv_core::{ConvProblem, Runtime, SolverKind};
-use gconv_tune::db::{Db, ImportMode, Record};
+use gconv_tune::db::{Db, ImportMode, Record, RecordKey};
 use gconv_tune::find::{find as run_find, FindOptions, Ranked, TestBed};
 use gconv_tune::known::{checked, known_config};
 use gconv_tune::prebuild::{prepare_in_parallel, BuildJob};
@@ -64,12 +64,12 @@ fn print_ranking(rows: &[Ranked], opts: &FindOptions, took: Option<(Duration, &T
 pub fn find(rt: &dyn Runtime, db: &mut Db, jobs: Vec<Job>, opts: &FindOptions, json: bool) -> anyhow::Result<ExitCode> {
     Ok(for_each_problem(jobs, |p, _| {
         let (started, mut bed) = (Instant::now(), TestBed::new(rt, p));
-        let rows = run_find(rt, db, &mut bed, opts);
+        let ranking = run_find(rt, db, &mut bed, opts)?;
         let took = started.elapsed();
-        print_warnings(db);
-        let rows = rows?;
+        print_warnings(&ranking.warnings);
+        let rows = ranking.rows;
         if json {
-            let records: Vec<_> = rows.iter().enumerate().map(|(i, r)| r.record(&p.key(), rt.device_key(), i)).collect();
+            let records: Vec<_> = rows.iter().enumerate().map(|(i, r)| r.record(&RecordKey::new(p, rt.device_key()), i)).collect();
             let line = serde_json::json!({ "key": p.key(), "device": rt.device_key(), "timing": opts.timing.label(), "ranking": records });
             println!("{line}");
         } else {
@@ -114,8 +114,8 @@ pub fn tune(
         if let Some(bar) = bar {
             bar.finish_and_clear();
         }
-        print_warnings(db);
         let outcome = outcome?;
+        print_warnings(&outcome.warnings);
         if outcome.skipped {
             println!("  skipped: already tuned on this device by this gconv version\n");
             return Ok(true);
@@ -149,9 +149,8 @@ pub fn select_bench(
     // The warm-up pass prints each pick; it may benchmark (in modes other than fast) and fills
     // statement caches, so the timed passes measure selection from a warm db.
     for p in &problems {
-        let s = select(rt, db, &mut TestBed::new(rt, p), p, mode, opts);
-        print_warnings(db);
-        let s = s?;
+        let s = select(rt, db, &mut TestBed::new(rt, p), p, mode, opts)?;
+        print_warnings(&s.warnings);
         println!("{}  ->  {} {} ({}, config {})", p.key(), s.solution.solver_id, s.solution.config, s.source.label(), s.origin.label());
     }
     if problems.is_empty() {
@@ -163,7 +162,6 @@ pub fn select_bench(
             select(rt, db, &mut TestBed::new(rt, p), p, mode, opts)?;
         }
     }
-    db.warnings.clear();
     let per_problem_us = start.elapsed().as_secs_f64() * 1e6 / (f64::from(repeat) * problems.len() as f64);
     println!(
         "\nselection: {per_problem_us:.2} us per problem ({mode} mode, {} problems x {repeat} repeats, warm db)",
@@ -245,16 +243,17 @@ pub fn db(db: &mut Db, action: DbAction, keep: &dyn Fn(&str, &str, &str, &str) -
 /// `threads` at a time, without a GPU context. Vendor libraries build on the device, so they
 /// are left out.
 pub fn precompile(rt: &dyn Runtime, db: &mut Db, jobs: Vec<Job>, threads: usize) -> anyhow::Result<ExitCode> {
-    let mut work = Vec::new();
+    let (mut work, mut warnings) = (Vec::new(), Vec::new());
     let code = for_each_problem(jobs, |p, _| {
         let own = rt.solvers().into_iter().filter(|s| !matches!(s.kind(), SolverKind::Vendor(_)));
         for solver in own.filter(|s| s.applicable(p).is_ok()) {
-            let (config, _) = known_config(db, rt.device_key(), solver, p)?;
-            work.push(BuildJob { solver, problem: p.clone(), config });
+            let known = known_config(db, rt.device_key(), solver, p)?;
+            warnings.extend(known.skipped);
+            work.push(BuildJob { solver, problem: p.clone(), config: known.config });
         }
         Ok(true)
     });
-    print_warnings(db);
+    print_warnings(&warnings);
     let start = Instant::now();
     let failures = prepare_in_parallel(&work, threads);
     let stats = rt.build_stats().unwrap_or_default();

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use gconv_core::{Config, ConvProblem, ConvTensors, Result as CoreResult, Runtime, Solver, SolverKind, TimingOptions, Workload};
 
-use crate::db::{Db, FindRecord, GCONV_VERSION};
+use crate::db::{Db, FindRecord, RecordKey, Warning, GCONV_VERSION};
 use crate::known::known_config;
 use crate::measure::{evaluate, Sampling};
 use crate::outcome::{Outcome, Skip};
@@ -96,10 +96,10 @@ pub struct Ranked {
 
 impl Ranked {
     /// The find-db's row.
-    pub fn record(&self, problem: &str, device: &str, rank: usize) -> FindRecord {
+    pub fn record(&self, key: &RecordKey, rank: usize) -> FindRecord {
         FindRecord {
-            problem: problem.to_string(),
-            device: device.to_string(),
+            problem: key.problem.clone(),
+            device: key.device.clone(),
             rank: rank as u32,
             solver: self.solver.to_string(),
             config: self.config.to_string(),
@@ -112,24 +112,34 @@ impl Ranked {
     }
 }
 
-/// Runs the find and stores its ranking. Rows: fastest verified first, then time-boxed ones,
-/// then candidates that did not run or failed, each with its reason. A lost device ends the
-/// find with that error; nothing is stored.
-pub fn find(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: &FindOptions) -> Result<Vec<Ranked>> {
+/// A find's ranking, and the stored records it could not use.
+pub struct Ranking {
+    /// Fastest verified first, then time-boxed ones, then candidates that did not run or
+    /// failed, each with its reason.
+    pub rows: Vec<Ranked>,
+    pub warnings: Vec<Warning>,
+}
+
+/// Runs the find and stores its ranking. A lost device ends the find with that error; nothing
+/// is stored.
+pub fn find(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: &FindOptions) -> Result<Ranking> {
     find_reusing(rt, db, bed, opts, &[])
 }
 
 /// [`find`], taking the fully timed rows of an `earlier` find on the same test bed as they are
 /// instead of measuring those candidates again.
-pub fn find_reusing(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: &FindOptions, earlier: &[Ranked]) -> Result<Vec<Ranked>> {
+pub fn find_reusing(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: &FindOptions, earlier: &[Ranked]) -> Result<Ranking> {
     let p = bed.p.clone();
-    let device = rt.device_key().to_string();
+    let key = RecordKey::new(&p, rt.device_key());
     let mut candidates = Vec::new();
+    let mut warnings = Vec::new();
     for solver in rt.solvers().into_iter().filter(|s| !s.is_oracle() && s.applicable(&p).is_ok()) {
         if solver.find_times_every_config() {
             candidates.extend(solver.configs(&p).map(|c| (solver, c)));
         } else {
-            candidates.push((solver, known_config(db, &device, solver, &p)?.0));
+            let known = known_config(db, &key.device, solver, &p)?;
+            warnings.extend(known.skipped);
+            candidates.push((solver, known.config));
         }
     }
     if !opts.only_prebuilt {
@@ -169,14 +179,15 @@ pub fn find_reusing(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: 
         }
     }
     rank(&mut rows);
-    let records: Vec<FindRecord> = rows.iter().enumerate().map(|(i, r)| r.record(&p.key(), &device, i)).collect();
-    db.put_find(&p.key(), &device, &records)?;
-    Ok(rows)
+    let records: Vec<FindRecord> = rows.iter().enumerate().map(|(i, r)| r.record(&key, i)).collect();
+    db.put_find(&key, &records)?;
+    Ok(Ranking { rows, warnings })
 }
 
 /// Builds, verifies and times one candidate; the wall time it took leaves out the test bed's
-/// data and reference (made on first need). A lost device ends the find.
-fn measure(rt: &dyn Runtime, bed: &mut TestBed<'_>, solver: &dyn Solver, config: &Config, opts: &FindOptions, best: Option<f64>) -> Result<(Outcome, Duration)> {
+/// data and reference (made on first need). A lost device is an error; every other failure is
+/// the candidate's outcome.
+pub(crate) fn measure(rt: &dyn Runtime, bed: &mut TestBed<'_>, solver: &dyn Solver, config: &Config, opts: &FindOptions, best: Option<f64>) -> Result<(Outcome, Duration)> {
     let (started, setup_before) = (Instant::now(), bed.setup_time());
     let sampling = Sampling { samples: opts.samples, best_ms: best.filter(|_| opts.time_box), options: opts.timing };
     let evaluated = rt.build(solver.id(), &bed.p, config.clone()).and_then(|s| evaluate(bed.workload(true)?, &s, true, sampling));

@@ -3,7 +3,7 @@
 
 use gconv_core::{Config, ConvProblem, Solver};
 
-use crate::db::Db;
+use crate::db::{Db, RecordKey, Table, Warning};
 use crate::Result;
 
 /// Where a candidate's config came from.
@@ -27,33 +27,35 @@ impl ConfigOrigin {
     }
 }
 
-/// The perf-db's config for `solver`, if its solver still accepts it. A rejected config is
-/// never run: it is skipped with a warning in `db.warnings`.
-pub fn tuned_config(db: &mut Db, device: &str, solver: &dyn Solver, p: &ConvProblem) -> Result<Option<Config>> {
-    let Some(record) = db.perf(&p.key(), device, solver.id())? else { return Ok(None) };
-    match checked(solver, p, &record.config) {
-        Ok(config) => Ok(Some(config)),
-        Err(reason) => {
-            db.warnings.push(format!("skipping config `{}` of {} from the perf-db for {}: {reason}", record.config, solver.id(), p.key()));
-            Ok(None)
-        }
-    }
+/// A candidate's config, where it came from, and the perf-db record it could not use (its
+/// solver now rejects the config, so it never runs).
+#[derive(Debug, Clone)]
+pub struct Known {
+    pub config: Config,
+    pub origin: ConfigOrigin,
+    pub skipped: Option<Warning>,
 }
 
-/// The config a candidate runs with when nothing else says which, and where it came from.
-pub fn known_config(db: &mut Db, device: &str, solver: &dyn Solver, p: &ConvProblem) -> Result<(Config, ConfigOrigin)> {
-    Ok(match tuned_config(db, device, solver, p)? {
-        Some(config) => (config, ConfigOrigin::Tuned),
-        None => (solver.default_config(p), ConfigOrigin::Default),
+/// The config a candidate runs with when nothing else says which: the perf-db's, when its
+/// solver still accepts it, else the default.
+pub fn known_config(db: &Db, device: &str, solver: &dyn Solver, p: &ConvProblem) -> Result<Known> {
+    let default = || solver.default_config(p);
+    let Some(record) = db.perf(&RecordKey::new(p, device), solver.id())? else {
+        return Ok(Known { config: default(), origin: ConfigOrigin::Default, skipped: None });
+    };
+    Ok(match checked(solver, p, &record.config) {
+        Ok(config) => Known { config, origin: ConfigOrigin::Tuned, skipped: None },
+        Err(reason) => {
+            let skipped = Warning::Skipped { table: Table::Perf, problem: record.problem, solver: record.solver, config: record.config, reason };
+            Known { config: default(), origin: ConfigOrigin::Default, skipped: Some(skipped) }
+        }
     })
 }
 
 /// Where `config`, chosen by a find, came from.
-pub fn origin_of(db: &mut Db, device: &str, solver: &dyn Solver, p: &ConvProblem, config: &Config) -> Result<ConfigOrigin> {
-    Ok(match known_config(db, device, solver, p)? {
-        (known, origin) if known == *config => origin,
-        _ => ConfigOrigin::Found,
-    })
+pub fn origin_of(db: &Db, device: &str, solver: &dyn Solver, p: &ConvProblem, config: &Config) -> Result<ConfigOrigin> {
+    let known = known_config(db, device, solver, p)?;
+    Ok(if known.config == *config { known.origin } else { ConfigOrigin::Found })
 }
 
 /// Parses a stored config text and checks it against the solver and problem.

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use gconv_core::{ConvProblem, Runtime, Solution};
 
-use crate::db::Db;
+use crate::db::{Db, RecordKey, Table, Warning};
 use crate::find::{find, FindOptions, Ranked, TestBed};
 use crate::known::{checked, known_config, origin_of, ConfigOrigin};
 use crate::Result;
@@ -81,69 +81,79 @@ pub struct Selection {
     pub origin: ConfigOrigin,
     /// The ranking when a find ran.
     pub find: Option<Vec<Ranked>>,
+    /// Stored records selection could not use.
+    pub warnings: Vec<Warning>,
 }
 
 /// The solution of solver `id` with its known config.
 pub fn forced(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, id: &str) -> Result<Selection> {
-    let (config, origin) = known_config(db, rt.device_key(), rt.solver(id)?, p)?;
-    Ok(Selection { solution: rt.build(id, p, config)?, source: Source::Forced, origin, find: None })
+    let known = known_config(db, rt.device_key(), rt.solver(id)?, p)?;
+    let warnings = known.skipped.into_iter().collect();
+    Ok(Selection { solution: rt.build(id, p, known.config)?, source: Source::Forced, origin: known.origin, find: None, warnings })
 }
 
 /// Selects by `mode`; a find runs on `bed`, whose data the caller may reuse.
 pub fn select(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, p: &ConvProblem, mode: FindMode, opts: &FindOptions) -> Result<Selection> {
+    let mut warnings = Vec::new();
     if mode != FindMode::Normal {
-        if let Some(selection) = from_find_db(rt, db, p)? {
+        if let Some(selection) = from_find_db(rt, db, p, &mut warnings)? {
             return Ok(selection);
         }
     }
     if mode == FindMode::Fast {
-        return by_rule(rt, db, p, opts.workspace_limit);
+        return by_rule(rt, db, p, opts.workspace_limit, warnings);
     }
     let only_prebuilt = mode == FindMode::DynamicHybrid;
-    let rows = find(rt, db, bed, &FindOptions { only_prebuilt, ..*opts })?;
-    let Some(best) = rows.iter().find(|r| r.outcome.timed_ms().is_some()) else {
+    let ranking = find(rt, db, bed, &FindOptions { only_prebuilt, ..*opts })?;
+    warnings.extend(ranking.warnings);
+    let Some(best) = ranking.rows.iter().find(|r| r.outcome.timed_ms().is_some()) else {
         if only_prebuilt {
             // Nothing is built yet: build only what the rule picks.
-            return by_rule(rt, db, p, opts.workspace_limit);
+            return by_rule(rt, db, p, opts.workspace_limit, warnings);
         }
         return Err(gconv_core::GconvError::Backend(format!("no candidate ran successfully for {}", p.key())).into());
     };
     let origin = origin_of(db, rt.device_key(), rt.solver(best.solver)?, p, &best.config)?;
     let solution = rt.build(best.solver, p, best.config.clone())?;
-    Ok(Selection { solution, source: Source::Find, origin, find: Some(rows) })
+    Ok(Selection { solution, source: Source::Find, origin, find: Some(ranking.rows), warnings })
 }
 
 /// The best usable row of a stored find result. Rows naming unknown solvers, solvers that no
-/// longer apply, or configs their solver rejects are skipped with a warning.
-fn from_find_db(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem) -> Result<Option<Selection>> {
-    let key = p.key();
-    let Some(rows) = db.find_ranked_ok(&key, rt.device_key())? else { return Ok(None) };
-    for (solver_id, config_text) in &rows {
-        let usable = rt.solver(solver_id).map_err(|e| e.to_string()).and_then(|solver| {
+/// longer apply, or configs their solver rejects are skipped, each with a warning; the
+/// warnings go with the selection made here or with the one made after.
+fn from_find_db(rt: &dyn Runtime, db: &Db, p: &ConvProblem, warnings: &mut Vec<Warning>) -> Result<Option<Selection>> {
+    let key = RecordKey::new(p, rt.device_key());
+    let Some(rows) = db.find_ranked_ok(&key)? else { return Ok(None) };
+    for (solver_id, config_text) in rows {
+        let usable = rt.solver(&solver_id).map_err(|e| e.to_string()).and_then(|solver| {
             solver.applicable(p).map_err(|r| r.0)?;
-            Ok((solver, checked(solver, p, config_text)?))
+            Ok((solver, checked(solver, p, &config_text)?))
         });
         match usable {
             Ok((solver, config)) => {
                 let origin = origin_of(db, rt.device_key(), solver, p, &config)?;
                 let solution = rt.build(solver.id(), p, config)?;
-                return Ok(Some(Selection { solution, source: Source::FindDb, origin, find: None }));
+                let warnings = std::mem::take(warnings);
+                return Ok(Some(Selection { solution, source: Source::FindDb, origin, find: None, warnings }));
             }
-            Err(reason) => db.warnings.push(format!("skipping find-db entry {solver_id} `{config_text}` for {key}: {reason}")),
+            Err(reason) => {
+                warnings.push(Warning::Skipped { table: Table::Find, problem: key.problem.clone(), solver: solver_id, config: config_text, reason })
+            }
         }
     }
     Ok(None)
 }
 
-fn by_rule(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, workspace_limit: u64) -> Result<Selection> {
+fn by_rule(rt: &dyn Runtime, db: &Db, p: &ConvProblem, workspace_limit: u64, mut warnings: Vec<Warning>) -> Result<Selection> {
     let mut candidates: Vec<_> = rt.solvers().into_iter().filter(|s| s.applicable(p).is_ok()).collect();
     // Oracles and fallbacks run only when nothing else can.
     candidates.sort_by_key(|s| (s.is_oracle(), s.is_fallback()));
     for solver in candidates {
-        let (config, origin) = known_config(db, rt.device_key(), solver, p)?;
-        if solver.workspace_bytes(p, &config) <= workspace_limit {
-            let solution = rt.build(solver.id(), p, config)?;
-            return Ok(Selection { solution, source: Source::Rule, origin, find: None });
+        let known = known_config(db, rt.device_key(), solver, p)?;
+        warnings.extend(known.skipped);
+        if solver.workspace_bytes(p, &known.config) <= workspace_limit {
+            let solution = rt.build(solver.id(), p, known.config)?;
+            return Ok(Selection { solution, source: Source::Rule, origin: known.origin, find: None, warnings });
         }
     }
     Err(gconv_core::GconvError::Backend(format!("no solver can run {} within the workspace limit of {workspace_limit} bytes", p.key())).into())

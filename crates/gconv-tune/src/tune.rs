@@ -7,10 +7,9 @@ use std::time::Instant;
 use gconv_core::{Config, ConvProblem, Runtime, Solver};
 use serde::Serialize;
 
-use crate::db::{Db, PerfRecord, TrialRecord, FORMAT_VERSION, GCONV_VERSION};
-use crate::find::{find, FindOptions, Ranked, TestBed};
+use crate::db::{Db, PerfRecord, RecordKey, TrialRecord, Warning, FORMAT_VERSION, GCONV_VERSION};
+use crate::find::{find, measure, FindOptions, Ranked, TestBed};
 use crate::known::checked;
-use crate::measure::{evaluate, Sampling};
 use crate::outcome::{Outcome, Skip, STATUS_OK};
 use crate::prebuild::{build_threads, prepare_in_parallel, unbuilt};
 use crate::search::SearchStrategy;
@@ -35,6 +34,8 @@ pub struct TuneOutcome {
     pub skipped: bool,
     pub solvers: Vec<SolverTuning>,
     pub find: Vec<Ranked>,
+    /// Stored records the closing find could not use.
+    pub warnings: Vec<Warning>,
 }
 
 /// Progress of one solver's search, for a progress bar.
@@ -48,14 +49,14 @@ pub struct Progress<'a> {
 /// Whether every tunable solver has a perf-db record from this gconv version and the problem
 /// has a find result: then tuning it again would redo finished work.
 pub fn is_tuned(rt: &dyn Runtime, db: &Db, p: &ConvProblem) -> Result<bool> {
-    let (key, device) = (p.key(), rt.device_key());
+    let key = RecordKey::new(p, rt.device_key());
     for solver in tunable(rt, p) {
-        match db.perf(&key, device, solver.id())? {
+        match db.perf(&key, solver.id())? {
             Some(r) if r.gconv_version == GCONV_VERSION => {}
             _ => return Ok(false),
         }
     }
-    Ok(db.find(&key, device)?.is_some())
+    Ok(db.find(&key)?.is_some())
 }
 
 /// Solvers with a space to search. Those whose every config find times already (a vendor
@@ -85,16 +86,16 @@ pub fn tune(
 ) -> Result<TuneOutcome> {
     let key = p.key();
     if is_tuned(rt, db, p)? {
-        return Ok(TuneOutcome { problem: key, skipped: true, solvers: vec![], find: vec![] });
+        return Ok(TuneOutcome { problem: key, skipped: true, solvers: vec![], find: vec![], warnings: vec![] });
     }
-    let device = rt.device_key().to_string();
+    let record_key = RecordKey::new(p, rt.device_key());
     let mut bed = TestBed::new(rt, p);
     let mut solvers = Vec::new();
     for solver in tunable(rt, p) {
         let id = solver.id();
         let space: Vec<Config> = solver.configs(p).collect();
         let schedule = strategy.schedule(p, id, space);
-        let earlier = db.trials(&key, &device, id)?;
+        let earlier = db.trials(&record_key, id)?;
         let mut report = SolverTuning {
             solver: id.to_string(),
             scheduled: schedule.len(),
@@ -130,18 +131,12 @@ pub fn tune(
             let outcome = if workspace > opts.workspace_limit {
                 Outcome::NotRun(Skip::Workspace { bytes: workspace, limit: opts.workspace_limit })
             } else {
-                let sampling = Sampling { samples: opts.samples, best_ms: best.as_ref().map(|b| b.1).filter(|_| opts.time_box), options: opts.timing };
-                let evaluated = rt.build(id, p, config.clone()).and_then(|s| evaluate(bed.workload(true)?, &s, true, sampling));
-                match evaluated {
-                    Err(e) if e.is_device_lost() => return Err(e.into()),
-                    Err(e) => Outcome::Failed(e),
-                    Ok(e) => e.outcome(),
-                }
+                measure(rt, &mut bed, solver, config, opts, best.as_ref().map(|b| b.1))?.0
             };
             let status = outcome.status();
             db.put_trial(&TrialRecord {
                 problem: key.clone(),
-                device: device.clone(),
+                device: record_key.device.clone(),
                 solver: id.to_string(),
                 config: text,
                 time_ms: outcome.any_ms(),
@@ -156,7 +151,7 @@ pub fn tune(
             checked(solver, p, &config.to_string()).map_err(gconv_core::GconvError::Backend)?;
             db.put_perf(&PerfRecord {
                 problem: key.clone(),
-                device: device.clone(),
+                device: record_key.device.clone(),
                 solver: id.to_string(),
                 config: config.to_string(),
                 time_ms,
@@ -169,6 +164,6 @@ pub fn tune(
         }
         solvers.push(report);
     }
-    let find = find(rt, db, &mut bed, opts)?;
-    Ok(TuneOutcome { problem: key, skipped: false, solvers, find })
+    let ranking = find(rt, db, &mut bed, opts)?;
+    Ok(TuneOutcome { problem: key, skipped: false, solvers, find: ranking.rows, warnings: ranking.warnings })
 }
