@@ -13,14 +13,30 @@ use gconv_core::{BuildStats, GconvError, Result};
 
 use crate::compile::{Compiler, KernelSource};
 
+/// What one SM holds, read from the device at probe time (they differ between sm_80, sm_86,
+/// sm_89 and sm_90).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SmLimits {
+    /// 32-bit registers.
+    pub registers: u32,
+    /// Resident warps and blocks at most.
+    pub warps: u32,
+    pub blocks: u32,
+    /// Shared memory of the SM, the most one block may use when it opts in, and what the
+    /// driver keeps per block besides.
+    pub shared_bytes: u32,
+    pub block_shared_bytes: u32,
+    pub reserved_shared_bytes: u32,
+}
+
 pub struct CudaDevice {
     pub ordinal: usize,
     pub name: String,
     /// Compute capability (major, minor).
     pub capability: (i32, i32),
     pub sm_count: u32,
-    /// Shared memory one block may use when it opts in.
-    pub max_shared_bytes: u32,
+    /// What one SM holds, for occupancy.
+    pub sm: SmLimits,
     /// Bytes of L2 cache: a cold-cache timing flushes twice this much.
     pub l2_bytes: u64,
     pub driver_version: i32,
@@ -59,7 +75,7 @@ impl CudaDevice {
         }
         let ordinal = 0;
         // SAFETY: plain driver queries with valid out-pointers; no context is created.
-        let (name, capability, sm_count, max_shared_bytes, l2_bytes, driver_version) = unsafe {
+        let (name, capability, sm_count, sm, l2_bytes, driver_version) = unsafe {
             driver("cuInit", cu::cuInit(0))?;
             let mut count = 0;
             driver("cuDeviceGetCount", cu::cuDeviceGetCount(&mut count))?;
@@ -78,11 +94,18 @@ impl CudaDevice {
             use cu::CUdevice_attribute as A;
             let capability = (attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?, attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?);
             let sms = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
-            let shared = attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32;
+            let sm = SmLimits {
+                registers: attr(A::CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR)? as u32,
+                warps: attr(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)? as u32 / 32,
+                blocks: attr(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR)? as u32,
+                shared_bytes: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)? as u32,
+                block_shared_bytes: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32,
+                reserved_shared_bytes: attr(A::CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK)? as u32,
+            };
             let l2 = attr(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u64;
             let mut version = 0;
             driver("cuDriverGetVersion", cu::cuDriverGetVersion(&mut version))?;
-            (name, capability, sms, shared, l2, version)
+            (name, capability, sms, sm, l2, version)
         };
         let mut nvrtc_version = (0, 0);
         // SAFETY: valid out-pointers.
@@ -95,7 +118,7 @@ impl CudaDevice {
             name,
             capability,
             sm_count,
-            max_shared_bytes,
+            sm,
             l2_bytes,
             driver_version,
             nvrtc_version,

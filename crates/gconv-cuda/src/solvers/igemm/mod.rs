@@ -1,0 +1,219 @@
+//! `cuda.igemm_tc` and `cuda.igemm_simt`: implicit GEMM for channels-last problems
+//! (kernels/igemm.cu), every direction, groups in the grid. `igemm_tc` multiplies on tensor
+//! cores with fp32 accumulation: 16-bit tiles by mma.sync m16n8k16, tf32 problems' fp32 tiles
+//! rounded to TF32 by m16n8k8; `igemm_simt` is the same pipeline with fp32 FMAs, for fp32 and
+//! tf32 data. The config space is the block tile (bm x bn x bk),
+//! the warp grid (tensor cores), the cp.async pipeline depth and, for backward-weight, the
+//! split of the pixel reduction (`ks`) and how slices are summed (`red`: 0 atomics into an
+//! fp32 workspace, 1 one workspace slice each and a reduction kernel).
+//!
+//! Pieces: `tile` (the tile space, a tile's resources, config text and checks, the kernel's
+//! defines), `occupancy` (blocks per SM from the device's limits), `cost` (the default tile).
+
+mod cost;
+mod occupancy;
+#[cfg(test)]
+mod tests;
+mod tile;
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUfunction_attribute as FuncAttr;
+use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use gconv_core::{require, Config, ConvProblem, DataType, Direction, Invoker, Layout, NotApplicable, Result, Solve, Solver};
+
+use crate::device::{backend_error, CudaDevice, SmLimits};
+use crate::{ConvParams, Cuda, CudaBuffers};
+use tile::{Shape, Tile, SPLITS};
+
+const SOURCE: &str = include_str!("../../kernels/igemm.cu");
+/// Shared memory a block gets without opting in.
+const DEFAULT_SHARED_BYTES: u32 = 48 * 1024;
+const SPLIT_THREADS: u32 = 256;
+/// Gathered rows keep one bit per tap along each dimension: at most 21 in 64 bits.
+const MAX_FILTER_TAPS: u32 = 21;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Math {
+    /// mma.sync on fp16/bf16.
+    TensorCores,
+    /// fp32 FMA.
+    Simt,
+}
+
+pub struct Igemm {
+    pub device: Arc<CudaDevice>,
+    plan: Planner,
+}
+
+impl Igemm {
+    pub fn tensor_cores(device: Arc<CudaDevice>) -> Self {
+        Igemm { plan: Planner::new(Math::TensorCores, &device), device }
+    }
+
+    pub fn simt(device: Arc<CudaDevice>) -> Self {
+        Igemm { plan: Planner::new(Math::Simt, &device), device }
+    }
+}
+
+/// The tile logic, apart from the GPU so that it can be tested without one: which tiles are
+/// valid for a problem and which one to use by default.
+#[derive(Debug, Clone, Copy)]
+struct Planner {
+    math: Math,
+    sm_count: u32,
+    sm: SmLimits,
+}
+
+impl Planner {
+    fn new(math: Math, device: &CudaDevice) -> Self {
+        Planner { math, sm_count: device.sm_count, sm: device.sm }
+    }
+}
+
+impl Solver for Igemm {
+    fn id(&self) -> &'static str {
+        match self.plan.math {
+            Math::TensorCores => "cuda.igemm_tc",
+            Math::Simt => "cuda.igemm_simt",
+        }
+    }
+
+    fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
+        require!(p.layout == Layout::Nhwc, "implicit GEMM here reads channels-last (NHWC) tensors only");
+        match self.plan.math {
+            Math::TensorCores => require!(p.dtype != DataType::F32, "exact fp32 runs on cuda.igemm_simt (tf32, from --allow-tf32, may use tensor cores)"),
+            Math::Simt => require!(p.dtype.storage() == DataType::F32, "16-bit types run on tensor cores (cuda.igemm_tc)"),
+        }
+        let (major, minor) = self.device.capability;
+        require!(major >= 8, "needs cp.async and mma.sync (sm_80 or newer), the GPU is sm_{major}{minor}");
+        require!(
+            p.dims.iter().all(|d| d.filter <= MAX_FILTER_TAPS),
+            "filters longer than {MAX_FILTER_TAPS} taps along a dimension are not supported"
+        );
+        let tile = self.plan.default_tile(p);
+        tile.check(&self.plan, p).map_err(NotApplicable)?;
+        Ok(())
+    }
+
+    fn workspace_bytes(&self, p: &ConvProblem, config: &Config) -> u64 {
+        Tile::from_config(&self.plan, p, config).map_or(0, |t| t.workspace_bytes(p))
+    }
+
+    fn default_config(&self, p: &ConvProblem) -> Config {
+        self.plan.default_tile(p).to_config(self.plan.math, p.direction)
+    }
+
+    fn configs<'a>(&'a self, p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
+        let splits: Vec<(u32, bool)> = if p.direction == Direction::BackwardWeight {
+            SPLITS.into_iter().flat_map(|s| [(s, false), (s, true)]).filter(|&(s, two)| s > 1 || !two).collect()
+        } else {
+            vec![(1, false)]
+        };
+        let tiles = self.plan.candidate_tiles().into_iter().flat_map(move |t| {
+            splits.clone().into_iter().map(move |(splits, two_stage)| Tile { splits, two_stage, ..t })
+        });
+        Box::new(tiles.filter(move |t| t.check(&self.plan, p).is_ok()).map(move |t| t.to_config(self.plan.math, p.direction)))
+    }
+
+    fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {
+        Tile::from_config(&self.plan, p, config).map(|_| ())
+    }
+
+    fn needs_build(&self, p: &ConvProblem, config: &Config) -> bool {
+        Tile::from_config(&self.plan, p, config).map_or(true, |t| !self.device.is_built(&t.source(&self.plan, p)))
+    }
+
+    fn prepare(&self, p: &ConvProblem, config: &Config) -> Result<()> {
+        self.device.precompile(&Tile::from_config(&self.plan, p, config)?.source(&self.plan, p))
+    }
+}
+
+impl Solve<Cuda> for Igemm {
+    fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
+        let tile = Tile::from_config(&self.plan, p, config)?;
+        let src = tile.source(&self.plan, p);
+        let main = self.device.function(&src, "igemm")?;
+        let shared = tile.shared_bytes(p);
+        if shared > DEFAULT_SHARED_BYTES {
+            main.set_attribute(FuncAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared as i32)
+                .map_err(|e| backend_error("allow cuda.igemm's shared memory", e))?;
+        }
+        let registers = main
+            .get_attribute(FuncAttr::CU_FUNC_ATTRIBUTE_NUM_REGS)
+            .map_err(|e| backend_error("read cuda.igemm's register count", e))?;
+        let carveout = self.plan.carveout_percent(tile.threads(), registers as u32, shared);
+        main.set_attribute(FuncAttr::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, carveout as i32)
+            .map_err(|e| backend_error("set cuda.igemm's shared-memory carveout", e))?;
+        let shape = Shape::new(p);
+        let (x, y, z) = shape.grid(&tile);
+        let launch = LaunchConfig {
+            grid_dim: (x as u32, y as u32, z as u32),
+            block_dim: (tile.threads(), 1, 1),
+            shared_mem_bytes: shared,
+        };
+        let split = match (p.direction, tile.splits) {
+            (Direction::BackwardWeight, 2..) => {
+                let weights = p.weight_elements();
+                Some(Split {
+                    zero: (!tile.two_stage).then(|| self.device.function(&src, "igemm_zero")).transpose()?,
+                    reduce: self.device.function(&src, "igemm_reduce")?,
+                    slices: if tile.two_stage { tile.splits as i32 } else { 1 },
+                    count: weights as i32,
+                    blocks: (weights.div_ceil(u64::from(SPLIT_THREADS)) as u32).clamp(1, self.device.sm_count * 8),
+                })
+            }
+            _ => None,
+        };
+        // Blocks of one group, told apart by phase or slice.
+        let zdim = (z / shape.groups) as i32;
+        Ok(Box::new(IgemmInvoker { main, params: ConvParams::new(p), direction: p.direction, launch, zdim, split }))
+    }
+}
+
+/// Backward-weight with more than one slice: zero the workspace (atomics) and reduce it.
+struct Split {
+    zero: Option<CudaFunction>,
+    reduce: CudaFunction,
+    slices: i32,
+    count: i32,
+    blocks: u32,
+}
+
+struct IgemmInvoker {
+    main: CudaFunction,
+    params: ConvParams,
+    direction: Direction,
+    launch: LaunchConfig,
+    zdim: i32,
+    split: Option<Split>,
+}
+
+impl Invoker<Cuda> for IgemmInvoker {
+    fn run(&self, b: &mut CudaBuffers<'_>) -> Result<()> {
+        let launch_err = |e| backend_error("launch cuda.igemm", e);
+        let (a, bm, out) = match self.direction {
+            Direction::Forward => (b.x, b.w, b.y),
+            Direction::BackwardData => (b.y, b.w, b.x),
+            Direction::BackwardWeight => (b.y, b.x, b.w),
+        };
+        let flat = |blocks| LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (SPLIT_THREADS, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY (every launch): the arguments match the kernels' signatures; the pointers
+        // come from buffers sized for this problem, the workspace included.
+        if let Some(Split { zero: Some(zero), count, blocks, .. }) = &self.split {
+            let mut l = b.stream.launch_builder(zero);
+            l.arg(&b.workspace).arg(count);
+            unsafe { l.launch(flat(*blocks)) }.map_err(launch_err)?;
+        }
+        let mut l = b.stream.launch_builder(&self.main);
+        l.arg(&self.params).arg(&a).arg(&bm).arg(&out).arg(&b.workspace).arg(&self.zdim);
+        unsafe { l.launch(self.launch) }.map_err(launch_err)?;
+        if let Some(Split { reduce, slices, count, blocks, .. }) = &self.split {
+            let mut l = b.stream.launch_builder(reduce);
+            l.arg(&b.workspace).arg(slices).arg(count).arg(&out);
+            unsafe { l.launch(flat(*blocks)) }.map_err(launch_err)?;
+        }
+        Ok(())
+    }
+}
+

@@ -1,0 +1,293 @@
+//! The tile space (one table per math), a tile's resources, its config text, why it cannot run a
+//! problem, and the kernel it builds.
+
+use gconv_core::{Config, ConvProblem, DataType, Direction, GconvError, Result};
+
+use super::{Math, Planner, MAX_FILTER_TAPS, SOURCE};
+use crate::KernelSource;
+
+/// Slices the backward-weight pixel reduction may be split into.
+pub(super) const SPLITS: [u32; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+/// The largest grid.y and grid.z.
+const MAX_GRID_YZ: u64 = 65535;
+/// Copies per operand, thread and stage: copy loops unroll, and gathered rows keep their pixel
+/// coordinates in registers (a local NVRTC sweep of the space showed spills beyond 8).
+const MAX_CHUNKS_PER_THREAD: u32 = 8;
+/// Two-stage backward-weight keeps one fp32 copy of the weights per slice.
+const MAX_WORKSPACE_BYTES: u64 = 1 << 30;
+
+/// Every value each config field may take, for one math. The config space, the checks and the
+/// default's candidates all read it.
+pub(super) struct Space {
+    pub bm: &'static [u32],
+    pub bn: &'static [u32],
+    pub bk: &'static [u32],
+    /// Warp grids (wm, wn); empty where the tile sets the threads (SIMT: 8x8 outputs each).
+    pub warps: &'static [(u32, u32)],
+    pub stages: &'static [u32],
+}
+
+const TENSOR_CORE_SPACE: Space = Space {
+    bm: &[32, 64, 128, 256],
+    bn: &[16, 32, 64, 128, 256],
+    bk: &[16, 32, 64],
+    warps: &[(1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4), (4, 2), (2, 4)],
+    stages: &[2, 3, 4],
+};
+
+const SIMT_SPACE: Space = Space { bm: &[64, 128], bn: &[64, 128], bk: &[8, 16, 32], warps: &[], stages: &[2, 3] };
+
+impl Math {
+    pub(super) fn space(self) -> &'static Space {
+        match self {
+            Math::TensorCores => &TENSOR_CORE_SPACE,
+            Math::Simt => &SIMT_SPACE,
+        }
+    }
+
+    /// Warps of a SIMT tile: 8x8 outputs per thread.
+    pub(super) fn simt_warps(bm: u32, bn: u32) -> u32 {
+        (bm / 8 * (bn / 8)).div_ceil(32)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Tile {
+    pub bm: u32,
+    pub bn: u32,
+    pub bk: u32,
+    /// Warp grid (tensor cores); for SIMT each thread owns an 8x8 block of the tile.
+    pub warps_m: u32,
+    pub warps_n: u32,
+    pub stages: u32,
+    /// Backward-weight: slices of the pixel reduction, and whether they are summed by a
+    /// separate kernel (two-stage) rather than by atomics.
+    pub splits: u32,
+    pub two_stage: bool,
+}
+
+/// The problem as the kernel's GEMM sees it, per group.
+pub(super) struct Shape {
+    /// GEMM rows (of the largest phase for bwd-data).
+    pub m: u64,
+    /// GEMM columns (taps x Cg for bwd-weight).
+    pub n: u64,
+    /// Filter taps.
+    pub taps: u64,
+    /// Channels reduced per tap (fwd/bwd-data) or pixels reduced (bwd-weight).
+    pub reduce: u64,
+    /// Sub-pixel phases of bwd-data; 1 otherwise.
+    pub phases: u64,
+    pub groups: u64,
+}
+
+impl Shape {
+    pub fn new(p: &ConvProblem) -> Self {
+        let (cg, kg) = (u64::from(p.c / p.g), u64::from(p.k / p.g));
+        let taps: u64 = p.dims.iter().map(|d| u64::from(d.filter)).product();
+        let n = u64::from(p.n);
+        let output: u64 = p.output_dims().iter().map(|&o| u64::from(o)).product();
+        let groups = u64::from(p.g);
+        match p.direction {
+            Direction::Forward => Shape { m: n * output, n: kg, taps, reduce: cg, phases: 1, groups },
+            Direction::BackwardData => {
+                let per_phase: u64 = p.dims.iter().map(|d| u64::from(d.input.div_ceil(d.stride))).product();
+                let phases = p.dims.iter().map(|d| u64::from(d.stride)).product();
+                Shape { m: n * per_phase, n: cg, taps, reduce: kg, phases, groups }
+            }
+            Direction::BackwardWeight => Shape { m: kg, n: taps * cg, taps, reduce: n * output, phases: 1, groups },
+        }
+    }
+
+    /// The launch grid of a tile: row tiles, column tiles, groups x phases x slices.
+    pub fn grid(&self, t: &Tile) -> (u64, u64, u64) {
+        (self.m.div_ceil(u64::from(t.bm)), self.n.div_ceil(u64::from(t.bn)), self.groups * self.phases * u64::from(t.splits))
+    }
+}
+
+pub(super) fn elem_bytes(dtype: DataType) -> u32 {
+    dtype.size_bytes() as u32
+}
+
+/// Elements per global->shared copy of each operand (A, B): the widest power of two up to 16
+/// bytes that divides the operand's contiguous channel count, so a copy never straddles a
+/// group or a pixel.
+pub(super) fn copy_widths(p: &ConvProblem) -> (u32, u32) {
+    let (cg, kg) = (p.c / p.g, p.k / p.g);
+    let max = 16 / elem_bytes(p.dtype);
+    let width = |channels: u32| [8u32, 4, 2, 1].into_iter().find(|&w| w <= max && channels.is_multiple_of(w)).unwrap_or(1);
+    let a = if p.direction == Direction::Forward { cg } else { kg };
+    (width(a), width(cg))
+}
+
+fn direction_code(d: Direction) -> u32 {
+    match d {
+        Direction::Forward => 0,
+        Direction::BackwardData => 1,
+        Direction::BackwardWeight => 2,
+    }
+}
+
+impl Tile {
+    pub fn threads(&self) -> u32 {
+        self.warps_m * self.warps_n * 32
+    }
+
+    /// Copies per thread and stage of each operand.
+    pub fn chunks_per_thread(&self, p: &ConvProblem) -> (u32, u32) {
+        let (width_a, width_b) = copy_widths(p);
+        let chunks = |rows: u32, width: u32| (rows * self.bk / width).div_ceil(self.threads());
+        (chunks(self.bm, width_a), chunks(self.bn, width_b))
+    }
+
+    pub fn shared_bytes(&self, p: &ConvProblem) -> u32 {
+        let pad = 16 / elem_bytes(p.dtype);
+        let (a_kmajor, b_kmajor) = match p.direction {
+            Direction::Forward => (true, true),
+            Direction::BackwardData => (true, false),
+            Direction::BackwardWeight => (false, false),
+        };
+        let a = if a_kmajor { self.bm * (self.bk + pad) } else { self.bk * (self.bm + pad) };
+        let b = if b_kmajor { self.bn * (self.bk + pad) } else { self.bk * (self.bn + pad) };
+        self.stages * (a + b) * elem_bytes(p.dtype)
+    }
+
+    /// How the kernel writes results: 0 into the output; split backward-weight 1 by atomics
+    /// into the fp32 workspace, 2 into its slice of the workspace.
+    fn out_mode(&self, p: &ConvProblem) -> u32 {
+        match (p.direction, self.splits, self.two_stage) {
+            (Direction::BackwardWeight, 2.., false) => 1,
+            (Direction::BackwardWeight, 2.., true) => 2,
+            _ => 0,
+        }
+    }
+
+    pub fn workspace_bytes(&self, p: &ConvProblem) -> u64 {
+        match (p.direction, self.splits, self.two_stage) {
+            (Direction::BackwardWeight, 2.., false) => p.weight_elements() * 4,
+            (Direction::BackwardWeight, 2.., true) => p.weight_elements() * 4 * u64::from(self.splits),
+            _ => 0,
+        }
+    }
+
+    pub fn to_config(self, math: Math, direction: Direction) -> Config {
+        let mut fields = vec![("bm", self.bm), ("bn", self.bn), ("bk", self.bk)];
+        if math == Math::TensorCores {
+            fields.extend([("wm", self.warps_m), ("wn", self.warps_n)]);
+        }
+        fields.push(("st", self.stages));
+        if direction == Direction::BackwardWeight {
+            fields.extend([("ks", self.splits), ("red", u32::from(self.two_stage))]);
+        }
+        Config::new(fields)
+    }
+
+    pub fn from_config(plan: &Planner, p: &ConvProblem, config: &Config) -> Result<Self> {
+        let bad = |reason: String| GconvError::BadConfig { text: config.to_string(), reason };
+        let weight = p.direction == Direction::BackwardWeight;
+        let field_count = 4 + if plan.math == Math::TensorCores { 2 } else { 0 } + if weight { 2 } else { 0 };
+        if config.fields().len() != field_count {
+            return Err(bad(format!("expected {field_count} fields, as in `{}`", plan.default_tile(p).to_config(plan.math, p.direction))));
+        }
+        let field = |name: &str| config.get(name).ok_or_else(|| bad(format!("missing field `{name}`")));
+        let (bm, bn, bk, stages) = (field("bm")?, field("bn")?, field("bk")?, field("st")?);
+        let (warps_m, warps_n) = match plan.math {
+            Math::TensorCores => (field("wm")?, field("wn")?),
+            Math::Simt => (Math::simt_warps(bm, bn), 1),
+        };
+        let (splits, two_stage) = if weight { (field("ks")?, field("red")? == 1) } else { (1, false) };
+        if weight && field("red")? > 1 {
+            return Err(bad("red must be 0 (atomics) or 1 (two-stage)".into()));
+        }
+        let tile = Tile { bm, bn, bk, warps_m, warps_n, stages, splits, two_stage };
+        tile.check(plan, p).map_err(bad)?;
+        Ok(tile)
+    }
+
+    /// Why the tile cannot run the problem, if it cannot.
+    pub fn check(&self, plan: &Planner, p: &ConvProblem) -> std::result::Result<(), String> {
+        let space = plan.math.space();
+        if !space.bm.contains(&self.bm) || !space.bn.contains(&self.bn) {
+            return Err(format!("bm must be one of {:?} and bn one of {:?}", space.bm, space.bn));
+        }
+        if !space.bk.contains(&self.bk) {
+            return Err(format!("bk must be one of {:?}", space.bk));
+        }
+        if plan.math == Math::TensorCores {
+            if !space.warps.contains(&(self.warps_m, self.warps_n)) {
+                return Err(format!("(wm, wn) must be one of {:?}", space.warps));
+            }
+            let (wm, wn) = (self.bm / self.warps_m, self.bn / self.warps_n);
+            if wm % 16 != 0 || wn % 16 != 0 || wm * wn > 64 * 64 {
+                return Err(format!("warp tile {wm}x{wn} must be multiples of 16, at most 64x64"));
+            }
+        }
+        let (chunks_a, chunks_b) = self.chunks_per_thread(p);
+        if chunks_a.max(chunks_b) > MAX_CHUNKS_PER_THREAD {
+            return Err(format!(
+                "each thread would copy {chunks_a} chunks of A and {chunks_b} of B, {MAX_CHUNKS_PER_THREAD} at most: use a smaller tile"
+            ));
+        }
+        if !space.stages.contains(&self.stages) {
+            return Err(format!("st (pipeline stages) must be one of {:?}", space.stages));
+        }
+        let (shared, limit) = (self.shared_bytes(p), plan.sm.block_shared_bytes);
+        if shared > limit {
+            return Err(format!("needs {shared} bytes of shared memory, the GPU has {limit}"));
+        }
+        if !SPLITS.contains(&self.splits) {
+            return Err(format!("ks must be one of {SPLITS:?}"));
+        }
+        let (_, y, z) = Shape::new(p).grid(self);
+        if z > MAX_GRID_YZ || y > MAX_GRID_YZ {
+            return Err("the grid would exceed 65535 blocks in y or z".into());
+        }
+        if self.workspace_bytes(p) > MAX_WORKSPACE_BYTES {
+            return Err(format!("{} slices of fp32 weights would need more than {} MiB of workspace", self.splits, MAX_WORKSPACE_BYTES >> 20));
+        }
+        Ok(())
+    }
+
+    pub fn source(&self, plan: &Planner, p: &ConvProblem) -> KernelSource {
+        let src = KernelSource::new("igemm.cu", SOURCE, p.dtype)
+            .define("DIR", direction_code(p.direction))
+            .define("BM", self.bm)
+            .define("BN", self.bn)
+            .define("BK", self.bk)
+            .define("THREADS", self.threads())
+            .define("STAGES", self.stages)
+            .define("CPW_A", copy_widths(p).0)
+            .define("CPW_B", copy_widths(p).1)
+            .define("OUT_MODE", self.out_mode(p))
+            .define("TAP_BITS", if p.dims.iter().all(|d| d.filter <= 10) { 10 } else { MAX_FILTER_TAPS })
+            .define("MIN_BLOCKS", self.min_blocks(plan, p));
+        match plan.math {
+            Math::TensorCores => src.define("TC", 1).define("WARPS_M", self.warps_m).define("WARPS_N", self.warps_n),
+            Math::Simt => src.define("TC", 0),
+        }
+    }
+}
+
+impl Planner {
+    /// Every tile of the config space, before the problem's own checks.
+    pub(super) fn candidate_tiles(&self) -> Vec<Tile> {
+        let space = self.math.space();
+        let mut tiles = Vec::new();
+        for &bm in space.bm {
+            for &bn in space.bn {
+                let warps: Vec<(u32, u32)> = match self.math {
+                    Math::TensorCores => space.warps.to_vec(),
+                    Math::Simt => vec![(Math::simt_warps(bm, bn), 1)],
+                };
+                for &bk in space.bk {
+                    for &(warps_m, warps_n) in &warps {
+                        for &stages in space.stages {
+                            tiles.push(Tile { bm, bn, bk, warps_m, warps_n, stages, splits: 1, two_stage: false });
+                        }
+                    }
+                }
+            }
+        }
+        tiles
+    }
+}
