@@ -166,10 +166,12 @@ pub struct BuildStats {
     pub build_ms: f64,
 }
 
-/// A solver and config made ready to run on its backend.
+/// A solver and config made ready to run one problem on its backend.
 pub struct Solution {
     pub solver_id: &'static str,
     pub config: Config,
+    /// The problem it was built for: a backend runs it only on that problem's data.
+    pub problem: ConvProblem,
     pub workspace_bytes: u64,
     /// The backend's `Box<dyn Invoker<B>>`; [`Solution::invoker`] gives it back typed.
     invoker: Box<dyn Any + Send + Sync>,
@@ -184,7 +186,13 @@ impl Solution {
             .map_err(|r| GconvError::NotApplicable { solver: solver.id().into(), reason: r.0 })?;
         solver.check_config(p, &config)?;
         let invoker: Box<dyn Invoker<B>> = solver.solution(p, &config)?;
-        Ok(Solution { solver_id: solver.id(), workspace_bytes: solver.workspace_bytes(p, &config), invoker: Box::new(invoker), config })
+        Ok(Solution {
+            solver_id: solver.id(),
+            workspace_bytes: solver.workspace_bytes(p, &config),
+            problem: p.clone(),
+            invoker: Box::new(invoker),
+            config,
+        })
     }
 
     /// The invoker, when the solution was built for backend `B`.

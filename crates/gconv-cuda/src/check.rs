@@ -4,11 +4,11 @@
 
 use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
 use gconv_core::verify::{tolerance, Verification};
-use gconv_core::{ConvProblem, Direction, Result};
+use gconv_core::{ConvProblem, Result};
 
 use crate::device::{driver_error, CudaDevice};
 use crate::solvers::naive::gpu_reference;
-use crate::{CudaBuffers, KernelSource};
+use crate::{Buffer, CudaBuffers, KernelSource};
 
 const SOURCE: &str = include_str!("kernels/verify.cu");
 const THREADS: u32 = 256;
@@ -21,29 +21,14 @@ pub struct Reference {
     floor: f64,
 }
 
-/// The buffer a direction writes.
-fn output_of(p: &ConvProblem, b: &CudaBuffers<'_>) -> u64 {
-    match p.direction {
-        Direction::Forward => b.y,
-        Direction::BackwardData => b.x,
-        Direction::BackwardWeight => b.w,
-    }
-}
-
 impl Reference {
     /// Computes the exact result of the inputs in `buffers`.
     pub fn new(device: &CudaDevice, p: &ConvProblem, buffers: &CudaBuffers<'_>, floor: f64) -> Result<Self> {
         let stream = device.stream()?;
         let alloc = |what| driver_error("allocate the reference", what);
         let exact = stream.alloc_zeros::<f32>(p.result_elements(p.direction) as usize).map_err(alloc)?;
-        let mut into = CudaBuffers { stream, ..*buffers };
-        let target = exact.device_ptr(stream).0;
-        match p.direction {
-            Direction::Forward => into.y = target,
-            Direction::BackwardData => into.x = target,
-            Direction::BackwardWeight => into.w = target,
-        }
-        gpu_reference(device, p, &mut into)?;
+        let target = Buffer { ptr: exact.device_ptr(stream).0, bytes: exact.len() as u64 * 4 };
+        gpu_reference(device, p, &mut buffers.with_output(p, target)?)?;
         // Waited for here, so that its time is the reference's and not the first candidate's.
         stream.synchronize().map_err(|e| driver_error("compute the reference", e))?;
         Ok(Reference { exact, worst: stream.alloc_zeros::<u64>(1).map_err(alloc)?, scale: stream.alloc_zeros::<u32>(1).map_err(alloc)?, floor })
@@ -56,7 +41,7 @@ impl Reference {
         stream.memset_zeros(&mut self.worst).map_err(|e| driver_error("clear the verdict", e))?;
         stream.memset_zeros(&mut self.scale).map_err(|e| driver_error("clear the verdict", e))?;
         let n = self.exact.len() as i64;
-        let got = output_of(p, buffers);
+        let got = buffers.output(p.direction).ptr;
         let blocks = (n as u64).div_ceil(u64::from(THREADS)).clamp(1, u64::from(device.sm_count) * 8) as u32;
         let mut launch = stream.launch_builder(&function);
         launch.arg(&got).arg(&self.exact).arg(&n).arg(&mut self.worst).arg(&mut self.scale);

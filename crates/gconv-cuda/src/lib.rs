@@ -9,6 +9,7 @@ mod check;
 mod compile;
 pub mod cudnn;
 mod device;
+mod launch;
 mod params;
 pub mod roofline;
 mod runtime;
@@ -16,13 +17,11 @@ pub mod solvers;
 mod tensors;
 mod timing;
 
-use std::sync::Arc;
-
-use cudarc::driver::CudaStream;
 use gconv_core::Backend;
 
 pub use compile::KernelSource;
 pub use device::CudaDevice;
+pub use launch::{Buffer, CudaBuffers};
 pub use params::ConvParams;
 pub use runtime::CudaRuntime;
 use tensors::DeviceTensors;
@@ -33,13 +32,4 @@ pub struct Cuda;
 impl Backend for Cuda {
     const NAME: &'static str = "cuda";
     type Buffers<'a> = CudaBuffers<'a>;
-}
-
-pub struct CudaBuffers<'a> {
-    pub x: u64,
-    pub w: u64,
-    pub y: u64,
-    /// At least the solution's `workspace_bytes`.
-    pub workspace: u64,
-    pub stream: &'a Arc<CudaStream>,
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use gconv_core::verify::{error_scale_floor, Verification};
 use gconv_core::{
-    BuildStats, Config, ConvProblem, ConvTensors, DataType, Peaks, Registry, Result, Runtime, Solution, Solver, Tensor, Timer, TimingOptions,
+    BuildStats, Config, ConvProblem, ConvTensors, DataType, GconvError, Peaks, Registry, Result, Runtime, Solution, Solver, Tensor, Timer, TimingOptions,
     Workload, Yardstick,
 };
 
@@ -17,7 +17,7 @@ use crate::cudnn::Cudnn;
 use crate::device::{driver_error, CudaDevice};
 use crate::solvers::*;
 use crate::timing::GpuTimer;
-use crate::{Cuda, DeviceTensors};
+use crate::{Cuda, CudaBuffers, DeviceTensors};
 
 /// The CUDA backend on one GPU. Its runs, timings and verifications go to one stream: use its
 /// workloads from one thread at a time (building solutions may run in parallel threads).
@@ -133,17 +133,25 @@ struct CudaWorkload {
     reference: Option<Reference>,
 }
 
+/// The buffers `s` runs on: the workload's data `gpu` of `problem`, when `s` was built for that
+/// problem, and a workspace of the size `s` asks for.
+fn buffers_for<'d>(gpu: &mut DeviceTensors, device: &'d CudaDevice, problem: &ConvProblem, s: &Solution) -> Result<CudaBuffers<'d>> {
+    if s.problem != *problem {
+        return Err(GconvError::Backend(format!("{} was built for {}, and the data is for {}", s.solver_id, s.problem.key(), problem.key())));
+    }
+    gpu.reserve_workspace(device, s.workspace_bytes)?;
+    gpu.buffers(device, problem, s.workspace_bytes)
+}
+
 impl Workload for CudaWorkload {
     fn run(&mut self, s: &Solution) -> Result<()> {
-        self.gpu.reserve_workspace(&self.device, s.workspace_bytes)?;
-        let mut buffers = self.gpu.buffers(&self.device)?;
+        let mut buffers = buffers_for(&mut self.gpu, &self.device, &self.problem, s)?;
         s.invoker::<Cuda>()?.run(&mut buffers)?;
-        buffers.stream.synchronize().map_err(|e| driver_error("run on the GPU", e))
+        buffers.stream().synchronize().map_err(|e| driver_error("run on the GPU", e))
     }
 
     fn timer<'a>(&'a mut self, s: &'a Solution, options: TimingOptions) -> Result<Box<dyn Timer + 'a>> {
-        self.gpu.reserve_workspace(&self.device, s.workspace_bytes)?;
-        let mut buffers = self.gpu.buffers(&self.device)?;
+        let mut buffers = buffers_for(&mut self.gpu, &self.device, &self.problem, s)?;
         let invoker = s.invoker::<Cuda>()?;
         Ok(Box::new(GpuTimer::new(&self.device, options, move || invoker.run(&mut buffers))?))
     }
@@ -157,7 +165,7 @@ impl Workload for CudaWorkload {
 
     fn prepare_reference(&mut self) -> Result<()> {
         if self.reference.is_none() {
-            let buffers = self.gpu.buffers(&self.device)?;
+            let buffers = self.gpu.buffers(&self.device, &self.problem, 0)?;
             self.reference = Some(Reference::new(&self.device, &self.problem, &buffers, self.error_floor)?);
         }
         Ok(())
@@ -167,7 +175,7 @@ impl Workload for CudaWorkload {
         self.prepare_reference()?;
         self.gpu.poison_output(&self.device, self.problem.direction)?;
         self.run(s)?;
-        let buffers = self.gpu.buffers(&self.device)?;
+        let buffers = self.gpu.buffers(&self.device, &self.problem, 0)?;
         self.reference.as_mut().expect("prepared above").verify(&self.device, &self.problem, &buffers)
     }
 }

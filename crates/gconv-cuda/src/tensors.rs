@@ -4,7 +4,7 @@ use cudarc::driver::{CudaSlice, DevicePtr};
 use gconv_core::{ConvProblem, ConvTensors, Direction, Result, Tensor};
 
 use crate::device::{driver_error, CudaDevice};
-use crate::CudaBuffers;
+use crate::{Buffer, CudaBuffers};
 
 pub struct DeviceTensors {
     x: CudaSlice<u8>,
@@ -31,17 +31,13 @@ impl DeviceTensors {
         Ok(())
     }
 
-    /// Buffers for an invoker. The pointers stay valid while `self` lives.
-    pub fn buffers<'a>(&self, device: &'a CudaDevice) -> Result<CudaBuffers<'a>> {
+    /// Buffers for a solution of `p` with `workspace_bytes` of workspace (reserved before),
+    /// checked to cover them. The pointers stay valid while `self` lives.
+    pub fn buffers<'a>(&self, device: &'a CudaDevice, p: &ConvProblem, workspace_bytes: u64) -> Result<CudaBuffers<'a>> {
         let stream = device.stream()?;
-        let ptr = |s: &CudaSlice<u8>| s.device_ptr(stream).0;
-        Ok(CudaBuffers {
-            x: ptr(&self.x),
-            w: ptr(&self.w),
-            y: ptr(&self.y),
-            workspace: self.workspace.as_ref().map_or(0, ptr),
-            stream,
-        })
+        let buffer = |s: &CudaSlice<u8>| Buffer { ptr: s.device_ptr(stream).0, bytes: s.len() as u64 };
+        let workspace = self.workspace.as_ref().map_or(Buffer { ptr: 0, bytes: 0 }, buffer);
+        CudaBuffers::covering(p, workspace_bytes, [buffer(&self.x), buffer(&self.w), buffer(&self.y), workspace], stream)
     }
 
     fn output(&self, direction: Direction) -> &CudaSlice<u8> {

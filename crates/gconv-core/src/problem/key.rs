@@ -1,26 +1,21 @@
 //! The problem's canonical, versioned text key: what databases store records under.
 
-use super::{sizes, ConvProblem, DataType, Direction, Layout, SpatialDim, KEY_VERSION};
+use super::{ConvProblem, DataType, Direction, Layout, SpatialDim, KEY_VERSION};
 use crate::error::{GconvError, Result};
 
 impl ConvProblem {
     /// Canonical, versioned text key, e.g.
     /// `v1:fwd:f32:NCHW:n4:c64:k64:i28x28:f3x3:s1x1:p1x1:d1x1:g32`; `:g<G>` only when G > 1.
     pub fn key(&self) -> String {
-        let join = |f: fn(&SpatialDim) -> u32| sizes(self.dims.iter().map(f));
+        let [input, filter, stride, pad, dilation] = self.spatial_fields();
         let mut key = format!(
-            "{KEY_VERSION}:{}:{}:{}:n{}:c{}:k{}:i{}:f{}:s{}:p{}:d{}",
+            "{KEY_VERSION}:{}:{}:{}:n{}:c{}:k{}:i{input}:f{filter}:s{stride}:p{pad}:d{dilation}",
             self.direction,
             self.dtype,
             self.layout.name(self.rank()),
             self.n,
             self.c,
             self.k,
-            join(|d| d.input),
-            join(|d| d.filter),
-            join(|d| d.stride),
-            join(|d| d.pad),
-            join(|d| d.dilation),
         );
         if self.g != 1 {
             key.push_str(&format!(":g{}", self.g));

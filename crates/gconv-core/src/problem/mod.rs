@@ -365,9 +365,9 @@ impl ConvProblem {
 
     /// Human-readable one-liner.
     pub fn summary(&self) -> String {
-        let join = |f: fn(&SpatialDim) -> u32| sizes(self.dims.iter().map(f));
+        let [input, filter, stride, pad, dilation] = self.spatial_fields();
         format!(
-            "{} {} {} N={} C={} K={} G={} in={} filter={} stride={} pad={} dilation={} out={}",
+            "{} {} {} N={} C={} K={} G={} in={input} filter={filter} stride={stride} pad={pad} dilation={dilation} out={}",
             self.direction,
             self.dtype,
             self.layout.name(self.rank()),
@@ -375,18 +375,19 @@ impl ConvProblem {
             self.c,
             self.k,
             self.g,
-            join(|d| d.input),
-            join(|d| d.filter),
-            join(|d| d.stride),
-            join(|d| d.pad),
-            join(|d| d.dilation),
             sizes(self.output_dims()),
         )
+    }
+
+    /// Input, filter, stride, padding and dilation sizes, each joined by `x`.
+    fn spatial_fields(&self) -> [String; 5] {
+        let join = |f: fn(&SpatialDim) -> u32| sizes(self.dims.iter().map(f));
+        [join(|d| d.input), join(|d| d.filter), join(|d| d.stride), join(|d| d.pad), join(|d| d.dilation)]
     }
 }
 
 /// Sizes joined by `x`, e.g. `28x28`.
-pub(crate) fn sizes(values: impl IntoIterator<Item = u32>) -> String {
+fn sizes(values: impl IntoIterator<Item = u32>) -> String {
     values.into_iter().map(|v| v.to_string()).collect::<Vec<_>>().join("x")
 }
 

@@ -201,7 +201,3 @@ extern "C" __global__ void dw_bwd_weight_store(ConvParams p, const float* ws, el
         dw[offset(p.ws, c, 0, fd, fh, fw)] = from_f32(ws[idx]);
     }
 }
-
-extern "C" __global__ void dw_zero(float* ws, int count) {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) ws[i] = 0.0f;
-}

@@ -163,7 +163,3 @@ extern "C" __global__ void gd_bwd_weight_store(ConvParams p, const float* ws, el
     const int count = p.g * p.kg * p.ws[0];
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) dw[i] = from_f32(ws[i]);
 }
-
-extern "C" __global__ void gd_zero(float* ws, int count) {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) ws[i] = 0.0f;
-}

@@ -679,11 +679,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 #endif
 }
 
-// Zeroes the fp32 workspace before atomic slices add into it.
-extern "C" __global__ void igemm_zero(float* ws, int count) {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) ws[i] = 0.0f;
-}
-
 // Sums `slices` fp32 partial results of dw and rounds once into dw.
 extern "C" __global__ void igemm_reduce(const float* ws, int slices, int count, elem_t* dw) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {

@@ -104,6 +104,6 @@ struct CudnnInvoker {
 
 impl Invoker<Cuda> for CudnnInvoker {
     fn run(&self, b: &mut CudaBuffers<'_>) -> Result<()> {
-        self.library.execute(&self.plan, b.x, b.w, b.y, b.workspace)
+        self.library.execute(&self.plan, b.x.ptr, b.w.ptr, b.y.ptr, b.workspace.ptr)
     }
 }

@@ -6,14 +6,14 @@
 
 use std::sync::Arc;
 
-use gconv_core::{require, Config, ConvProblem, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
+use gconv_core::{Config, ConvProblem, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
 
-use super::direct::{filter_hw, DirectInvoker, Kernels, THREADS};
+use super::direct::{self, check_filter, filter_hw, DirectInvoker, Kernels, THREADS};
+use super::{builds_from_kernel, BuiltFrom};
 use crate::device::CudaDevice;
 use crate::{ConvParams, Cuda, KernelSource};
 
 const SOURCE: &str = include_str!("../kernels/depthwise.cu");
-const MAX_FILTER: u32 = 7;
 /// Per-thread fp32 sums of backward-weight (vec x FH x FW) kept in registers.
 const MAX_WEIGHT_ACCUMULATORS: u32 = 64;
 const COLUMN_TILES: [u32; 3] = [1, 2, 4];
@@ -92,16 +92,11 @@ impl Solver for Depthwise {
 
     fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
         gconv_core::applicability::depthwise(p)?;
-        let (fh, fw) = filter_hw(p);
-        require!(fh <= MAX_FILTER && fw <= MAX_FILTER, "filter {fh}x{fw} is larger than the compiled sizes (up to {MAX_FILTER}x{MAX_FILTER})");
-        Ok(())
+        check_filter(p)
     }
 
     fn workspace_bytes(&self, p: &ConvProblem, _config: &Config) -> u64 {
-        match p.direction {
-            Direction::BackwardWeight => p.weight_elements() * 4,
-            _ => 0,
-        }
+        direct::workspace_bytes(p)
     }
 
     fn default_config(&self, p: &ConvProblem) -> Config {
@@ -122,12 +117,16 @@ impl Solver for Depthwise {
         Tile::from_config(p, config).map(|_| ())
     }
 
-    fn needs_build(&self, p: &ConvProblem, config: &Config) -> bool {
-        Tile::from_config(p, config).map_or(true, |t| !self.device.is_built(&t.source(p)))
+    builds_from_kernel!();
+}
+
+impl BuiltFrom for Depthwise {
+    fn device(&self) -> &CudaDevice {
+        &self.device
     }
 
-    fn prepare(&self, p: &ConvProblem, config: &Config) -> Result<()> {
-        self.device.precompile(&Tile::from_config(p, config)?.source(p))
+    fn kernel(&self, p: &ConvProblem, config: &Config) -> Result<Option<KernelSource>> {
+        Ok(Some(Tile::from_config(p, config)?.source(p)))
     }
 }
 
@@ -160,12 +159,11 @@ impl Solve<Cuda> for Depthwise {
                 let rows = (params.n * params.output[0] * params.output[1]) as u32;
                 let row_blocks = (rows.div_ceil(block_y)).clamp(1, (sms * 4).div_ceil(lane_blocks).max(1));
                 Kernels::Weight {
-                    zero: function("dw_zero")?,
                     partial: function("dw_bwd_weight_partial")?,
                     store: function("dw_bwd_weight_store")?,
                     grid: (lane_blocks * row_blocks, params.filter[0] as u32),
                     block: (block_x, block_y),
-                    sums: p.weight_elements() as i32,
+                    sums: p.weight_elements(),
                     blocks: (p.weight_elements() as u32).div_ceil(THREADS).clamp(1, sms * 8),
                 }
             }

@@ -2,13 +2,15 @@
 //! backward-data are one gather launch; backward-weight zeroes an fp32 workspace, adds partial
 //! sums into it (grid.y: filter taps or depth), then rounds it into dw.
 
-use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
-use gconv_core::{ConvProblem, Direction, Invoker, Result};
+use cudarc::driver::{CudaFunction, LaunchConfig};
+use gconv_core::{require, ConvProblem, Direction, Invoker, NotApplicable, Result};
 
-use crate::device::backend_error;
+use crate::launch::{self, flat, Arg};
 use crate::{ConvParams, Cuda, CudaBuffers};
 
 pub const THREADS: u32 = 256;
+/// Filter heights and widths are compiled in, up to this.
+const MAX_FILTER: u32 = 7;
 
 /// Filter (height, width): the last two spatial dimensions, 1 where the rank is lower.
 pub fn filter_hw(p: &ConvProblem) -> (u32, u32) {
@@ -20,11 +22,27 @@ pub fn filter_hw(p: &ConvProblem) -> (u32, u32) {
     }
 }
 
+/// Why the filter is too large for the compiled sizes, if it is.
+pub fn check_filter(p: &ConvProblem) -> std::result::Result<(), NotApplicable> {
+    let (fh, fw) = filter_hw(p);
+    require!(fh <= MAX_FILTER && fw <= MAX_FILTER, "filter {fh}x{fw} is larger than the compiled sizes (up to {MAX_FILTER}x{MAX_FILTER})");
+    Ok(())
+}
+
+/// Backward-weight sums into an fp32 copy of the weights; the other directions need nothing.
+pub fn workspace_bytes(p: &ConvProblem) -> u64 {
+    match p.direction {
+        Direction::BackwardWeight => p.weight_elements() * 4,
+        _ => 0,
+    }
+}
+
 pub enum Kernels {
     /// `(params, src, w, dst)` over a flat grid.
     Gather { function: CudaFunction, blocks: u32 },
-    /// `zero(ws, count)`, `partial(params, x, dy, ws)`, `store(params, ws, dw)`.
-    Weight { zero: CudaFunction, partial: CudaFunction, store: CudaFunction, grid: (u32, u32), block: (u32, u32), sums: i32, blocks: u32 },
+    /// `sums` fp32 sums zeroed in the workspace, then `partial(params, x, dy, ws)`,
+    /// `store(params, ws, dw)`.
+    Weight { partial: CudaFunction, store: CudaFunction, grid: (u32, u32), block: (u32, u32), sums: u64, blocks: u32 },
 }
 
 pub struct DirectInvoker {
@@ -34,38 +52,24 @@ pub struct DirectInvoker {
     pub kernels: Kernels,
 }
 
-fn flat(blocks: u32) -> LaunchConfig {
-    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
-}
-
 impl Invoker<Cuda> for DirectInvoker {
     fn run(&self, b: &mut CudaBuffers<'_>) -> Result<()> {
-        let launch_err = |e| backend_error(&format!("launch {}", self.solver), e);
-        // SAFETY (every launch below): the arguments match the kernels' signatures and the
-        // pointers come from buffers sized for this problem, the workspace included.
+        let what = format!("launch {}", self.solver);
+        let params = Arg::Params(&self.params);
         match &self.kernels {
             Kernels::Gather { function, blocks } => {
                 let (src, dst) = match self.direction {
                     Direction::Forward => (b.x, b.y),
                     _ => (b.y, b.x),
                 };
-                let mut l = b.stream.launch_builder(function);
-                l.arg(&self.params).arg(&src).arg(&b.w).arg(&dst);
-                unsafe { l.launch(flat(*blocks)) }.map_err(launch_err)?;
+                launch::kernel(b, function, flat(*blocks, THREADS), &[params, Arg::Buffer(src), Arg::Buffer(b.w), Arg::Buffer(dst)], &what)
             }
-            Kernels::Weight { zero, partial, store, grid, block, sums, blocks } => {
-                let mut l = b.stream.launch_builder(zero);
-                l.arg(&b.workspace).arg(sums);
-                unsafe { l.launch(flat(*blocks)) }.map_err(launch_err)?;
-                let mut l = b.stream.launch_builder(partial);
-                l.arg(&self.params).arg(&b.x).arg(&b.y).arg(&b.workspace);
+            Kernels::Weight { partial, store, grid, block, sums, blocks } => {
+                b.zero_workspace(sums * 4)?;
                 let cfg = LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (block.0, block.1, 1), shared_mem_bytes: 0 };
-                unsafe { l.launch(cfg) }.map_err(launch_err)?;
-                let mut l = b.stream.launch_builder(store);
-                l.arg(&self.params).arg(&b.workspace).arg(&b.w);
-                unsafe { l.launch(flat(*blocks)) }.map_err(launch_err)?;
+                launch::kernel(b, partial, cfg, &[Arg::Params(&self.params), Arg::Buffer(b.x), Arg::Buffer(b.y), Arg::Buffer(b.workspace)], &what)?;
+                launch::kernel(b, store, flat(*blocks, THREADS), &[params, Arg::Buffer(b.workspace), Arg::Buffer(b.w)], &what)
             }
         }
-        Ok(())
     }
 }

@@ -8,16 +8,16 @@
 //! cuBLAS is column-major: a row-major R x C matrix with row stride ld is, to cuBLAS, a C x R
 //! matrix with leading dimension ld. Each direction below is written in those terms.
 
-use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
 
-use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
-use cudarc::cublas::result as blas;
-use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use cudarc::cublas::sys::{cublasComputeType_t, cudaDataType};
+use cudarc::driver::CudaFunction;
 use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver, SolverKind};
 
-use crate::blas::BlasHandle;
-use crate::device::{backend_error, CudaDevice};
+use super::{builds_from_kernel, BuiltFrom};
+use crate::blas::{BlasHandle, Gemm as BlasGemm, Matrix};
+use crate::device::CudaDevice;
+use crate::launch::{self, Arg};
 use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
 
 const IM2COL_SOURCE: &str = include_str!("../kernels/im2col.cu");
@@ -196,15 +196,17 @@ impl Solver for GemmBlas {
         }
     }
 
-    fn needs_build(&self, p: &ConvProblem, _config: &Config) -> bool {
-        explicit(p) && !self.device.is_built(&im2col_source(p))
+    builds_from_kernel!();
+}
+
+/// The im2col (or col2im) kernel of the explicit path; plain 1x1 GEMMs need none.
+impl BuiltFrom for GemmBlas {
+    fn device(&self) -> &CudaDevice {
+        &self.device
     }
 
-    fn prepare(&self, p: &ConvProblem, _config: &Config) -> Result<()> {
-        if explicit(p) {
-            self.device.precompile(&im2col_source(p))?;
-        }
-        Ok(())
+    fn kernel(&self, p: &ConvProblem, _config: &Config) -> Result<Option<KernelSource>> {
+        Ok(explicit(p).then(|| im2col_source(p)))
     }
 }
 
@@ -229,7 +231,7 @@ impl Solve<Cuda> for GemmBlas {
         } else {
             None
         };
-        Ok(Box::new(BlasInvoker { blas: self.blas()?, gemms: plan(p), data, compute, elem: p.dtype.size_bytes() as u64, columns }))
+        Ok(Box::new(BlasInvoker { blas: self.blas()?, gemms: plan(p), data, compute, columns }))
     }
 }
 
@@ -245,13 +247,8 @@ struct Columns {
 impl Columns {
     fn launch(&self, b: &CudaBuffers<'_>) -> Result<()> {
         let (src, dst) = if self.after_gemm { (b.workspace, b.x) } else { (b.x, b.workspace) };
-        let mut l = b.stream.launch_builder(&self.function);
-        l.arg(&self.params).arg(&src).arg(&dst);
-        let cfg = LaunchConfig { grid_dim: (self.blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: the arguments match the kernel's signature; the workspace holds the column
-        // matrix (workspace_bytes) and x is the problem's input.
-        unsafe { l.launch(cfg) }.map_err(|e| backend_error("launch the im2col of cuda.gemm_blas", e))?;
-        Ok(())
+        let args = [Arg::Params(&self.params), Arg::Buffer(src), Arg::Buffer(dst)];
+        launch::kernel(b, &self.function, launch::flat(self.blocks, THREADS), &args, "launch the im2col of cuda.gemm_blas")
     }
 }
 
@@ -260,58 +257,38 @@ struct BlasInvoker {
     gemms: Vec<(Gemm, f32)>,
     data: cudaDataType,
     compute: cublasComputeType_t,
-    elem: u64,
     columns: Option<Columns>,
 }
 
 impl Invoker<Cuda> for BlasInvoker {
     fn run(&self, b: &mut CudaBuffers<'_>) -> Result<()> {
-        let base = |o: &Operand| {
-            let tensor = match o.tensor {
+        let matrix = |o: &Operand, data| {
+            let buffer = match o.tensor {
                 Role::X => b.x,
                 Role::W => b.w,
                 Role::Y => b.y,
                 Role::Col => b.workspace,
             };
-            (tensor + o.offset as u64 * self.elem) as *mut c_void
+            Matrix { buffer, offset: o.offset, ld: o.ld, stride: o.stride, data }
         };
-        let op = |t: bool| if t { cublasOperation_t::CUBLAS_OP_T } else { cublasOperation_t::CUBLAS_OP_N };
-        let alpha = 1.0f32;
         if let Some(columns) = self.columns.as_ref().filter(|c| !c.after_gemm) {
             columns.launch(b)?;
         }
         for (g, beta) in &self.gemms {
             let c_data = if g.c_fp32 { cudaDataType::CUDA_R_32F } else { self.data };
-            // SAFETY: the handle is live and on the stream the buffers belong to; every
-            // operand lies inside its tensor by construction of `plan`.
-            unsafe {
-                blas::gemm_strided_batched_ex(
-                    *self.blas.blas.handle(),
-                    op(g.trans_a),
-                    op(g.trans_b),
-                    g.m,
-                    g.n,
-                    g.k,
-                    &alpha as *const f32 as *const c_void,
-                    base(&g.a),
-                    self.data,
-                    g.a.ld,
-                    g.a.stride,
-                    base(&g.b),
-                    self.data,
-                    g.b.ld,
-                    g.b.stride,
-                    beta as *const f32 as *const c_void,
-                    base(&g.c),
-                    c_data,
-                    g.c.ld,
-                    g.c.stride,
-                    g.batch,
-                    self.compute,
-                    cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                )
-            }
-            .map_err(|e| backend_error("cuBLAS GEMM of cuda.gemm_blas", e))?;
+            self.blas.gemm(&BlasGemm {
+                trans_a: g.trans_a,
+                trans_b: g.trans_b,
+                m: g.m,
+                n: g.n,
+                k: g.k,
+                a: matrix(&g.a, self.data),
+                b: matrix(&g.b, self.data),
+                c: matrix(&g.c, c_data),
+                batch: g.batch,
+                beta: *beta,
+                compute: self.compute,
+            })?;
         }
         if let Some(columns) = self.columns.as_ref().filter(|c| c.after_gemm) {
             columns.launch(b)?;

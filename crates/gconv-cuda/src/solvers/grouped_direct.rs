@@ -9,12 +9,12 @@ use std::sync::Arc;
 
 use gconv_core::{require, Config, ConvProblem, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
 
-use super::direct::{filter_hw, DirectInvoker, Kernels, THREADS};
+use super::direct::{self, check_filter, filter_hw, DirectInvoker, Kernels, THREADS};
+use super::{builds_from_kernel, BuiltFrom};
 use crate::device::CudaDevice;
 use crate::{ConvParams, Cuda, KernelSource};
 
 const SOURCE: &str = include_str!("../kernels/grouped.cu");
-const MAX_FILTER: u32 = 7;
 const MAX_CHANNELS: u32 = 8;
 const COLUMN_TILES: [u32; 3] = [1, 2, 4];
 
@@ -65,16 +65,11 @@ impl Solver for GroupedDirect {
             cg.is_power_of_two() && kg.is_power_of_two() && cg <= MAX_CHANNELS && kg <= MAX_CHANNELS,
             "{cg} input and {kg} output channels per group: compiled for powers of two up to {MAX_CHANNELS}"
         );
-        let (fh, fw) = filter_hw(p);
-        require!(fh <= MAX_FILTER && fw <= MAX_FILTER, "filter {fh}x{fw} is larger than the compiled sizes (up to {MAX_FILTER}x{MAX_FILTER})");
-        Ok(())
+        check_filter(p)
     }
 
     fn workspace_bytes(&self, p: &ConvProblem, _config: &Config) -> u64 {
-        match p.direction {
-            Direction::BackwardWeight => p.weight_elements() * 4,
-            _ => 0,
-        }
+        direct::workspace_bytes(p)
     }
 
     fn default_config(&self, p: &ConvProblem) -> Config {
@@ -95,12 +90,16 @@ impl Solver for GroupedDirect {
         column_tile(p, config).map(|_| ())
     }
 
-    fn needs_build(&self, p: &ConvProblem, config: &Config) -> bool {
-        column_tile(p, config).map_or(true, |tw| !self.device.is_built(&source(p, tw)))
+    builds_from_kernel!();
+}
+
+impl BuiltFrom for GroupedDirect {
+    fn device(&self) -> &CudaDevice {
+        &self.device
     }
 
-    fn prepare(&self, p: &ConvProblem, config: &Config) -> Result<()> {
-        self.device.precompile(&source(p, column_tile(p, config)?))
+    fn kernel(&self, p: &ConvProblem, config: &Config) -> Result<Option<KernelSource>> {
+        Ok(Some(source(p, column_tile(p, config)?)))
     }
 }
 
@@ -133,12 +132,11 @@ impl Solve<Cuda> for GroupedDirect {
                 let row_blocks = rows.div_ceil(block_y).clamp(1, (sms * 4).div_ceil(group_blocks * taps).max(1));
                 let weights = p.weight_elements() as u32;
                 Kernels::Weight {
-                    zero: function("gd_zero")?,
                     partial: function("gd_bwd_weight_partial")?,
                     store: function("gd_bwd_weight_store")?,
                     grid: (group_blocks * row_blocks, taps),
                     block: (block_x, block_y),
-                    sums: weights as i32,
+                    sums: p.weight_elements(),
                     blocks: weights.div_ceil(THREADS).clamp(1, sms * 8),
                 }
             }

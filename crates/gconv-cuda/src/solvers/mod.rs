@@ -7,3 +7,40 @@ pub mod gemm_blas;
 pub mod grouped_direct;
 pub mod igemm;
 pub mod naive;
+
+use gconv_core::{Config, ConvProblem, Result};
+
+use crate::device::CudaDevice;
+use crate::KernelSource;
+
+/// A solver whose solutions run a kernel built by NVRTC: `kernel` says which (None where a
+/// solution needs none), and [`builds_from_kernel!`] derives `needs_build` and `prepare` from it.
+pub(crate) trait BuiltFrom {
+    fn device(&self) -> &CudaDevice;
+    fn kernel(&self, p: &ConvProblem, config: &Config) -> Result<Option<KernelSource>>;
+}
+
+/// Whether the solution's kernel is built yet (a config the solver rejects counts as unbuilt:
+/// building it reports why).
+pub(crate) fn needs_build(solver: &impl BuiltFrom, p: &ConvProblem, config: &Config) -> bool {
+    solver.kernel(p, config).map_or(true, |source| source.is_some_and(|s| !solver.device().is_built(&s)))
+}
+
+/// Builds the solution's kernel into the caches.
+pub(crate) fn prepare(solver: &impl BuiltFrom, p: &ConvProblem, config: &Config) -> Result<()> {
+    solver.kernel(p, config)?.map_or(Ok(()), |source| solver.device().precompile(&source))
+}
+
+/// `Solver::needs_build` and `Solver::prepare` of a [`BuiltFrom`] solver.
+macro_rules! builds_from_kernel {
+    () => {
+        fn needs_build(&self, p: &gconv_core::ConvProblem, config: &gconv_core::Config) -> bool {
+            crate::solvers::needs_build(self, p, config)
+        }
+
+        fn prepare(&self, p: &gconv_core::ConvProblem, config: &gconv_core::Config) -> gconv_core::Result<()> {
+            crate::solvers::prepare(self, p, config)
+        }
+    };
+}
+pub(crate) use builds_from_kernel;

@@ -5,10 +5,12 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use cudarc::driver::CudaFunction;
 use gconv_core::{Config, ConvProblem, Direction, Invoker, NotApplicable, Result, Solve, Solver};
 
-use crate::device::{backend_error, CudaDevice};
+use super::{builds_from_kernel, BuiltFrom};
+use crate::device::CudaDevice;
+use crate::launch::{self, Arg};
 use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
 
 const SOURCE: &str = include_str!("../kernels/naive.cu");
@@ -57,12 +59,16 @@ impl Solver for Naive {
         true
     }
 
-    fn needs_build(&self, p: &ConvProblem, _config: &Config) -> bool {
-        !self.device.is_built(&source(p))
+    builds_from_kernel!();
+}
+
+impl BuiltFrom for Naive {
+    fn device(&self) -> &CudaDevice {
+        &self.device
     }
 
-    fn prepare(&self, p: &ConvProblem, _config: &Config) -> Result<()> {
-        self.device.precompile(&source(p))
+    fn kernel(&self, p: &ConvProblem, _config: &Config) -> Result<Option<KernelSource>> {
+        Ok(Some(source(p)))
     }
 }
 
@@ -102,12 +108,7 @@ impl Invoker<Cuda> for NaiveInvoker {
             Direction::BackwardData => (b.y, b.w, b.x),
             Direction::BackwardWeight => (b.x, b.y, b.w),
         };
-        let cfg = LaunchConfig { grid_dim: (self.blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
-        let mut launch = b.stream.launch_builder(&self.function);
-        launch.arg(&self.params).arg(&in_a).arg(&in_b).arg(&out);
-        // SAFETY: the arguments match the kernel's signature; the pointers come from
-        // DeviceTensors sized for this problem.
-        unsafe { launch.launch(cfg) }.map_err(|e| backend_error("launch cuda.naive", e))?;
-        Ok(())
+        let args = [Arg::Params(&self.params), Arg::Buffer(in_a), Arg::Buffer(in_b), Arg::Buffer(out)];
+        launch::kernel(b, &self.function, launch::flat(self.blocks, THREADS), &args, "launch cuda.naive")
     }
 }

@@ -19,11 +19,13 @@ mod tile;
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUfunction_attribute as FuncAttr;
-use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, LaunchConfig};
 use gconv_core::{require, Config, ConvProblem, DataType, Direction, Invoker, Layout, NotApplicable, Result, Solve, Solver};
 
+use super::{builds_from_kernel, BuiltFrom};
 use crate::device::{backend_error, CudaDevice, SmLimits};
-use crate::{ConvParams, Cuda, CudaBuffers};
+use crate::launch::{self, Arg};
+use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
 use tile::{Shape, Tile, SPLITS};
 
 const SOURCE: &str = include_str!("../../kernels/igemm.cu");
@@ -120,12 +122,16 @@ impl Solver for Igemm {
         Tile::from_config(&self.plan, p, config).map(|_| ())
     }
 
-    fn needs_build(&self, p: &ConvProblem, config: &Config) -> bool {
-        Tile::from_config(&self.plan, p, config).map_or(true, |t| !self.device.is_built(&t.source(&self.plan, p)))
+    builds_from_kernel!();
+}
+
+impl BuiltFrom for Igemm {
+    fn device(&self) -> &CudaDevice {
+        &self.device
     }
 
-    fn prepare(&self, p: &ConvProblem, config: &Config) -> Result<()> {
-        self.device.precompile(&Tile::from_config(&self.plan, p, config)?.source(&self.plan, p))
+    fn kernel(&self, p: &ConvProblem, config: &Config) -> Result<Option<KernelSource>> {
+        Ok(Some(Tile::from_config(&self.plan, p, config)?.source(&self.plan, p)))
     }
 }
 
@@ -156,7 +162,7 @@ impl Solve<Cuda> for Igemm {
             (Direction::BackwardWeight, 2..) => {
                 let weights = p.weight_elements();
                 Some(Split {
-                    zero: (!tile.two_stage).then(|| self.device.function(&src, "igemm_zero")).transpose()?,
+                    zero_bytes: if tile.two_stage { 0 } else { weights * 4 },
                     reduce: self.device.function(&src, "igemm_reduce")?,
                     slices: if tile.two_stage { tile.splits as i32 } else { 1 },
                     count: weights as i32,
@@ -173,7 +179,8 @@ impl Solve<Cuda> for Igemm {
 
 /// Backward-weight with more than one slice: zero the workspace (atomics) and reduce it.
 struct Split {
-    zero: Option<CudaFunction>,
+    /// Bytes of fp32 sums to zero before atomics add into them; 0 for two stages.
+    zero_bytes: u64,
     reduce: CudaFunction,
     slices: i32,
     count: i32,
@@ -191,29 +198,21 @@ struct IgemmInvoker {
 
 impl Invoker<Cuda> for IgemmInvoker {
     fn run(&self, b: &mut CudaBuffers<'_>) -> Result<()> {
-        let launch_err = |e| backend_error("launch cuda.igemm", e);
+        let what = "launch cuda.igemm";
         let (a, bm, out) = match self.direction {
             Direction::Forward => (b.x, b.w, b.y),
             Direction::BackwardData => (b.y, b.w, b.x),
             Direction::BackwardWeight => (b.y, b.x, b.w),
         };
-        let flat = |blocks| LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (SPLIT_THREADS, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY (every launch): the arguments match the kernels' signatures; the pointers
-        // come from buffers sized for this problem, the workspace included.
-        if let Some(Split { zero: Some(zero), count, blocks, .. }) = &self.split {
-            let mut l = b.stream.launch_builder(zero);
-            l.arg(&b.workspace).arg(count);
-            unsafe { l.launch(flat(*blocks)) }.map_err(launch_err)?;
+        if let Some(split) = self.split.as_ref().filter(|s| s.zero_bytes > 0) {
+            b.zero_workspace(split.zero_bytes)?;
         }
-        let mut l = b.stream.launch_builder(&self.main);
-        l.arg(&self.params).arg(&a).arg(&bm).arg(&out).arg(&b.workspace).arg(&self.zdim);
-        unsafe { l.launch(self.launch) }.map_err(launch_err)?;
+        let args = [Arg::Params(&self.params), Arg::Buffer(a), Arg::Buffer(bm), Arg::Buffer(out), Arg::Buffer(b.workspace), Arg::Int(self.zdim)];
+        launch::kernel(b, &self.main, self.launch, &args, what)?;
         if let Some(Split { reduce, slices, count, blocks, .. }) = &self.split {
-            let mut l = b.stream.launch_builder(reduce);
-            l.arg(&b.workspace).arg(slices).arg(count).arg(&out);
-            unsafe { l.launch(flat(*blocks)) }.map_err(launch_err)?;
+            let args = [Arg::Buffer(b.workspace), Arg::Int(*slices), Arg::Int(*count), Arg::Buffer(out)];
+            launch::kernel(b, reduce, launch::flat(*blocks, SPLIT_THREADS), &args, what)?;
         }
         Ok(())
     }
 }
-
