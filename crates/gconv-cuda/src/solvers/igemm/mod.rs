@@ -1,5 +1,5 @@
 //! `cuda.igemm_tc` and `cuda.igemm_simt`: implicit GEMM for channels-last problems
-//! (kernels/igemm.cu), every direction, groups in the grid. `igemm_tc` multiplies on tensor
+//! (kernels/igemm/), every direction, groups in the grid. `igemm_tc` multiplies on tensor
 //! cores with fp32 accumulation: 16-bit tiles by mma.sync m16n8k16, tf32 problems' fp32 tiles
 //! rounded to TF32 by m16n8k8; `igemm_simt` is the same pipeline with fp32 FMAs, for fp32 and
 //! tf32 data. The config space is the block tile (bm x bn x bk),
@@ -28,7 +28,15 @@ use crate::launch::{self, Arg};
 use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
 use tile::{Shape, Tile, SPLITS};
 
-const SOURCE: &str = include_str!("../../kernels/igemm.cu");
+/// The kernel's pieces, by role, in the order the kernel needs them.
+const SOURCE: &str = concat!(
+    include_str!("../../kernels/igemm/layout.cuh"),
+    include_str!("../../kernels/igemm/pipeline.cuh"),
+    include_str!("../../kernels/igemm/geometry.cuh"),
+    include_str!("../../kernels/igemm/math.cuh"),
+    include_str!("../../kernels/igemm/epilogue.cuh"),
+    include_str!("../../kernels/igemm/kernel.cu"),
+);
 /// Shared memory a block gets without opting in.
 const DEFAULT_SHARED_BYTES: u32 = 48 * 1024;
 const SPLIT_THREADS: u32 = 256;

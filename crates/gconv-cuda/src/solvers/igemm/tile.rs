@@ -249,7 +249,7 @@ impl Tile {
     }
 
     pub fn source(&self, plan: &Planner, p: &ConvProblem) -> KernelSource {
-        let src = KernelSource::new("igemm.cu", SOURCE, p.dtype)
+        let src = KernelSource::new("igemm/kernel.cu", SOURCE, p.dtype)
             .define("DIR", direction_code(p.direction))
             .define("BM", self.bm)
             .define("BN", self.bn)

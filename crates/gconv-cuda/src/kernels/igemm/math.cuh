@@ -1,0 +1,124 @@
+#line 2 "igemm/math.cuh"
+// cuda.igemm, math: tensor-core fragments and mma (16-bit or TF32), or the SIMT outer
+// product, and the accumulator shape of each.
+
+#if TC
+// 16-bit types multiply in m16n8k16 steps; tf32 (fp32 storage) in m16n8k8 steps, each input
+// rounded to TF32 first.
+#if defined(GCONV_TF32)
+#define MMA_K 8
+#elif defined(GCONV_BF16)
+#define MMA_K 16
+#define MMA_TYPES "bf16.bf16"
+#else
+#define MMA_K 16
+#define MMA_TYPES "f16.f16"
+#endif
+#define WM (BM / WARPS_M)
+#define WN (BN / WARPS_N)
+#define MI (WM / 16)
+#define NI (WN / 8)
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const elem_t* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const elem_t* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+#if defined(GCONV_TF32)
+__device__ __forceinline__ void mma(float* c, const unsigned* a, const unsigned* b) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ unsigned to_tf32(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// A fragment of rows m..m+15 at k..k+7. K-major tiles load with ldmatrix, which moves 32-bit
+// values as pairs of 16-bit ones (an 8x8 b16 matrix is 8 rows of 4 floats); M-major tiles
+// cannot be transposed at 32 bits, so lanes read their four values themselves.
+__device__ __forceinline__ void load_a(unsigned* a, const elem_t* as, int m, int k, int lane) {
+#if A_KMAJOR
+    ldmatrix_x4(a, as + (m + lane % 16) * A_LD + k + (lane / 16) * 4);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[r] = to_tf32(__uint_as_float(a[r]));
+#else
+    const int row = m + lane / 4, col = k + lane % 4;
+    a[0] = to_tf32(as[col * A_LD + row]);
+    a[1] = to_tf32(as[col * A_LD + row + 8]);
+    a[2] = to_tf32(as[(col + 4) * A_LD + row]);
+    a[3] = to_tf32(as[(col + 4) * A_LD + row + 8]);
+#endif
+}
+
+// B fragments of columns n..n+7 and n+8..n+15 at k..k+7: {b0, b1} of each.
+__device__ __forceinline__ void load_b_pair(unsigned* r, const elem_t* bs, int n, int k, int lane) {
+#if B_KMAJOR
+    ldmatrix_x4(r, bs + (n + lane % 8 + (lane / 16) * 8) * B_LD + k + ((lane / 8) % 2) * 4);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r[i] = to_tf32(__uint_as_float(r[i]));
+#else
+    const int col = n + lane / 4, row = k + lane % 4;
+    r[0] = to_tf32(bs[row * B_LD + col]);
+    r[1] = to_tf32(bs[(row + 4) * B_LD + col]);
+    r[2] = to_tf32(bs[row * B_LD + col + 8]);
+    r[3] = to_tf32(bs[(row + 4) * B_LD + col + 8]);
+#endif
+}
+#else
+__device__ __forceinline__ void mma(float* c, const unsigned* a, const unsigned* b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPES ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// A fragment of rows m..m+15 at k..k+15, by ldmatrix (transposing M-major tiles).
+__device__ __forceinline__ void load_a(unsigned* a, const elem_t* as, int m, int k, int lane) {
+#if A_KMAJOR
+    ldmatrix_x4(a, as + (m + lane % 16) * A_LD + k + (lane / 16) * 8);
+#else
+    ldmatrix_x4_trans(a, as + (k + lane % 8 + (lane / 16) * 8) * A_LD + m + ((lane / 8) % 2) * 8);
+#endif
+}
+
+// B fragments of columns n..n+7 and n+8..n+15 at k..k+15: {b0, b1} of each.
+__device__ __forceinline__ void load_b_pair(unsigned* r, const elem_t* bs, int n, int k, int lane) {
+#if B_KMAJOR
+    ldmatrix_x4(r, bs + (n + lane % 8 + (lane / 16) * 8) * B_LD + k + ((lane / 8) % 2) * 8);
+#else
+    ldmatrix_x4_trans(r, bs + (k + lane % 8 + ((lane / 8) % 2) * 8) * B_LD + n + (lane / 16) * 8);
+#endif
+}
+#endif
+
+// Two adjacent outputs in one store.
+__device__ __forceinline__ void store_pair(elem_t* p, float v0, float v1) {
+#if defined(GCONV_F32)
+    struct __align__(8) Pair {
+        float a, b;
+    };
+    *reinterpret_cast<Pair*>(p) = Pair{v0, v1};
+#else
+    *reinterpret_cast<unsigned*>(p) = (unsigned)from_f32(v0) | ((unsigned)from_f32(v1) << 16);
+#endif
+}
+#define ACC_I MI
+#define ACC_J NI
+#define ACC_E 4
+#else
+#define TX (BN / 8)
+#define TY (BM / 8)
+#define ACC_I 8
+#define ACC_J 8
+#define ACC_E 1
+#endif

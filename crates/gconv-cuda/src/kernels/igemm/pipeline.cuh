@@ -1,0 +1,30 @@
+#line 2 "igemm/pipeline.cuh"
+// cuda.igemm, pipeline: global->shared copies by cp.async (plain loads for narrow
+// chunks) and the commit/wait of its stages.
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// Copies W elements, or writes zeros when !valid (src must then still be a mapped address).
+template <int W>
+__device__ __forceinline__ void copy_chunk(elem_t* dst, const elem_t* src, bool valid) {
+    constexpr int BYTES = W * ELEM_BYTES;
+    if constexpr (BYTES == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
+    } else if constexpr (BYTES >= 4) {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(smem_addr(dst)), "l"(src), "n"(BYTES), "r"(valid ? BYTES : 0));
+    } else {
+#pragma unroll
+        for (int e = 0; e < W; ++e) dst[e] = valid ? src[e] : from_f32(0.0f);
+    }
+}
+
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;"); }
+
+template <int N>
+__device__ __forceinline__ void wait_pending() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
