@@ -6,7 +6,8 @@
 #
 # FIRST..LAST (1-based, inclusive) picks a slice of the problem keys, so a long run can be
 # split over several calls; PyTorch's CSV is measured once per DTYPE and OUTDIR. Runs
-# .device/bin/gconv (../shared/tools/device-pack builds it) or gconv from PATH.
+# .device/bin/gconv when a release build was copied there, else gconv from PATH
+# (cargo install --path crates/gconv-cli).
 set -euo pipefail
 dtype=$1 out=$2 first=${3:-1} last=${4:-100000}
 gconv=.device/bin/gconv
