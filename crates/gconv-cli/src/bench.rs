@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use gconv_core::{ConvProblem, DataType, Direction, Runtime, SolverKind};
 use gconv_tune::db::{Db, Warning};
-use gconv_tune::find::{find_reusing, FindOptions, Ranked, TestBed};
+use gconv_tune::find::{find_reusing, measure, FindOptions, Ranked, TestBed};
 use gconv_tune::measure::{evaluate, Sampling};
 use gconv_tune::outcome::Outcome;
 use gconv_tune::select::{select, FindMode};
@@ -190,14 +190,8 @@ fn fastest_in_full(rt: &dyn Runtime, bed: &mut TestBed<'_>, rows: &[&Ranked], ve
 /// A find row's time per call in full (verified when `verified`), or None where it fails, is
 /// over the time box or fails verification; only a lost device is an error.
 fn time_in_full(rt: &dyn Runtime, bed: &mut TestBed<'_>, r: &Ranked, verified: bool, best_ms: Option<f64>, opts: &BenchOptions) -> anyhow::Result<Option<f64>> {
-    let sampling = Sampling { samples: opts.find.samples, best_ms, options: opts.find.timing };
-    let problem = bed.problem().clone();
-    let evaluation = rt.build(r.solver, &problem, r.config.clone()).and_then(|s| evaluate(bed.workload(verified)?, &s, verified, sampling));
-    match evaluation {
-        Err(e) if e.is_device_lost() => Err(e.into()),
-        Err(_) => Ok(None),
-        Ok(e) => Ok(e.outcome().timed_ms()),
-    }
+    let (outcome, _) = measure(rt, bed, rt.solver(r.solver)?, &r.config, &opts.find, best_ms, verified)?;
+    Ok(outcome.timed_ms())
 }
 
 fn print_row(r: &Row) {

@@ -49,7 +49,7 @@ fn print_ranking(rows: &[Ranked], opts: &FindOptions, took: Option<(Duration, &T
     }
     let Some((took, bed)) = took else { return };
     let measuring: Duration = rows.iter().map(|r| r.spent).sum();
-    let setup = bed.data_time + bed.reference_time;
+    let setup = bed.setup_time();
     println!(
         "  find took {:.3} s: {:.3} s listing candidates and building kernels, {:.3} s making the data, {:.3} s the reference, {:.3} s measuring {} candidates",
         took.as_secs_f64(),
@@ -69,7 +69,8 @@ pub fn find(rt: &dyn Runtime, db: &mut Db, jobs: Vec<Job>, opts: &FindOptions, j
         print_warnings(&ranking.warnings);
         let rows = ranking.rows;
         if json {
-            let records: Vec<_> = rows.iter().enumerate().map(|(i, r)| r.record(&RecordKey::new(p, rt.device_key()), i)).collect();
+            let key = RecordKey::new(p, rt.device_key());
+            let records: Vec<_> = rows.iter().enumerate().map(|(i, r)| r.record(&key, i)).collect();
             let line = serde_json::json!({ "key": p.key(), "device": rt.device_key(), "timing": opts.timing.label(), "ranking": records });
             println!("{line}");
         } else {

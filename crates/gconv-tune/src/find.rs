@@ -71,11 +71,8 @@ impl<'r> TestBed<'r> {
         Ok(workload)
     }
 
-    pub fn problem(&self) -> &ConvProblem {
-        &self.p
-    }
-
-    fn setup_time(&self) -> Duration {
+    /// Wall time spent on the data and the reference.
+    pub fn setup_time(&self) -> Duration {
         self.data_time + self.reference_time
     }
 }
@@ -143,9 +140,7 @@ pub fn find_reusing(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: 
         }
     }
     if !opts.only_prebuilt {
-        let runnable = candidates
-            .iter()
-            .filter(|(s, c)| !s.is_fallback() && s.find_skips(&p, c).is_none() && s.workspace_bytes(&p, c) <= opts.workspace_limit);
+        let runnable = candidates.iter().filter(|(s, c)| skip(*s, &p, c, opts).is_none());
         let jobs: Vec<_> = runnable.flat_map(|(s, c)| unbuilt(*s, &p, [c.clone()])).collect();
         prepare_in_parallel(&jobs, build_threads());
     }
@@ -156,16 +151,10 @@ pub fn find_reusing(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: 
         let measured = earlier.iter().find(|r| r.solver == solver.id() && r.config == config && r.outcome.timed_ms().is_some());
         let (outcome, spent) = if let Some(row) = measured {
             (row.outcome.clone(), Duration::ZERO)
-        } else if solver.is_fallback() {
-            (Outcome::NotRun(Skip::Fallback), Duration::ZERO)
-        } else if let Some(reason) = solver.find_skips(&p, &config) {
-            (Outcome::NotRun(Skip::LeftToTuning(reason)), Duration::ZERO)
-        } else if opts.only_prebuilt && solver.needs_build(&p, &config) {
-            (Outcome::NotRun(Skip::NeedsBuild), Duration::ZERO)
-        } else if workspace_bytes > opts.workspace_limit {
-            (Outcome::NotRun(Skip::Workspace { bytes: workspace_bytes, limit: opts.workspace_limit }), Duration::ZERO)
+        } else if let Some(skip) = skip(solver, &p, &config, opts) {
+            (Outcome::NotRun(skip), Duration::ZERO)
         } else {
-            measure(rt, bed, solver, &config, opts, best)?
+            measure(rt, bed, solver, &config, opts, best, true)?
         };
         if let Some(t) = outcome.timed_ms() {
             best = Some(best.map_or(t, |b| b.min(t)));
@@ -175,7 +164,7 @@ pub fn find_reusing(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: 
     // A fallback runs only when nothing else could.
     if best.is_none() {
         for row in rows.iter_mut().filter(|r| matches!(r.outcome, Outcome::NotRun(Skip::Fallback))) {
-            (row.outcome, row.spent) = measure(rt, bed, rt.solver(row.solver)?, &row.config, opts, None)?;
+            (row.outcome, row.spent) = measure(rt, bed, rt.solver(row.solver)?, &row.config, opts, None, true)?;
         }
     }
     rank(&mut rows);
@@ -184,13 +173,36 @@ pub fn find_reusing(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: 
     Ok(Ranking { rows, warnings })
 }
 
-/// Builds, verifies and times one candidate; the wall time it took leaves out the test bed's
-/// data and reference (made on first need). A lost device is an error; every other failure is
-/// the candidate's outcome.
-pub(crate) fn measure(rt: &dyn Runtime, bed: &mut TestBed<'_>, solver: &dyn Solver, config: &Config, opts: &FindOptions, best: Option<f64>) -> Result<(Outcome, Duration)> {
+/// Why find lists a candidate without running it, if it does.
+fn skip(solver: &dyn Solver, p: &ConvProblem, config: &Config, opts: &FindOptions) -> Option<Skip> {
+    if solver.is_fallback() {
+        return Some(Skip::Fallback);
+    }
+    if let Some(reason) = solver.find_skips(p, config) {
+        return Some(Skip::LeftToTuning(reason));
+    }
+    if opts.only_prebuilt && solver.needs_build(p, config) {
+        return Some(Skip::NeedsBuild);
+    }
+    let bytes = solver.workspace_bytes(p, config);
+    (bytes > opts.workspace_limit).then_some(Skip::Workspace { bytes, limit: opts.workspace_limit })
+}
+
+/// Builds and times one candidate, verified when `check`; the wall time it took leaves out the
+/// test bed's data and reference (made on first need). A lost device is an error; every other
+/// failure is the candidate's outcome.
+pub fn measure(
+    rt: &dyn Runtime,
+    bed: &mut TestBed<'_>,
+    solver: &dyn Solver,
+    config: &Config,
+    opts: &FindOptions,
+    best: Option<f64>,
+    check: bool,
+) -> Result<(Outcome, Duration)> {
     let (started, setup_before) = (Instant::now(), bed.setup_time());
     let sampling = Sampling { samples: opts.samples, best_ms: best.filter(|_| opts.time_box), options: opts.timing };
-    let evaluated = rt.build(solver.id(), &bed.p, config.clone()).and_then(|s| evaluate(bed.workload(true)?, &s, true, sampling));
+    let evaluated = rt.build(solver.id(), &bed.p, config.clone()).and_then(|s| evaluate(bed.workload(check)?, &s, check, sampling));
     let outcome = match evaluated {
         Err(e) if e.is_device_lost() => return Err(e.into()),
         Err(e) => Outcome::Failed(e),

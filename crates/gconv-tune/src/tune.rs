@@ -131,7 +131,7 @@ pub fn tune(
             let outcome = if workspace > opts.workspace_limit {
                 Outcome::NotRun(Skip::Workspace { bytes: workspace, limit: opts.workspace_limit })
             } else {
-                measure(rt, &mut bed, solver, config, opts, best.as_ref().map(|b| b.1))?.0
+                measure(rt, &mut bed, solver, config, opts, best.as_ref().map(|b| b.1), true)?.0
             };
             let status = outcome.status();
             db.put_trial(&TrialRecord {
