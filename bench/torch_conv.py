@@ -145,10 +145,19 @@ def main():
     props = torch.cuda.get_device_properties(0)
     flush = torch.empty(2 * getattr(props, "L2_cache_size", 64 << 20), dtype=torch.uint8, device="cuda") if a.cold_l2 else None
     keys = [l.strip() for l in open(a.keys) if l.strip() and not l.startswith("#")]
+    # A rerun with the same --out measures only the keys it lacks, so a long run can be cut
+    # into several calls.
+    try:
+        with open(a.out, newline="") as f:
+            done = {row["key"] for row in csv.DictReader(f)}
+    except FileNotFoundError:
+        done = None
     failures = 0
-    with open(a.out, "w", newline="") as f:
+    with open(a.out, "a" if done is not None else "w", newline="") as f:
         out = csv.writer(f)
-        out.writerow(["key", "torch_ms", "calls", "samples", "timing", "device", "torch", "cudnn"])
+        if done is None:
+            out.writerow(["key", "torch_ms", "calls", "samples", "timing", "device", "torch", "cudnn"])
+        keys = [k for k in keys if k not in (done or set())]
         for i, key in enumerate(keys):
             try:
                 p = parse_key(key)
