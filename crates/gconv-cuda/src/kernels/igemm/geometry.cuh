@@ -99,3 +99,65 @@ struct PixelCursor {
         img += q;
     }
 };
+
+// One block's GEMM (blockIdx.z = group x zdim slices): its group, its slice (a backward-data
+// phase, or a backward-weight share of the pixel reduction), its first row and column, the
+// taps and the row space it gathers, and its reduction iterations.
+//
+//   direction    GEMM M                 GEMM N          reduction K       A        B
+//   forward      output pixels          Kg              taps x Cg         x        w
+//   bwd-data     input pixels of phase  Cg              taps x Kg         dy       w
+//   bwd-weight   Kg                     taps x Cg       output pixels     dy       x
+struct Block {
+    int group, z, m0, n0;
+    int phase[3];
+    Taps taps;
+    int tap_count;
+    int rows_ext[3];  // the gathered rows' extents (A for fwd/bwd-data, the reduction for bwd-weight)
+    int pixels;
+    int M, N;
+    int KC;        // fwd/bwd-data: channels reduced per tap
+    int iters;     // reduction tiles this block loads
+    int it_begin;  // bwd-weight: the slice's first pixel tile
+};
+
+__device__ __forceinline__ Block block_of(const ConvParams& p, int zdim) {
+    Block b;
+    b.group = blockIdx.z / zdim;
+    b.z = blockIdx.z % zdim;
+    b.m0 = blockIdx.x * BM;
+    b.n0 = blockIdx.y * BN;
+    b.phase[0] = b.phase[1] = b.phase[2] = 0;
+#if DIR == 1
+    {
+        int r = b.z;
+        b.phase[2] = r % p.stride[2];
+        r /= p.stride[2];
+        b.phase[1] = r % p.stride[1];
+        b.phase[0] = r / p.stride[1];
+    }
+#endif
+    b.taps = taps_of(p, b.phase);
+    b.tap_count = b.taps.count[0] * b.taps.count[1] * b.taps.count[2];
+#pragma unroll
+    for (int d = 0; d < 3; ++d)
+        b.rows_ext[d] = DIR == 1 ? (p.in[d] - b.phase[d] + p.stride[d] - 1) / p.stride[d] : p.out[d];
+    b.pixels = p.n * b.rows_ext[0] * b.rows_ext[1] * b.rows_ext[2];
+#if DIR == 2
+    // Columns are (tap, c), c fastest: one dy tile serves every tap of the block's columns.
+    b.M = p.kg;
+    b.N = b.tap_count * p.cg;
+    b.KC = 0;
+    const int k_tiles = (b.pixels + BK - 1) / BK;
+    const int per_slice = (k_tiles + zdim - 1) / zdim;
+    b.it_begin = b.z * per_slice;
+    b.iters = max(0, min(k_tiles, b.it_begin + per_slice) - b.it_begin);
+#else
+    b.M = b.pixels;
+    b.N = DIR == 0 ? p.kg : p.cg;
+    b.KC = DIR == 0 ? p.cg : p.kg;
+    b.iters = b.tap_count * ((b.KC + BK - 1) / BK);
+    b.it_begin = 0;
+#endif
+    return b;
+}

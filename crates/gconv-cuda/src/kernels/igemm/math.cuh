@@ -122,3 +122,44 @@ __device__ __forceinline__ void store_pair(elem_t* p, float v0, float v1) {
 #define ACC_J 8
 #define ACC_E 1
 #endif
+
+// Multiplies one pipeline stage (the A and B tiles in shared memory) into the accumulators.
+__device__ __forceinline__ void multiply_stage(float (&acc)[ACC_I][ACC_J][ACC_E], const elem_t* as, const elem_t* bs, int tid) {
+#if TC
+    const int lane = tid % 32, warp = tid / 32;
+    const int wm = warp % WARPS_M, wn = warp / WARPS_M;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += MMA_K) {
+        unsigned af[MI][4], bf[NI][2];
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) load_a(af[mi], as, wm * WM + mi * 16, kk, lane);
+#pragma unroll
+        for (int nj = 0; nj < NI / 2; ++nj) {
+            unsigned r[4];
+            load_b_pair(r, bs, wn * WN + nj * 16, kk, lane);
+            bf[2 * nj][0] = r[0];
+            bf[2 * nj][1] = r[1];
+            bf[2 * nj + 1][0] = r[2];
+            bf[2 * nj + 1][1] = r[3];
+        }
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < NI; ++ni) mma(acc[mi][ni], af[mi], bf[ni]);
+    }
+#else
+    const int tx = tid % TX, ty = tid / TX;
+#pragma unroll
+    for (int k = 0; k < BK; ++k) {
+        float a[8], b[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) a[i] = to_f32(A_KMAJOR ? as[(ty + i * TY) * A_LD + k] : as[k * A_LD + ty + i * TY]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) b[j] = to_f32(B_KMAJOR ? bs[(tx + j * TX) * B_LD + k] : bs[k * B_LD + tx + j * TX]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[i][j][0] += a[i] * b[j];
+    }
+#endif
+}

@@ -35,6 +35,8 @@ const SOURCE: &str = concat!(
     include_str!("../../kernels/igemm/geometry.cuh"),
     include_str!("../../kernels/igemm/math.cuh"),
     include_str!("../../kernels/igemm/epilogue.cuh"),
+    include_str!("../../kernels/igemm/loader.cuh"),
+    include_str!("../../kernels/igemm/mainloop.cuh"),
     include_str!("../../kernels/igemm/kernel.cu"),
 );
 /// Shared memory a block gets without opting in.
