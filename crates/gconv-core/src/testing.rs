@@ -49,6 +49,20 @@ pub fn small_problem() -> impl Strategy<Value = ConvProblem> {
         .prop_filter("output size must be positive", |p| p.validate().is_ok())
 }
 
+/// One shape (a problem key's fields after the layout, such as `n2:c8:k8:i9x9:f3x3:s1x1:p1x1:d1x1`)
+/// in every direction and data type, channels-last (NHWC, or NDHWC for a 3D shape).
+pub fn channels_last_variants(shape: &str) -> Vec<ConvProblem> {
+    let layout = if shape.matches('x').count() > 6 { "NDHWC" } else { "NHWC" };
+    let mut problems = Vec::new();
+    for direction in Direction::ALL {
+        for dtype in DataType::ALL {
+            let key = format!("v1:{direction}:{dtype}:{layout}:{shape}");
+            problems.push(ConvProblem::from_key(&key).unwrap_or_else(|e| panic!("{key}: {e}")));
+        }
+    }
+    problems
+}
+
 /// The every-solver check, one body for every backend: each applicable solver (the oracle
 /// too), with its default config and up to `sample` configs spread over its space, run through
 /// the runtime and compared with the CPU reference. Builds run in parallel threads first.

@@ -3,7 +3,7 @@
 //! so the tests are ignored in CI; run them on a GPU machine (`cargo test --workspace --
 //! --include-ignored`, or `.device/run-tests gpu`).
 
-use gconv_core::testing::{check_every_solver, check_every_solver_is_reached, check_solvers, small_problem};
+use gconv_core::testing::{channels_last_variants, check_every_solver, check_every_solver_is_reached, check_solvers, small_problem};
 use gconv_core::{ConvProblem, ConvTensors, Direction, Runtime, TimingMethod, TimingOptions};
 use gconv_cuda::CudaRuntime;
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
@@ -173,13 +173,7 @@ fn gpu_implicit_gemm_on_medium_problems() {
         "n2:c16:k16:i6x8x8:f3x3x3:s1x2x2:p1x1x1:d1x1x1",
         "n1:c40:k24:i15x15:f3x3:s3x3:p2x2:d2x2",
     ];
-    for shape in shapes {
-        for direction in ["fwd", "bwd-data", "bwd-weight"] {
-            for dtype in ["bf16", "f16", "f32", "tf32"] {
-                let layout = if shape.matches('x').count() > 6 { "NDHWC" } else { "NHWC" };
-                let p = ConvProblem::from_key(&format!("v1:{direction}:{dtype}:{layout}:{shape}")).unwrap();
-                check_solvers(&*rt, &p, 3, |s| s.id().starts_with("cuda.igemm")).unwrap();
-            }
-        }
+    for p in shapes.into_iter().flat_map(channels_last_variants) {
+        check_solvers(&*rt, &p, 3, |s| s.id().starts_with("cuda.igemm")).unwrap();
     }
 }

@@ -57,3 +57,21 @@ __device__ __forceinline__ int src_coord(int dst, int f, int stride, int pad, in
     const int o = t / stride;
     return o < extent ? o : -1;
 }
+
+// The taps of a gathering direct kernel's destination pixel row (a, b): tap(fd, fh, fw, sa, sb)
+// for every tap whose source depth sa and row sb exist (the caller checks columns). se: the
+// source's extents. FH and FW are unrolled; the depth is a run-time loop.
+template <int FH_, int FW_, bool BACKWARD, class Tap>
+__device__ __forceinline__ void for_each_tap(const ConvParams& p, const int* se, int a, int b, Tap&& tap) {
+    for (int fd = 0; fd < p.fil[0]; ++fd) {
+        const int sa = src_coord(a, fd, p.stride[0], p.pad[0], p.dil[0], se[0], BACKWARD);
+        if (sa < 0) continue;
+#pragma unroll
+        for (int fh = 0; fh < FH_; ++fh) {
+            const int sb = src_coord(b, fh, p.stride[1], p.pad[1], p.dil[1], se[1], BACKWARD);
+            if (sb < 0) continue;
+#pragma unroll
+            for (int fw = 0; fw < FW_; ++fw) tap(fd, fh, fw, sa, sb);
+        }
+    }
+}

@@ -68,37 +68,26 @@ __device__ __forceinline__ void gather(const ConvParams& p, const elem_t* src, c
         for (int t = 0; t < TW; ++t)
 #pragma unroll
             for (int v = 0; v < VEC; ++v) acc[t][v] = 0.0f;
-        for (int fd = 0; fd < p.fil[0]; ++fd) {
-            const int sa = src_coord(a, fd, p.stride[0], p.pad[0], p.dil[0], se[0], BACKWARD);
-            if (sa < 0) continue;
+        for_each_tap<FH, FW, BACKWARD>(p, se, a, b, [&](int fd, int fh, int fw, int sa, int sb) {
+            // Weights of this tap for the thread's channels: K x 1 x filter in both layouts,
+            // since C/G = 1.
+            float wv[VEC];
 #pragma unroll
-            for (int fh = 0; fh < FH; ++fh) {
-                const int sb = src_coord(b, fh, p.stride[1], p.pad[1], p.dil[1], se[1], BACKWARD);
-                if (sb < 0) continue;
+            for (int v = 0; v < VEC; ++v) wv[v] = to_f32(w[offset(p.ws, c + v, 0, fd, fh, fw)]);
 #pragma unroll
-                for (int fw = 0; fw < FW; ++fw) {
-                    // Weights of this tap for the thread's channels: K x 1 x filter in
-                    // both layouts, since C/G = 1.
-                    float wv[VEC];
-#pragma unroll
-                    for (int v = 0; v < VEC; ++v)
-                        wv[v] = to_f32(w[offset(p.ws, c + v, 0, fd, fh, fw)]);
-#pragma unroll
-                    for (int t = 0; t < TW; ++t) {
-                        const int sc = src_coord(w0 + t, fw, p.stride[2], p.pad[2], p.dil[2], se[2], BACKWARD);
-                        if (w0 + t >= de[2] || sc < 0) continue;
-                        float xv[VEC];
+            for (int t = 0; t < TW; ++t) {
+                const int sc = src_coord(w0 + t, fw, p.stride[2], p.pad[2], p.dil[2], se[2], BACKWARD);
+                if (w0 + t >= de[2] || sc < 0) continue;
+                float xv[VEC];
 #if defined(GCONV_NHWC)
-                        load_vec(src + offset(ss, n, c, sa, sb, sc), xv);
+                load_vec(src + offset(ss, n, c, sa, sb, sc), xv);
 #else
-                        xv[0] = to_f32(src[offset(ss, n, c, sa, sb, sc)]);
+                xv[0] = to_f32(src[offset(ss, n, c, sa, sb, sc)]);
 #endif
 #pragma unroll
-                        for (int v = 0; v < VEC; ++v) acc[t][v] += xv[v] * wv[v];
-                    }
-                }
+                for (int v = 0; v < VEC; ++v) acc[t][v] += xv[v] * wv[v];
             }
-        }
+        });
 #pragma unroll
         for (int t = 0; t < TW; ++t) {
             if (w0 + t >= de[2]) continue;

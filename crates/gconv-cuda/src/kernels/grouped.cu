@@ -69,36 +69,26 @@ __device__ __forceinline__ void gather(const ConvParams& p, const elem_t* src, c
         for (int t = 0; t < TW; ++t)
 #pragma unroll
             for (int o = 0; o < OUT; ++o) acc[t][o] = 0.0f;
-        for (int fd = 0; fd < p.fil[0]; ++fd) {
-            const int sa = src_coord(a, fd, p.stride[0], p.pad[0], p.dil[0], se[0], BACKWARD);
-            if (sa < 0) continue;
+        for_each_tap<FH, FW, BACKWARD>(p, se, a, b, [&](int fd, int fh, int fw, int sa, int sb) {
+            float wv[KG][CG];
+            load_tap(p, w, g, fd, fh, fw, wv);
 #pragma unroll
-            for (int fh = 0; fh < FH; ++fh) {
-                const int sb = src_coord(b, fh, p.stride[1], p.pad[1], p.dil[1], se[1], BACKWARD);
-                if (sb < 0) continue;
+            for (int t = 0; t < TW; ++t) {
+                const int sc = src_coord(w0 + t, fw, p.stride[2], p.pad[2], p.dil[2], se[2], BACKWARD);
+                if (w0 + t >= de[2] || sc < 0) continue;
+                float v[IN];
+                load_row<IN>(src + offset(ss, n, g * IN, sa, sb, sc), v);
 #pragma unroll
-                for (int fw = 0; fw < FW; ++fw) {
-                    float wv[KG][CG];
-                    load_tap(p, w, g, fd, fh, fw, wv);
+                for (int k = 0; k < KG; ++k)
 #pragma unroll
-                    for (int t = 0; t < TW; ++t) {
-                        const int sc = src_coord(w0 + t, fw, p.stride[2], p.pad[2], p.dil[2], se[2], BACKWARD);
-                        if (w0 + t >= de[2] || sc < 0) continue;
-                        float v[IN];
-                        load_row<IN>(src + offset(ss, n, g * IN, sa, sb, sc), v);
-#pragma unroll
-                        for (int k = 0; k < KG; ++k)
-#pragma unroll
-                            for (int c = 0; c < CG; ++c) {
-                                if constexpr (BACKWARD)
-                                    acc[t][c] += v[k] * wv[k][c];
-                                else
-                                    acc[t][k] += v[c] * wv[k][c];
-                            }
+                    for (int c = 0; c < CG; ++c) {
+                        if constexpr (BACKWARD)
+                            acc[t][c] += v[k] * wv[k][c];
+                        else
+                            acc[t][k] += v[c] * wv[k][c];
                     }
-                }
             }
-        }
+        });
 #pragma unroll
         for (int t = 0; t < TW; ++t)
             if (w0 + t < de[2]) store_row<OUT>(dst + offset(ds, n, g * OUT, a, b, w0 + t), acc[t]);

@@ -1,6 +1,6 @@
 //! The tile logic without a GPU: defaults valid, configs round-trip, bad configs say why.
 
-use gconv_core::testing::small_problem;
+use gconv_core::testing::{channels_last_variants, small_problem};
 use proptest::prelude::*;
 
 use gconv_core::{ConvProblem, DataType, GconvError, Layout};
@@ -71,15 +71,9 @@ fn real_layers_get_valid_defaults() {
         "n32:c3:k64:i16x112x112:f3x7x7:s1x2x2:p1x3x3:d1x1x1",
         "n32:c960:k960:i7x7:f5x5:s1x1:p2x2:d1x1:g960",
     ];
-    for shape in shapes {
-        for direction in ["fwd", "bwd-data", "bwd-weight"] {
-            for dtype in ["bf16", "f16", "f32", "tf32"] {
-                let layout = if shape.matches('x').count() > 6 { "NDHWC" } else { "NHWC" };
-                let p = ConvProblem::from_key(&format!("v1:{direction}:{dtype}:{layout}:{shape}")).unwrap();
-                for math in maths_of(&p) {
-                    check_default(&planner(math), &p);
-                }
-            }
+    for p in shapes.into_iter().flat_map(channels_last_variants) {
+        for math in maths_of(&p) {
+            check_default(&planner(math), &p);
         }
     }
 }
