@@ -1,6 +1,8 @@
 //! MIOpenDriver's convolution flags, as MIOpen's driver/conv_driver.hpp defines them, turned
 //! into gconv problems.
 
+use std::process::ExitCode;
+
 use clap::{Args, Parser};
 use gconv_core::{ConvProblem, DataType, Direction, Layout, SpatialDim};
 
@@ -322,5 +324,39 @@ mod tests {
             let err = parse(line).expect_err(line);
             assert!(err.contains(needle), "{line}: `{needle}` not in `{err}`");
         }
+    }
+}
+
+/// A file's problems, in another dtype or some directions only.
+#[derive(Debug, Args)]
+pub struct ProblemChoice {
+    /// Run every problem in this data type instead of the file's
+    #[arg(long, value_parser = ["f32", "f16", "bf16", "tf32"])]
+    pub dtype: Option<String>,
+    /// Directions to run, comma-separated (default: those of each line)
+    #[arg(long, value_delimiter = ',', value_parser = ["fwd", "bwd-data", "bwd-weight"])]
+    pub dir: Vec<String>,
+}
+
+impl ProblemChoice {
+    /// The file's problems with the dtype and direction choices applied, each once, and the
+    /// exit code of reading them (lines that are not problems are reported and skipped).
+    pub fn problems(&self, file: &std::path::Path, tf32: bool) -> anyhow::Result<(Vec<ConvProblem>, ExitCode)> {
+        let dtype = self.dtype.as_deref().map(|d| d.parse::<DataType>().map_err(anyhow::Error::msg)).transpose()?;
+        let directions: Vec<gconv_core::Direction> =
+            self.dir.iter().map(|d| d.parse().map_err(anyhow::Error::msg)).collect::<anyhow::Result<_>>()?;
+        let mut problems: Vec<ConvProblem> = Vec::new();
+        let jobs = jobs_from_file(file, DataType::F32, &default_run_args()).map_err(anyhow::Error::msg)?;
+        let code = crate::for_each_problem(allowing_tf32(jobs, tf32), |p, _| {
+            let mut p = p.clone();
+            if let Some(dtype) = dtype {
+                p.dtype = dtype;
+            }
+            if (directions.is_empty() || directions.contains(&p.direction)) && !problems.contains(&p) {
+                problems.push(p);
+            }
+            Ok(true)
+        });
+        Ok((problems, code))
     }
 }

@@ -5,6 +5,7 @@ mod driver;
 mod explain;
 mod run;
 mod runtimes;
+mod sweep;
 mod tuning;
 
 use std::io::{IsTerminal, Write};
@@ -18,7 +19,7 @@ use gconv_tune::db::{default_user_path, Db, Warning};
 use gconv_tune::find::FindOptions;
 use gconv_tune::select::FindMode;
 
-use driver::{allowing_tf32, default_run_args, first_line, jobs_from_file, DriverArgs, Job, RunArgs};
+use driver::{allowing_tf32, default_run_args, first_line, jobs_from_file, DriverArgs, Job, ProblemChoice, RunArgs};
 
 #[derive(Debug, Parser)]
 #[command(name = "gconv", version, about = "Grouped convolutions: pick, run, time, verify, find and tune solvers")]
@@ -67,8 +68,38 @@ enum Command {
     /// Build the GPU kernels of problems ahead of time, in parallel, without using the GPU
     #[command(allow_negative_numbers = true, args_override_self = true)]
     Precompile(PrecompileCmd),
+    /// Measure every applicable solver x every config x every problem into a CSV (the learned
+    /// heuristic's training data); resumable, each candidate isolated in a worker process
+    Sweep(SweepCmd),
     /// Inspect and maintain the user database
     Db(DbCmd),
+}
+
+#[derive(Debug, Args)]
+struct SweepCmd {
+    /// Problems: driver lines or keys, one per line (`#` comments)
+    #[arg(long, value_name = "FILE", required_unless_present = "worker")]
+    problems: Option<PathBuf>,
+    /// The CSV to write; rows already in it for this device are not measured again
+    #[arg(long, value_name = "FILE", required_unless_present = "worker")]
+    out: Option<PathBuf>,
+    #[command(flatten)]
+    select: ProblemChoice,
+    /// Seconds a candidate may take (with its verification and samples) before its worker is
+    /// stopped and the row recorded as failed; building a problem's kernels may take ten times
+    /// as long
+    #[arg(long = "timeout-s", default_value_t = 60.0)]
+    timeout_s: f64,
+    /// One worker per device, each seeing only its own (CUDA_VISIBLE_DEVICES), e.g. `0,1,2,3`;
+    /// default: one worker that sees what this process sees
+    #[arg(long, value_delimiter = ',')]
+    devices: Vec<String>,
+    #[command(flatten)]
+    find: FindArgs,
+    /// Run as a worker: measure the JSON batches read from standard input (the sweep starts
+    /// its workers so)
+    #[arg(long, hide = true)]
+    worker: bool,
 }
 
 #[derive(Debug, Args)]
@@ -79,12 +110,8 @@ struct BenchCmd {
     /// Print the summary of earlier runs from their --csv files instead of measuring
     #[arg(long, value_name = "CSV", num_args = 1.., conflicts_with = "file")]
     summarize: Vec<PathBuf>,
-    /// Run every problem in this data type instead of the file's
-    #[arg(long, value_parser = ["f32", "f16", "bf16", "tf32"])]
-    dtype: Option<String>,
-    /// Directions to run, comma-separated (default: those of each line)
-    #[arg(long, value_delimiter = ',', value_parser = ["fwd", "bwd-data", "bwd-weight"])]
-    dir: Vec<String>,
+    #[command(flatten)]
+    select: ProblemChoice,
     /// How gconv's pick is made
     #[arg(long = "find-mode", default_value = "dynamic-hybrid")]
     find_mode: FindMode,
@@ -106,29 +133,6 @@ struct BenchCmd {
     find: FindArgs,
     #[command(flatten)]
     db: DbArgs,
-}
-
-impl BenchCmd {
-    /// The file's problems with the dtype and direction choices applied, each once.
-    fn problems(&self, tf32: bool) -> anyhow::Result<(Vec<ConvProblem>, ExitCode)> {
-        let dtype = self.dtype.as_deref().map(|d| d.parse::<DataType>().map_err(anyhow::Error::msg)).transpose()?;
-        let directions: Vec<gconv_core::Direction> =
-            self.dir.iter().map(|d| d.parse().map_err(anyhow::Error::msg)).collect::<anyhow::Result<_>>()?;
-        let mut problems: Vec<ConvProblem> = Vec::new();
-        let file = self.file.as_deref().context("--file names the problems")?;
-        let jobs = jobs_from_file(file, DataType::F32, &default_run_args()).map_err(anyhow::Error::msg)?;
-        let code = for_each_problem(allowing_tf32(jobs, tf32), |p, _| {
-            let mut p = p.clone();
-            if let Some(dtype) = dtype {
-                p.dtype = dtype;
-            }
-            if (directions.is_empty() || directions.contains(&p.direction)) && !problems.contains(&p) {
-                problems.push(p);
-            }
-            Ok(true)
-        });
-        Ok((problems, code))
-    }
 }
 
 #[derive(Debug, Args)]
@@ -399,7 +403,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Bench(cmd) if !cmd.summarize.is_empty() => bench::summarize_csv(&cmd.summarize),
         Command::Bench(cmd) => {
-            let (problems, parsed) = cmd.problems(tf32)?;
+            let (problems, parsed) = cmd.select.problems(cmd.file.as_deref().context("--file names the problems")?, tf32)?;
             if cmd.list {
                 problems.iter().for_each(|p| println!("{}", p.key()));
                 return Ok(parsed);
@@ -419,6 +423,26 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             let mut db = open_db(&cmd.db)?;
             tuning::precompile(rt, &mut db, cmd.problems.jobs(tf32)?, cmd.threads.map_or_else(gconv_tune::prebuild::build_threads, |n| n as usize))
+        }
+        Command::Sweep(cmd) if cmd.worker => sweep::worker(rt, &cmd.find.options(timing)),
+        Command::Sweep(cmd) => {
+            anyhow::ensure!(cmd.timeout_s.is_finite() && cmd.timeout_s > 0.0, "--timeout-s must be a positive number of seconds, got {}", cmd.timeout_s);
+            let (file, out) = (cmd.problems.as_deref().expect("required"), cmd.out.clone().expect("required"));
+            let (problems, parsed) = cmd.select.problems(file, tf32)?;
+            let mut worker_flags = vec!["--backend".to_string(), cli.backend.clone()];
+            if cli.cold_l2 {
+                worker_flags.push("--cold-l2".into());
+            }
+            let opts = sweep::SweepOptions {
+                out,
+                find: cmd.find.options(timing),
+                timeout: std::time::Duration::from_secs_f64(cmd.timeout_s),
+                devices: cmd.devices,
+                worker_flags,
+                progress: std::io::stderr().is_terminal(),
+            };
+            let code = sweep::sweep(rt, &device_line, &problems, &opts)?;
+            Ok(if parsed == ExitCode::SUCCESS { code } else { parsed })
         }
         Command::Db(cmd) => {
             let mut db = open_db(&cmd.db)?;

@@ -170,3 +170,37 @@ fn explain_lists_every_solver_with_reasons() {
     assert!(out.contains("needs G = C = K (depthwise), got G=1 C=8 K=4"), "{out}");
     assert_eq!(out.matches("key:").count(), 2, "-F 3 is fwd and bwd-data:\n{out}");
 }
+
+#[test]
+fn sweep_writes_every_candidate_once_and_resumes() {
+    let scratch = Scratch::new("sweep");
+    let problems = scratch.path("problems.txt");
+    std::fs::write(&problems, "v1:fwd:f32:NCHW:n2:c8:k8:i9x9:f3x3:s1x1:p1x1:d1x1:g2\nv1:bwd-data:f32:NHWC:n2:c6:k6:i7x7:f3x3:s2x2:p1x1:d1x1:g6\n").unwrap();
+    let out = scratch.path("sweep.csv");
+    let args = ["sweep", "--problems", problems.to_str().unwrap(), "--out", out.to_str().unwrap(), "--find-iter", "1"];
+    let first = scratch.run(&args);
+    assert!(first.status.success(), "{}{}", stdout(&first), stderr(&first));
+    let text = std::fs::read_to_string(&out).unwrap();
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    assert!(header.starts_with("kernel,problem_idx,N,C,K,G,Hi,Wi,Y,X,stride_h,stride_w,pad_h,pad_w,latency_ms,tflops,non_zero,"), "{header}");
+    let rows: Vec<&str> = lines.collect();
+    assert!(rows.len() > 2 && rows.iter().all(|r| r.contains(",ok,v1:")), "{text}");
+    assert!(rows.iter().any(|r| r.contains(",1,")) && rows.iter().any(|r| r.starts_with("cpu.") && r.contains(",0,")), "both problems: {text}");
+
+    let again = scratch.run(&args);
+    assert!(stdout(&again).contains(&format!("0 candidates to measure, {} already in", rows.len())), "{}", stdout(&again));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), text, "a resumed sweep adds nothing");
+}
+
+#[test]
+fn sweep_refuses_a_csv_that_is_not_its_own() {
+    let scratch = Scratch::new("sweep-bad");
+    let problems = scratch.path("problems.txt");
+    std::fs::write(&problems, "v1:fwd:f32:NCHW:n2:c8:k8:i9x9:f3x3:s1x1:p1x1:d1x1\n").unwrap();
+    let other = scratch.path("other.csv");
+    std::fs::write(&other, "key,time\nx,1\n").unwrap();
+    assert_rejected(&["sweep", "--problems", problems.to_str().unwrap(), "--out", other.to_str().unwrap()], "is not a sweep CSV");
+    assert_eq!(std::fs::read_to_string(&other).unwrap(), "key,time\nx,1\n", "left as it was");
+    assert_rejected(&["sweep", "--problems", problems.to_str().unwrap(), "--out", "x.csv", "--timeout-s", "0"], "--timeout-s must be a positive");
+}

@@ -9,6 +9,7 @@ pub mod measure;
 pub mod outcome;
 pub mod prebuild;
 pub mod search;
+pub mod sweep;
 pub mod select;
 pub mod tune;
 

@@ -1,0 +1,423 @@
+//! `gconv sweep`: every applicable solver x every config x every problem into one CSV, the
+//! learned heuristic's training data. Candidates run in worker processes (this binary with
+//! `sweep --worker`), one per device, so a kernel that faults or hangs costs only its own row:
+//! the worker is stopped, the row recorded as failed, and a new worker goes on with the rest.
+//! Rows already in the CSV for this device are skipped, so a stopped sweep resumes.
+
+use std::collections::{HashSet, VecDeque};
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::Context;
+use gconv_core::{Config, ConvProblem, Runtime};
+use gconv_tune::find::FindOptions;
+use gconv_tune::sweep::{candidates, sweep_problem, SweepEvent};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+/// The CSV's columns: Composable Kernel's (C and K per group, as CK counts them) and then
+/// gconv's. 1D and 2D problems fill the missing leading dimensions with size 1.
+const COLUMNS: [&str; 33] = [
+    "kernel", "problem_idx", "N", "C", "K", "G", "Hi", "Wi", "Y", "X", "stride_h", "stride_w", "pad_h", "pad_w", "latency_ms", "tflops",
+    "non_zero", "direction", "dtype", "layout", "Di", "Z", "stride_d", "pad_d", "dil_d", "dil_h", "dil_w", "solver", "config",
+    "workspace_bytes", "device", "status", "key",
+];
+/// Building a problem's kernels ahead may take this many times the per-candidate timeout.
+const BUILD_TIMEOUT_FACTOR: u32 = 10;
+
+pub struct SweepOptions {
+    pub out: PathBuf,
+    pub find: FindOptions,
+    /// Longest wait for one candidate's result before its worker is stopped.
+    pub timeout: Duration,
+    /// CUDA_VISIBLE_DEVICES of each worker; empty: one worker that sees what this process sees.
+    pub devices: Vec<String>,
+    /// The global flags a worker is started with (backend, timing).
+    pub worker_flags: Vec<String>,
+    pub progress: bool,
+}
+
+/// What the sweep sends a worker: one problem and the candidates to measure on it.
+#[derive(Serialize, Deserialize)]
+struct Batch {
+    problem: String,
+    items: Vec<(String, String)>,
+}
+
+/// What a worker answers, one JSON line each: that the batch's kernels are built, then one
+/// row per candidate, in order.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum Reply {
+    Built { built: bool },
+    Row { item: usize, status: String, ms: Option<f64>, workspace_bytes: u64 },
+}
+
+/// One problem's candidates still to measure, by solver id and config text.
+struct Pending {
+    idx: usize,
+    problem: ConvProblem,
+    items: Vec<(String, String)>,
+}
+
+pub fn sweep(rt: &dyn Runtime, device_line: &str, problems: &[ConvProblem], opts: &SweepOptions) -> anyhow::Result<ExitCode> {
+    let device = rt.device_key();
+    let done = measured_rows(&opts.out, device)?;
+    let mut queue = VecDeque::new();
+    let (mut total, mut skipped) = (0, 0);
+    for (idx, p) in problems.iter().enumerate() {
+        let key = p.key();
+        let all = candidates(rt, p);
+        let items: Vec<_> = all
+            .iter()
+            .map(|(s, c)| (s.id().to_string(), c.to_string()))
+            .filter(|(s, c)| !done.contains(&(key.clone(), s.clone(), c.clone())))
+            .collect();
+        skipped += all.len() - items.len();
+        total += items.len();
+        if !items.is_empty() {
+            queue.push_back(Pending { idx, problem: p.clone(), items });
+        }
+    }
+    println!("device:    {device_line}");
+    println!("sweep:     {} problems, {total} candidates to measure, {skipped} already in {}", problems.len(), opts.out.display());
+    let csv = Mutex::new(CsvSink::open(&opts.out)?);
+    let bar = ProgressBar::new(total as u64);
+    match opts.progress {
+        true => bar.set_style(ProgressStyle::with_template("[{bar:30}] {pos}/{len} candidates, {elapsed} spent, ETA {eta}").expect("valid template").progress_chars("=> ")),
+        false => bar.set_draw_target(indicatif::ProgressDrawTarget::hidden()),
+    }
+    let queue = Mutex::new(queue);
+    let devices: Vec<Option<&str>> = match opts.devices.is_empty() {
+        true => vec![None],
+        false => opts.devices.iter().map(|d| Some(d.as_str())).collect(),
+    };
+    let sink = |p: &Pending, i: usize, reply: RowReply| -> anyhow::Result<()> {
+        csv.lock().unwrap().row(p, &p.items[i], device, &reply)?;
+        bar.inc(1);
+        Ok(())
+    };
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = devices.iter().map(|d| scope.spawn(|| drive_worker(opts.timeout, &|| Worker::start(opts, *d), &queue, &sink))).collect();
+        workers.into_iter().try_for_each(|w| w.join().expect("a worker thread panicked"))
+    })?;
+    bar.finish_and_clear();
+    let counts = csv.into_inner().unwrap().counts;
+    println!("measured:  {} ok, {} failed or wrong, {} not run; rows in {}", counts[0], counts[1], counts[2], opts.out.display());
+    Ok(if counts[1] == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// A candidate's result as the CSV takes it.
+struct RowReply {
+    status: String,
+    ms: Option<f64>,
+    workspace_bytes: u64,
+}
+
+/// Hands the queue's problems to a worker process on `device`, one at a time, starting a new
+/// worker whenever one stops answering or exits.
+fn drive_worker(
+    timeout: Duration,
+    start: &dyn Fn() -> anyhow::Result<Worker>,
+    queue: &Mutex<VecDeque<Pending>>,
+    sink: &(dyn Fn(&Pending, usize, RowReply) -> anyhow::Result<()> + Sync),
+) -> anyhow::Result<()> {
+    let mut worker: Option<Worker> = None;
+    loop {
+        let Some(pending) = queue.lock().unwrap().pop_front() else { break };
+        let mut left: Vec<usize> = (0..pending.items.len()).collect();
+        while !left.is_empty() {
+            let w = match worker.as_mut() {
+                Some(w) => w,
+                None => worker.insert(start()?),
+            };
+            let batch = Batch { problem: pending.problem.key(), items: left.iter().map(|&i| pending.items[i].clone()).collect() };
+            w.send(&batch)?;
+            let mut answered = HashSet::new();
+            let mut built = false;
+            let stopped = loop {
+                if answered.len() == left.len() {
+                    break None;
+                }
+                let wait = if built { timeout } else { timeout * BUILD_TIMEOUT_FACTOR };
+                match w.next(wait) {
+                    Ok(Reply::Built { .. }) => built = true,
+                    Ok(Reply::Row { item, status, ms, workspace_bytes }) => {
+                        let i = *left.get(item).context("a worker answered a candidate it was not given")?;
+                        sink(&pending, i, RowReply { status, ms, workspace_bytes })?;
+                        answered.insert(item);
+                    }
+                    Err(reason) => break Some(reason),
+                }
+            };
+            let Some(reason) = stopped else { break };
+            // The first unanswered candidate was running: it gets the failure, the rest go to
+            // a new worker.
+            worker.take().expect("a worker ran").stop();
+            let first = (0..left.len()).find(|i| !answered.contains(i)).expect("a candidate was unanswered");
+            let what = if built { "" } else { " while building the problem's kernels" };
+            sink(&pending, left[first], RowReply { status: format!("failed: {reason}{what}"), ms: None, workspace_bytes: 0 })?;
+            left = (0..left.len()).filter(|i| *i > first && !answered.contains(i)).map(|i| left[i]).collect();
+        }
+    }
+    if let Some(w) = worker {
+        w.finish(timeout);
+    }
+    Ok(())
+}
+
+/// A worker process and the lines it prints, read by a thread of their own so that waiting for
+/// one can time out.
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+}
+
+impl Worker {
+    /// This binary as a worker on `device`.
+    fn start(opts: &SweepOptions, device: Option<&str>) -> anyhow::Result<Self> {
+        let exe = std::env::current_exe().context("cannot find the gconv binary to start a sweep worker")?;
+        let mut command = Command::new(exe);
+        command.args(&opts.worker_flags).args(["sweep", "--worker"]);
+        command.args(["--find-iter", &opts.find.samples.to_string(), "--workspace-limit-mib", &(opts.find.workspace_limit >> 20).to_string()]);
+        if let Some(device) = device {
+            command.env("CUDA_VISIBLE_DEVICES", device);
+        }
+        Self::spawn(command)
+    }
+
+    fn spawn(mut command: Command) -> anyhow::Result<Self> {
+        let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().context("cannot start a sweep worker")?;
+        let stdin = child.stdin.take().expect("piped");
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Worker { child, stdin, lines })
+    }
+
+    fn send(&mut self, batch: &Batch) -> anyhow::Result<()> {
+        let line = serde_json::to_string(batch)?;
+        writeln!(self.stdin, "{line}").and_then(|_| self.stdin.flush()).context("a sweep worker stopped reading")
+    }
+
+    /// The next reply, or why none came.
+    fn next(&mut self, wait: Duration) -> Result<Reply, String> {
+        match self.lines.recv_timeout(wait) {
+            Ok(line) => serde_json::from_str(&line).map_err(|e| format!("the worker printed `{line}`: {e}")),
+            Err(RecvTimeoutError::Timeout) => Err(format!("no result within {} s, the worker was stopped", wait.as_secs())),
+            Err(RecvTimeoutError::Disconnected) => match self.child.wait() {
+                Ok(status) => Err(format!("the worker exited ({status})")),
+                Err(e) => Err(format!("the worker was lost: {e}")),
+            },
+        }
+    }
+
+    fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Closes the worker's input, which ends it, and waits for it as long as for a candidate
+    /// before stopping it.
+    fn finish(mut self, wait: Duration) {
+        drop(self.stdin);
+        let deadline = std::time::Instant::now() + wait;
+        while matches!(self.child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `sweep --worker`: measures the batches read from standard input, answering on standard
+/// output. Its runtime is the one the global flags open.
+pub fn worker(rt: &dyn Runtime, find: &FindOptions) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    for line in std::io::stdin().lock().lines() {
+        let batch: Batch = serde_json::from_str(&line?).context("a sweep worker reads one JSON batch a line")?;
+        let p = ConvProblem::from_key(&batch.problem)?;
+        let mut items = Vec::new();
+        for (i, (solver, config)) in batch.items.iter().enumerate() {
+            let resolved = rt.solver(solver).map_err(|e| e.to_string()).and_then(|s| {
+                let config: Config = config.parse().map_err(|e: gconv_core::GconvError| e.to_string())?;
+                s.check_config(&p, &config).map_err(|e| e.to_string())?;
+                Ok((s, config))
+            });
+            match resolved {
+                Ok(item) => items.push((i, item)),
+                Err(reason) => reply(&mut out, &Reply::Row { item: i, status: format!("failed: {reason}"), ms: None, workspace_bytes: 0 })?,
+            }
+        }
+        let runnable: Vec<_> = items.iter().map(|(_, item)| item.clone()).collect();
+        // Standard output is the sweep's pipe: once it is gone, nobody waits for the rest.
+        let mut lost: Option<anyhow::Error> = None;
+        sweep_problem(rt, &p, &runnable, find, |event| {
+            let answer = match event {
+                SweepEvent::Built => Reply::Built { built: true },
+                SweepEvent::Measured { item, outcome, workspace_bytes } => {
+                    Reply::Row { item: items[item].0, status: outcome.status(), ms: outcome.timed_ms(), workspace_bytes }
+                }
+            };
+            if lost.is_none() {
+                lost = reply(&mut out, &answer).err();
+            }
+        })?;
+        if let Some(e) = lost {
+            return Err(e.context("the sweep stopped reading its worker"));
+        }
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn reply(out: &mut impl Write, reply: &Reply) -> anyhow::Result<()> {
+    writeln!(out, "{}", serde_json::to_string(reply)?)?;
+    out.flush()?;
+    Ok(())
+}
+
+/// The (problem key, solver, config) rows of `device` already in the CSV at `path`.
+fn measured_rows(path: &Path, device: &str) -> anyhow::Result<HashSet<(String, String, String)>> {
+    let mut done = HashSet::new();
+    if !path.exists() {
+        return Ok(done);
+    }
+    let mut reader = csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let header = reader.headers()?.clone();
+    anyhow::ensure!(header.iter().eq(COLUMNS), "{} is not a sweep CSV of this gconv (its columns differ); name a new file", path.display());
+    for row in reader.records() {
+        let row = row.with_context(|| format!("cannot read {}", path.display()))?;
+        if &row[30] == device {
+            done.insert((row[32].to_string(), row[27].to_string(), row[28].to_string()));
+        }
+    }
+    Ok(done)
+}
+
+/// The CSV, appended to a row at a time so that a stopped sweep keeps what it measured.
+struct CsvSink {
+    writer: csv::Writer<std::fs::File>,
+    /// ok, failed (or wrong), not run.
+    counts: [usize; 3],
+}
+
+impl CsvSink {
+    fn open(path: &Path) -> anyhow::Result<Self> {
+        let fresh = !path.exists() || std::fs::metadata(path)?.len() == 0;
+        let file = OpenOptions::new().create(true).append(true).open(path).with_context(|| format!("cannot write {}", path.display()))?;
+        let mut writer = csv::Writer::from_writer(file);
+        if fresh {
+            writer.write_record(COLUMNS)?;
+            writer.flush()?;
+        }
+        Ok(CsvSink { writer, counts: [0; 3] })
+    }
+
+    fn row(&mut self, pending: &Pending, (solver, config): &(String, String), device: &str, reply: &RowReply) -> anyhow::Result<()> {
+        let p = &pending.problem;
+        // Depth, height, width: missing leading dimensions are size 1.
+        let dim = |axis: usize| p.dims.len().checked_sub(3 - axis).map(|i| p.dims[i]);
+        let field = |axis: usize, get: fn(&gconv_core::SpatialDim) -> u32, absent: u32| dim(axis).map_or(absent, |d| get(&d)).to_string();
+        let tflops = reply.ms.map(|ms| format!("{:.4}", p.flops() / (ms * 1e-3) / 1e12)).unwrap_or_default();
+        let class = match reply.status.as_str() {
+            "ok" => 0,
+            s if s.starts_with("not run") => 2,
+            _ => 1,
+        };
+        self.counts[class] += 1;
+        let record = [
+            format!("{solver}:{config}"),
+            pending.idx.to_string(),
+            p.n.to_string(),
+            p.c_per_group().to_string(),
+            p.k_per_group().to_string(),
+            p.g.to_string(),
+            field(1, |d| d.input, 1),
+            field(2, |d| d.input, 1),
+            field(1, |d| d.filter, 1),
+            field(2, |d| d.filter, 1),
+            field(1, |d| d.stride, 1),
+            field(2, |d| d.stride, 1),
+            field(1, |d| d.pad, 0),
+            field(2, |d| d.pad, 0),
+            reply.ms.map(|ms| format!("{ms:.6}")).unwrap_or_default(),
+            tflops,
+            u8::from(reply.ms.is_some()).to_string(),
+            p.direction.to_string(),
+            p.dtype.to_string(),
+            p.layout.name(p.rank()).to_string(),
+            field(0, |d| d.input, 1),
+            field(0, |d| d.filter, 1),
+            field(0, |d| d.stride, 1),
+            field(0, |d| d.pad, 0),
+            field(0, |d| d.dilation, 1),
+            field(1, |d| d.dilation, 1),
+            field(2, |d| d.dilation, 1),
+            solver.clone(),
+            config.clone(),
+            reply.workspace_bytes.to_string(),
+            device.to_string(),
+            reply.status.clone(),
+            p.key(),
+        ];
+        self.writer.write_record(&record)?;
+        self.writer.flush()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Drives a stand-in worker (a shell) through one problem of three candidates and
+    /// returns each candidate's status.
+    fn statuses_with(script: &str) -> Vec<String> {
+        let problem = ConvProblem::from_key("v1:fwd:f32:NCHW:n1:c2:k2:i5x5:f3x3:s1x1:p1x1:d1x1").unwrap();
+        let items = (0..3).map(|i| ("cpu.x".to_string(), format!("c{i}"))).collect();
+        let queue = Mutex::new(VecDeque::from([Pending { idx: 0, problem, items }]));
+        let rows = Mutex::new(Vec::new());
+        let sink = |_: &Pending, i: usize, reply: RowReply| -> anyhow::Result<()> {
+            rows.lock().unwrap().push((i, reply.status));
+            Ok(())
+        };
+        let start = || {
+            let mut command = Command::new("sh");
+            command.args(["-c", script]);
+            Worker::spawn(command)
+        };
+        drive_worker(Duration::from_millis(300), &start, &queue, &sink).unwrap();
+        let mut rows = rows.into_inner().unwrap();
+        rows.sort();
+        assert_eq!(rows.iter().map(|r| r.0).collect::<Vec<_>>(), [0, 1, 2], "every candidate gets one row");
+        rows.into_iter().map(|r| r.1).collect()
+    }
+
+    #[test]
+    fn a_hanging_candidate_costs_only_its_row() {
+        // Answers the first candidate of each batch, then hangs on the next.
+        let statuses = statuses_with(r#"read batch; echo '{"built":true}'; echo '{"item":0,"status":"ok","ms":1.0,"workspace_bytes":0}'; exec sleep 30"#);
+        assert_eq!(statuses[0], "ok");
+        assert!(statuses[1].starts_with("failed: no result within"), "{statuses:?}");
+        assert_eq!(statuses[2], "ok", "a new worker takes the rest");
+    }
+
+    #[test]
+    fn a_crashing_worker_costs_only_the_running_row() {
+        let statuses = statuses_with(r#"read batch; echo '{"built":true}'; exit 3"#);
+        assert!(statuses.iter().all(|s| s.starts_with("failed: the worker exited") && s.contains('3')), "{statuses:?}");
+    }
+}

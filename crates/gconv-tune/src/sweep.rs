@@ -1,0 +1,48 @@
+//! The sweep: every applicable solver x every config of its space x every problem, each
+//! verified and fully timed by the one measurement path (no time box), as training and
+//! validation data for the learned heuristic. The process isolation, resumption and CSV are the
+//! CLI's; this is what one worker does for one problem.
+
+use gconv_core::{Config, ConvProblem, Runtime, Solver};
+
+use crate::find::{measure, FindOptions, TestBed};
+use crate::outcome::{Outcome, Skip};
+use crate::prebuild::{build_threads, prepare_in_parallel, unbuilt};
+use crate::Result;
+
+/// Every candidate the sweep measures on `p`: each applicable solver but the oracle, with
+/// every config of its space (a vendor library's: every engine config it lists).
+pub fn candidates<'r>(rt: &'r dyn Runtime, p: &ConvProblem) -> Vec<(&'r dyn Solver, Config)> {
+    rt.solvers()
+        .into_iter()
+        .filter(|s| !s.is_oracle() && s.applicable(p).is_ok())
+        .flat_map(|s| s.configs(p).map(move |c| (s, c)))
+        .collect()
+}
+
+/// What a problem's sweep has done so far.
+pub enum SweepEvent {
+    /// The kernels of every candidate are built (or failed to build: running says how).
+    Built,
+    /// Candidate `item` measured, with its workspace size.
+    Measured { item: usize, outcome: Outcome, workspace_bytes: u64 },
+}
+
+/// Builds the kernels of `items` ahead in parallel threads, then measures each on one test
+/// bed, telling `on` as it goes. A lost device ends the problem with that error.
+pub fn sweep_problem(rt: &dyn Runtime, p: &ConvProblem, items: &[(&dyn Solver, Config)], opts: &FindOptions, mut on: impl FnMut(SweepEvent)) -> Result<()> {
+    let opts = FindOptions { time_box: false, ..*opts };
+    let jobs: Vec<_> = items.iter().flat_map(|(s, c)| unbuilt(*s, p, [c.clone()])).collect();
+    prepare_in_parallel(&jobs, build_threads());
+    on(SweepEvent::Built);
+    let mut bed = TestBed::new(rt, p);
+    for (item, (solver, config)) in items.iter().enumerate() {
+        let workspace_bytes = solver.workspace_bytes(p, config);
+        let outcome = match workspace_bytes > opts.workspace_limit {
+            true => Outcome::NotRun(Skip::Workspace { bytes: workspace_bytes, limit: opts.workspace_limit }),
+            false => measure(rt, &mut bed, *solver, config, &opts, None, true)?.0,
+        };
+        on(SweepEvent::Measured { item, outcome, workspace_bytes });
+    }
+    Ok(())
+}
