@@ -187,6 +187,7 @@ fn sweep_writes_every_candidate_once_and_resumes() {
     let rows: Vec<&str> = lines.collect();
     assert!(rows.len() > 2 && rows.iter().all(|r| r.contains(",ok,v1:")), "{text}");
     assert!(rows.iter().any(|r| r.contains(",1,")) && rows.iter().any(|r| r.starts_with("cpu.") && r.contains(",0,")), "both problems: {text}");
+    assert!(rows.iter().any(|r| r.starts_with("cpu.im2col_gemm:default,")), "solvers with nothing to tune run their default: {text}");
 
     let again = scratch.run(&args);
     assert!(stdout(&again).contains(&format!("0 candidates to measure, {} already in", rows.len())), "{}", stdout(&again));

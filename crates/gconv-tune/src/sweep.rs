@@ -11,13 +11,18 @@ use crate::prebuild::{build_threads, prepare_in_parallel, unbuilt};
 use crate::Result;
 
 /// Every candidate the sweep measures on `p`: each applicable solver but the oracle, with
-/// every config of its space (a vendor library's: every engine config it lists).
+/// every config of its space (a vendor library's: every engine config it lists), or its
+/// default where it has nothing to tune.
 pub fn candidates<'r>(rt: &'r dyn Runtime, p: &ConvProblem) -> Vec<(&'r dyn Solver, Config)> {
-    rt.solvers()
-        .into_iter()
-        .filter(|s| !s.is_oracle() && s.applicable(p).is_ok())
-        .flat_map(|s| s.configs(p).map(move |c| (s, c)))
-        .collect()
+    let mut all = Vec::new();
+    for s in rt.solvers().into_iter().filter(|s| !s.is_oracle() && s.applicable(p).is_ok()) {
+        let before = all.len();
+        all.extend(s.configs(p).map(|c| (s, c)));
+        if all.len() == before {
+            all.push((s, s.default_config(p)));
+        }
+    }
+    all
 }
 
 /// What a problem's sweep has done so far.
