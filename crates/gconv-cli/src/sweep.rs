@@ -298,10 +298,12 @@ fn measured_rows(path: &Path, device: &str) -> anyhow::Result<HashSet<(String, S
     let mut reader = csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
     let header = reader.headers()?.clone();
     anyhow::ensure!(header.iter().eq(COLUMNS), "{} is not a sweep CSV of this gconv (its columns differ); name a new file", path.display());
+    let column = |name: &str| COLUMNS.iter().position(|c| *c == name).expect("a sweep column");
+    let [key, solver, config, on] = ["key", "solver", "config", "device"].map(column);
     for row in reader.records() {
         let row = row.with_context(|| format!("cannot read {}", path.display()))?;
-        if &row[30] == device {
-            done.insert((row[32].to_string(), row[27].to_string(), row[28].to_string()));
+        if &row[on] == device {
+            done.insert((row[key].to_string(), row[solver].to_string(), row[config].to_string()));
         }
     }
     Ok(done)
@@ -328,14 +330,21 @@ impl CsvSink {
 
     fn row(&mut self, pending: &Pending, (solver, config): &(String, String), device: &str, reply: &RowReply) -> anyhow::Result<()> {
         let p = &pending.problem;
-        // Depth, height, width: missing leading dimensions are size 1.
-        let dim = |axis: usize| p.dims.len().checked_sub(3 - axis).map(|i| p.dims[i]);
-        let field = |axis: usize, get: fn(&gconv_core::SpatialDim) -> u32, absent: u32| dim(axis).map_or(absent, |d| get(&d)).to_string();
+        // One field's (depth, height, width) sizes; missing leading dimensions are `absent`.
+        let sizes = |get: fn(&gconv_core::SpatialDim) -> u32, absent: u32| -> [String; 3] {
+            std::array::from_fn(|axis| p.dims.len().checked_sub(3 - axis).map_or(absent, |i| get(&p.dims[i])).to_string())
+        };
+        let [di, hi, wi] = sizes(|d| d.input, 1);
+        let [z, y, x] = sizes(|d| d.filter, 1);
+        let [stride_d, stride_h, stride_w] = sizes(|d| d.stride, 1);
+        let [pad_d, pad_h, pad_w] = sizes(|d| d.pad, 0);
+        let [dil_d, dil_h, dil_w] = sizes(|d| d.dilation, 1);
         let tflops = reply.ms.map(|ms| format!("{:.4}", p.flops() / (ms * 1e-3) / 1e12)).unwrap_or_default();
-        let class = match reply.status.as_str() {
-            "ok" => 0,
-            s if s.starts_with("not run") => 2,
-            _ => 1,
+        // Only a verified, fully timed candidate has a time.
+        let class = match (reply.ms, reply.status.starts_with("not run")) {
+            (Some(_), _) => 0,
+            (None, true) => 2,
+            (None, false) => 1,
         };
         self.counts[class] += 1;
         let record = [
@@ -345,27 +354,27 @@ impl CsvSink {
             p.c_per_group().to_string(),
             p.k_per_group().to_string(),
             p.g.to_string(),
-            field(1, |d| d.input, 1),
-            field(2, |d| d.input, 1),
-            field(1, |d| d.filter, 1),
-            field(2, |d| d.filter, 1),
-            field(1, |d| d.stride, 1),
-            field(2, |d| d.stride, 1),
-            field(1, |d| d.pad, 0),
-            field(2, |d| d.pad, 0),
+            hi,
+            wi,
+            y,
+            x,
+            stride_h,
+            stride_w,
+            pad_h,
+            pad_w,
             reply.ms.map(|ms| format!("{ms:.6}")).unwrap_or_default(),
             tflops,
             u8::from(reply.ms.is_some()).to_string(),
             p.direction.to_string(),
             p.dtype.to_string(),
             p.layout.name(p.rank()).to_string(),
-            field(0, |d| d.input, 1),
-            field(0, |d| d.filter, 1),
-            field(0, |d| d.stride, 1),
-            field(0, |d| d.pad, 0),
-            field(0, |d| d.dilation, 1),
-            field(1, |d| d.dilation, 1),
-            field(2, |d| d.dilation, 1),
+            di,
+            z,
+            stride_d,
+            pad_d,
+            dil_d,
+            dil_h,
+            dil_w,
             solver.clone(),
             config.clone(),
             reply.workspace_bytes.to_string(),
