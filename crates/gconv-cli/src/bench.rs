@@ -16,9 +16,12 @@ use gconv_tune::find::{find_reusing, measure, FindOptions, Ranked, TestBed};
 use gconv_tune::measure::{evaluate, Sampling};
 use gconv_tune::outcome::Outcome;
 use gconv_tune::select::{select, FindMode};
+use gconv_tune::heuristic::Heuristic;
 
-pub struct BenchOptions {
+pub struct BenchOptions<'m> {
     pub mode: FindMode,
+    /// Picks where nothing is measured or built yet.
+    pub model: Option<&'m dyn Heuristic>,
     pub find: FindOptions,
     pub csv: Option<PathBuf>,
     /// PyTorch's ms per problem key.
@@ -63,7 +66,7 @@ fn geomean(values: &[f64]) -> Option<f64> {
     (!values.is_empty()).then(|| (values.iter().map(|v| v.ln()).sum::<f64>() / values.len() as f64).exp())
 }
 
-pub fn bench(rt: &dyn Runtime, device_line: &str, db: &mut Db, problems: Vec<ConvProblem>, opts: &BenchOptions) -> anyhow::Result<ExitCode> {
+pub fn bench(rt: &dyn Runtime, device_line: &str, db: &mut Db, problems: Vec<ConvProblem>, opts: &BenchOptions<'_>) -> anyhow::Result<ExitCode> {
     if let Some(p) = problems.first() {
         if rt.yardstick(p)?.is_none() {
             anyhow::bail!("bench compares gconv with a vendor library, and the device ({device_line}) has none");
@@ -110,9 +113,9 @@ fn label(r: &Ranked) -> String {
 }
 
 /// One problem's row, and the stored records its pick and find could not use.
-fn bench_one(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &BenchOptions) -> anyhow::Result<(Row, Vec<Warning>)> {
+fn bench_one(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &BenchOptions<'_>) -> anyhow::Result<(Row, Vec<Warning>)> {
     let mut bed = TestBed::new(rt, p);
-    let selection = select(rt, db, &mut bed, p, opts.mode, &opts.find)?;
+    let selection = select(rt, db, &mut bed, p, opts.mode, &opts.find, opts.model)?;
     // Every candidate, what the pick's find measured already taken as it is.
     let earlier = selection.find.as_deref().unwrap_or_default();
     let mut ranking = find_reusing(rt, db, &mut bed, &FindOptions { only_prebuilt: false, ..opts.find }, earlier)?;
@@ -167,7 +170,7 @@ fn bench_one(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &BenchOptions
 /// box relative to the best of these rows so far. `verified`: a config that fails gconv's
 /// verification is left out (own kernels); otherwise it is timed and labelled (a vendor's
 /// list, which the vendor does not verify). Rows not run or failed are left out.
-fn fastest_in_full(rt: &dyn Runtime, bed: &mut TestBed<'_>, rows: &[&Ranked], verified: bool, opts: &BenchOptions) -> anyhow::Result<Option<Measured>> {
+fn fastest_in_full(rt: &dyn Runtime, bed: &mut TestBed<'_>, rows: &[&Ranked], verified: bool, opts: &BenchOptions<'_>) -> anyhow::Result<Option<Measured>> {
     let mut order: Vec<&Ranked> = rows.to_vec();
     order.sort_by(|a, b| a.outcome.any_ms().unwrap_or(f64::INFINITY).total_cmp(&b.outcome.any_ms().unwrap_or(f64::INFINITY)));
     let mut fastest: Option<Measured> = None;
@@ -189,7 +192,7 @@ fn fastest_in_full(rt: &dyn Runtime, bed: &mut TestBed<'_>, rows: &[&Ranked], ve
 
 /// A find row's time per call in full (verified when `verified`), or None where it fails, is
 /// over the time box or fails verification; only a lost device is an error.
-fn time_in_full(rt: &dyn Runtime, bed: &mut TestBed<'_>, r: &Ranked, verified: bool, best_ms: Option<f64>, opts: &BenchOptions) -> anyhow::Result<Option<f64>> {
+fn time_in_full(rt: &dyn Runtime, bed: &mut TestBed<'_>, r: &Ranked, verified: bool, best_ms: Option<f64>, opts: &BenchOptions<'_>) -> anyhow::Result<Option<f64>> {
     let (outcome, _) = measure(rt, bed, rt.solver(r.solver)?, &r.config, &opts.find, best_ms, verified)?;
     Ok(outcome.timed_ms())
 }

@@ -3,6 +3,8 @@
 mod bench;
 mod driver;
 mod explain;
+mod learn;
+mod plots;
 mod run;
 mod runtimes;
 mod sweep;
@@ -37,6 +39,10 @@ struct Cli {
     /// default the cache is warm, as PyTorch's benchmark and cuDNN's find see it)
     #[arg(long = "cold-l2", global = true)]
     cold_l2: bool,
+    /// The models that pick where nothing is measured (a folder written by `gconv train`);
+    /// default: this device's trained models in the user's cache, else the built-in ones
+    #[arg(long, value_name = "DIR", global = true)]
+    models: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -71,8 +77,87 @@ enum Command {
     /// Measure every applicable solver x every config x every problem into a CSV (the learned
     /// heuristic's training data); resumable, each candidate isolated in a worker process
     Sweep(SweepCmd),
+    /// Write a synthetic problem set covering real networks' layers, split by shape into
+    /// training and validation files
+    Problems(ProblemsCmd),
+    /// Train the heuristic's models (one per direction and dtype family) from sweep CSVs
+    Train(TrainCmd),
+    /// Measure the models' picks against the oracle on problems they never saw
+    Validate(ValidateCmd),
     /// Inspect and maintain the user database
     Db(DbCmd),
+}
+
+#[derive(Debug, Args)]
+struct ProblemsCmd {
+    /// Distinct shapes to draw
+    #[arg(long, default_value_t = 1000)]
+    count: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Largest problem in GFLOP (batch, then spatial sizes shrink to fit)
+    #[arg(long = "max-gflop", default_value_t = 20.0)]
+    max_gflop: f64,
+    /// Largest tensor in millions of elements
+    #[arg(long = "max-melements", default_value_t = 64.0)]
+    max_melements: f64,
+    /// Share of shapes, in percent, that go to validation
+    #[arg(long = "valid-percent", default_value_t = 20)]
+    valid_percent: u32,
+    #[arg(long = "train-out", value_name = "FILE")]
+    train_out: PathBuf,
+    #[arg(long = "valid-out", value_name = "FILE")]
+    valid_out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct TrainCmd {
+    /// Sweep CSVs (from `gconv sweep`, or rows exported by `gconv db export --rows`)
+    csv: Vec<PathBuf>,
+    /// Rows to add to what the models in --out were trained on; they are retrained on both
+    #[arg(long, value_name = "CSV", num_args = 1..)]
+    append: Vec<PathBuf>,
+    /// Folder to write the models to (default: this device's folder in the user's cache)
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Train on this device key's rows when the CSVs hold several devices
+    #[arg(long)]
+    device: Option<String>,
+    #[arg(long, default_value_t = 300)]
+    trees: usize,
+    #[arg(long = "max-depth", default_value_t = 6)]
+    max_depth: usize,
+    #[arg(long = "learning-rate", default_value_t = 0.1)]
+    learning_rate: f32,
+}
+
+#[derive(Debug, Args)]
+struct ValidateCmd {
+    /// The models to validate (default: as selection chooses them, see --models)
+    #[arg(long = "model", value_name = "DIR")]
+    model: Option<PathBuf>,
+    /// Problems the models never saw: driver lines or keys, one per line
+    #[arg(long, value_name = "FILE")]
+    problems: PathBuf,
+    #[command(flatten)]
+    select: ProblemChoice,
+    /// The sweep CSV of these problems: every candidate's time (the oracle's too); rows
+    /// missing from it are measured now, by the sweep
+    #[arg(long, value_name = "FILE")]
+    measured: PathBuf,
+    /// Sweep CSVs the models were trained on: validation refuses a problem whose shape is in them
+    #[arg(long, value_name = "CSV", num_args = 1..)]
+    training: Vec<PathBuf>,
+    /// Write the charts (PNG and SVG) into this folder
+    #[arg(long, value_name = "DIR")]
+    plots: Option<PathBuf>,
+    /// Measure nothing: evaluate only the rows already in --measured
+    #[arg(long = "no-measure")]
+    no_measure: bool,
+    #[arg(long = "timeout-s", default_value_t = 60.0)]
+    timeout_s: f64,
+    #[command(flatten)]
+    find: FindArgs,
 }
 
 #[derive(Debug, Args)]
@@ -232,9 +317,13 @@ struct FindCmd {
 struct TuneCmd {
     #[command(flatten)]
     problems: ProblemArgs,
-    /// exhaustive: every config; random: a seeded sample limited by --budget-count/--budget-seconds
-    #[arg(long, default_value = "exhaustive", value_parser = ["exhaustive", "random"])]
+    /// exhaustive: every config; random: a seeded sample limited by --budget-count/--budget-seconds;
+    /// model: the learned model's --top-k fastest predicted configs of each solver
+    #[arg(long, default_value = "exhaustive", value_parser = ["exhaustive", "random", "model"])]
     strategy: String,
+    /// Configs per solver the model strategy times
+    #[arg(long = "top-k", value_parser = clap::value_parser!(u64).range(1..))]
+    top_k: Option<u64>,
     /// Configs per solver (random)
     #[arg(long = "budget-count", value_parser = clap::value_parser!(u64).range(1..))]
     budget_count: Option<u64>,
@@ -373,10 +462,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let rt = rt.as_ref();
     let tf32 = cli.allow_tf32;
     let timing = TimingOptions { cold_cache: cli.cold_l2 };
+    let models = cli.models.as_deref();
     match cli.command {
-        Command::Conv(cmd) => conv(rt, &device_line, cmd, DataType::F32, tf32, timing),
-        Command::Convfp16(cmd) => conv(rt, &device_line, cmd, DataType::F16, tf32, timing),
-        Command::Convbfp16(cmd) => conv(rt, &device_line, cmd, DataType::Bf16, tf32, timing),
+        Command::Conv(cmd) => conv(rt, &device_line, cmd, DataType::F32, tf32, timing, models),
+        Command::Convfp16(cmd) => conv(rt, &device_line, cmd, DataType::F16, tf32, timing, models),
+        Command::Convbfp16(cmd) => conv(rt, &device_line, cmd, DataType::Bf16, tf32, timing, models),
         Command::Explain(cmd) => {
             let jobs = cmd.problems.jobs(tf32)?;
             println!("device:    {device_line}\n");
@@ -390,7 +480,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             tuning::find(rt, &mut db, cmd.problems.jobs(tf32)?, &cmd.find.options(timing), cmd.json)
         }
         Command::Tune(cmd) => {
-            let strategy = tuning::strategy(&cmd.strategy, cmd.budget_count, cmd.budget_seconds, cmd.seed)?;
+            let args = tuning::StrategyArgs { name: &cmd.strategy, count: cmd.budget_count, seconds: cmd.budget_seconds, seed: cmd.seed, top_k: cmd.top_k };
+            let strategy = tuning::strategy(rt, &args, models)?;
             let mut db = open_db(&cmd.db)?;
             let progress = std::io::stderr().is_terminal();
             let jobs = cmd.problems.jobs(tf32)?;
@@ -399,7 +490,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Select(cmd) => {
             let mut db = open_db(&cmd.db)?;
             let jobs = cmd.problems.jobs(tf32)?;
-            tuning::select_bench(rt, &mut db, jobs, cmd.find_mode, &cmd.find.options(timing), cmd.repeat)
+            let model = learn::heuristic(rt, models)?;
+            tuning::select_bench(rt, &mut db, jobs, cmd.find_mode, &cmd.find.options(timing), cmd.repeat, model.as_ref())
         }
         Command::Bench(cmd) if !cmd.summarize.is_empty() => bench::summarize_csv(&cmd.summarize),
         Command::Bench(cmd) => {
@@ -408,8 +500,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 problems.iter().for_each(|p| println!("{}", p.key()));
                 return Ok(parsed);
             }
+            let model = learn::heuristic(rt, models)?;
             let opts = bench::BenchOptions {
                 mode: cmd.find_mode,
+                model: model.as_ref().map(|m| m as &dyn gconv_tune::heuristic::Heuristic),
                 find: FindOptions { samples: cmd.iter, ..cmd.find.options(timing) },
                 csv: cmd.csv.clone(),
                 torch: cmd.torch_csv.as_deref().map(bench::read_torch_csv).transpose()?,
@@ -426,22 +520,38 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Sweep(cmd) if cmd.worker => sweep::worker(rt, &cmd.find.options(timing)),
         Command::Sweep(cmd) => {
-            anyhow::ensure!(cmd.timeout_s.is_finite() && cmd.timeout_s > 0.0, "--timeout-s must be a positive number of seconds, got {}", cmd.timeout_s);
             let (file, out) = (cmd.problems.as_deref().expect("required"), cmd.out.clone().expect("required"));
             let (problems, parsed) = cmd.select.problems(file, tf32)?;
-            let mut worker_flags = vec!["--backend".to_string(), cli.backend.clone()];
-            if cli.cold_l2 {
-                worker_flags.push("--cold-l2".into());
-            }
-            let opts = sweep::SweepOptions {
-                out,
-                find: cmd.find.options(timing),
-                timeout: std::time::Duration::from_secs_f64(cmd.timeout_s),
-                devices: cmd.devices,
-                worker_flags,
-                progress: std::io::stderr().is_terminal(),
-            };
+            let opts = sweep_options(&cli.backend, cli.cold_l2, out, cmd.find.options(timing), cmd.timeout_s, cmd.devices)?;
             let code = sweep::sweep(rt, &device_line, &problems, &opts)?;
+            Ok(if parsed == ExitCode::SUCCESS { code } else { parsed })
+        }
+        Command::Problems(cmd) => {
+            anyhow::ensure!(cmd.max_gflop > 0.0 && cmd.max_melements > 0.0, "--max-gflop and --max-melements must be positive");
+            let limits = gconv_heuristic::problems::Limits { max_gflop: cmd.max_gflop, max_elements: (cmd.max_melements * 1e6) as u64 };
+            learn::problems(&learn::ProblemsOptions {
+                count: cmd.count,
+                seed: cmd.seed,
+                limits,
+                valid_percent: cmd.valid_percent,
+                train_out: cmd.train_out,
+                valid_out: cmd.valid_out,
+            })
+        }
+        Command::Train(cmd) => {
+            anyhow::ensure!(cmd.trees > 0 && cmd.max_depth > 0 && cmd.learning_rate > 0.0, "--trees, --max-depth and --learning-rate must be positive");
+            let options = gconv_heuristic::train::TrainOptions { trees: cmd.trees, max_depth: cmd.max_depth, learning_rate: cmd.learning_rate, seed: 0 };
+            learn::train_models(rt, &learn::TrainArgs { csv: cmd.csv, append: cmd.append, out: cmd.out, device: cmd.device, options })
+        }
+        Command::Validate(cmd) => {
+            let set = learn::models_for(rt, cmd.model.as_deref().or(models))?.context("no model for this device: name one with --model DIR")?;
+            let (problems, parsed) = cmd.select.problems(&cmd.problems, tf32)?;
+            if !cmd.no_measure {
+                let opts = sweep_options(&cli.backend, cli.cold_l2, cmd.measured.clone(), cmd.find.options(timing), cmd.timeout_s, Vec::new())?;
+                sweep::sweep(rt, &device_line, &problems, &opts)?;
+            }
+            let args = learn::ValidateArgs { models: set, problems, measured: cmd.measured, training: cmd.training, plots: cmd.plots };
+            let code = learn::validate(&args)?;
             Ok(if parsed == ExitCode::SUCCESS { code } else { parsed })
         }
         Command::Db(cmd) => {
@@ -458,8 +568,26 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn conv(rt: &dyn Runtime, device_line: &str, cmd: ConvCmd, dtype: DataType, tf32: bool, timing: TimingOptions) -> anyhow::Result<ExitCode> {
+/// A sweep's options: its workers start with this process's backend and timing flags.
+fn sweep_options(backend: &str, cold_l2: bool, out: PathBuf, find: FindOptions, timeout_s: f64, devices: Vec<String>) -> anyhow::Result<sweep::SweepOptions> {
+    anyhow::ensure!(timeout_s.is_finite() && timeout_s > 0.0, "--timeout-s must be a positive number of seconds, got {timeout_s}");
+    let mut worker_flags = vec!["--backend".to_string(), backend.to_string()];
+    if cold_l2 {
+        worker_flags.push("--cold-l2".into());
+    }
+    Ok(sweep::SweepOptions {
+        out,
+        find,
+        timeout: std::time::Duration::from_secs_f64(timeout_s),
+        devices,
+        worker_flags,
+        progress: std::io::stderr().is_terminal(),
+    })
+}
+
+fn conv(rt: &dyn Runtime, device_line: &str, cmd: ConvCmd, dtype: DataType, tf32: bool, timing: TimingOptions, models: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
     let mut db = open_db(&cmd.db)?;
+    let model = learn::heuristic(rt, models)?;
     let jobs = allowing_tf32(
         match &cmd.file {
             Some(path) => jobs_from_file(path, dtype, &cmd.run).map_err(anyhow::Error::msg)?,
@@ -472,7 +600,7 @@ fn conv(rt: &dyn Runtime, device_line: &str, cmd: ConvCmd, dtype: DataType, tf32
     }
     let opts = cmd.find.options(timing);
     Ok(for_each_problem(jobs, |p, run_args| {
-        let report = run::run(rt, &mut db, p, run_args, cmd.find_mode, &opts)?;
+        let report = run::run(rt, &mut db, p, run_args, cmd.find_mode, &opts, model.as_ref().map(|m| m as &dyn gconv_tune::heuristic::Heuristic))?;
         print_warnings(&report.warnings);
         if cmd.json {
             let mut out = std::io::stdout().lock();

@@ -7,6 +7,7 @@ use gconv_tune::db::{Db, Warning};
 use gconv_tune::find::{FindOptions, TestBed};
 use gconv_tune::measure::{evaluate, Sampling};
 use gconv_tune::select::{forced, select, FindMode};
+use gconv_tune::heuristic::Heuristic;
 use serde::Serialize;
 
 use crate::driver::RunArgs;
@@ -43,12 +44,12 @@ pub struct Report {
     pub warnings: Vec<Warning>,
 }
 
-pub fn run(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, args: &RunArgs, mode: FindMode, opts: &FindOptions) -> anyhow::Result<Report> {
+pub fn run(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, args: &RunArgs, mode: FindMode, opts: &FindOptions, model: Option<&dyn Heuristic>) -> anyhow::Result<Report> {
     let mut bed = TestBed::new(rt, p);
     let (selection, how) = match &args.solution {
         Some(id) => (forced(rt, db, p, id)?, "forced (-S)".to_string()),
         None => {
-            let s = select(rt, db, &mut bed, p, mode, opts)?;
+            let s = select(rt, db, &mut bed, p, mode, opts, model)?;
             let how = format!("{mode}: {}", s.source.label());
             (s, how)
         }

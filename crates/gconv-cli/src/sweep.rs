@@ -14,7 +14,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::Context;
-use gconv_core::{Config, ConvProblem, Runtime};
+use gconv_core::{Config, ConvProblem, DeviceFacts, Runtime, Solver, Yardstick};
+use gconv_heuristic::measured::VendorMarks;
 use gconv_tune::find::FindOptions;
 use gconv_tune::sweep::{candidates, sweep_problem, SweepEvent};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -22,10 +23,12 @@ use serde::{Deserialize, Serialize};
 
 /// The CSV's columns: Composable Kernel's (C and K per group, as CK counts them) and then
 /// gconv's. 1D and 2D problems fill the missing leading dimensions with size 1.
-const COLUMNS: [&str; 33] = [
+/// `vendor` says, for a solver whose configs a vendor library lists (cuDNN's engines), that it
+/// is `listed` and whether the library's heuristic picks it and its find times it.
+const COLUMNS: [&str; 36] = [
     "kernel", "problem_idx", "N", "C", "K", "G", "Hi", "Wi", "Y", "X", "stride_h", "stride_w", "pad_h", "pad_w", "latency_ms", "tflops",
     "non_zero", "direction", "dtype", "layout", "Di", "Z", "stride_d", "pad_d", "dil_d", "dil_h", "dil_w", "solver", "config",
-    "workspace_bytes", "device", "status", "key",
+    "workspace_bytes", "device", "device_units", "device_mhz", "vendor", "status", "key",
 ];
 /// Building a problem's kernels ahead may take this many times the per-candidate timeout.
 const BUILD_TIMEOUT_FACTOR: u32 = 10;
@@ -58,11 +61,13 @@ enum Reply {
     Row { item: usize, status: String, ms: Option<f64>, workspace_bytes: u64 },
 }
 
-/// One problem's candidates still to measure, by solver id and config text.
+/// One problem's candidates still to measure, by solver id and config text, with their
+/// vendor marks.
 struct Pending {
     idx: usize,
     problem: ConvProblem,
     items: Vec<(String, String)>,
+    vendor: Vec<VendorMarks>,
 }
 
 pub fn sweep(rt: &dyn Runtime, device_line: &str, problems: &[ConvProblem], opts: &SweepOptions) -> anyhow::Result<ExitCode> {
@@ -73,15 +78,24 @@ pub fn sweep(rt: &dyn Runtime, device_line: &str, problems: &[ConvProblem], opts
     for (idx, p) in problems.iter().enumerate() {
         let key = p.key();
         let all = candidates(rt, p);
-        let items: Vec<_> = all
+        let yardstick = rt.yardstick(p)?;
+        let marks = |solver: &dyn Solver, config: &Config| {
+            let ours = |y: &&Yardstick| y.solver == solver.id();
+            VendorMarks {
+                listed: solver.find_times_every_config(),
+                heuristic: yardstick.as_ref().filter(ours).is_some_and(|y| y.heuristic == *config),
+                find: yardstick.as_ref().filter(ours).is_some_and(|y| y.find.contains(config)),
+            }
+        };
+        let (items, vendor): (Vec<_>, Vec<_>) = all
             .iter()
-            .map(|(s, c)| (s.id().to_string(), c.to_string()))
-            .filter(|(s, c)| !done.contains(&(key.clone(), s.clone(), c.clone())))
-            .collect();
+            .map(|(s, c)| ((s.id().to_string(), c.to_string()), marks(*s, c)))
+            .filter(|((s, c), _)| !done.contains(&(key.clone(), s.clone(), c.clone())))
+            .unzip();
         skipped += all.len() - items.len();
         total += items.len();
         if !items.is_empty() {
-            queue.push_back(Pending { idx, problem: p.clone(), items });
+            queue.push_back(Pending { idx, problem: p.clone(), items, vendor });
         }
     }
     println!("device:    {device_line}");
@@ -97,8 +111,11 @@ pub fn sweep(rt: &dyn Runtime, device_line: &str, problems: &[ConvProblem], opts
         true => vec![None],
         false => opts.devices.iter().map(|d| Some(d.as_str())).collect(),
     };
+    let facts = rt.facts();
     let sink = |p: &Pending, i: usize, reply: RowReply| -> anyhow::Result<()> {
-        csv.lock().unwrap().row(p, &p.items[i], device, &reply)?;
+        let (solver, config) = &p.items[i];
+        let row = Row { problem_idx: p.idx, problem: &p.problem, solver, config, device, facts, vendor: p.vendor[i] };
+        csv.lock().unwrap().write(&row, &reply)?;
         bar.inc(1);
         Ok(())
     };
@@ -113,10 +130,21 @@ pub fn sweep(rt: &dyn Runtime, device_line: &str, problems: &[ConvProblem], opts
 }
 
 /// A candidate's result as the CSV takes it.
-struct RowReply {
-    status: String,
-    ms: Option<f64>,
-    workspace_bytes: u64,
+pub struct RowReply {
+    pub status: String,
+    pub ms: Option<f64>,
+    pub workspace_bytes: u64,
+}
+
+/// What a CSV row says of the candidate besides its result.
+pub struct Row<'a> {
+    pub problem_idx: usize,
+    pub problem: &'a ConvProblem,
+    pub solver: &'a str,
+    pub config: &'a str,
+    pub device: &'a str,
+    pub facts: DeviceFacts,
+    pub vendor: VendorMarks,
 }
 
 /// Hands the queue's problems to a worker process on `device`, one at a time, starting a new
@@ -310,14 +338,14 @@ fn measured_rows(path: &Path, device: &str) -> anyhow::Result<HashSet<(String, S
 }
 
 /// The CSV, appended to a row at a time so that a stopped sweep keeps what it measured.
-struct CsvSink {
+pub struct CsvSink {
     writer: csv::Writer<std::fs::File>,
     /// ok, failed (or wrong), not run.
     counts: [usize; 3],
 }
 
 impl CsvSink {
-    fn open(path: &Path) -> anyhow::Result<Self> {
+    pub fn open(path: &Path) -> anyhow::Result<Self> {
         let fresh = !path.exists() || std::fs::metadata(path)?.len() == 0;
         let file = OpenOptions::new().create(true).append(true).open(path).with_context(|| format!("cannot write {}", path.display()))?;
         let mut writer = csv::Writer::from_writer(file);
@@ -328,8 +356,8 @@ impl CsvSink {
         Ok(CsvSink { writer, counts: [0; 3] })
     }
 
-    fn row(&mut self, pending: &Pending, (solver, config): &(String, String), device: &str, reply: &RowReply) -> anyhow::Result<()> {
-        let p = &pending.problem;
+    pub fn write(&mut self, row: &Row<'_>, reply: &RowReply) -> anyhow::Result<()> {
+        let p = row.problem;
         // One field's (depth, height, width) sizes; missing leading dimensions are `absent`.
         let sizes = |get: fn(&gconv_core::SpatialDim) -> u32, absent: u32| -> [String; 3] {
             std::array::from_fn(|axis| p.dims.len().checked_sub(3 - axis).map_or(absent, |i| get(&p.dims[i])).to_string())
@@ -348,8 +376,8 @@ impl CsvSink {
         };
         self.counts[class] += 1;
         let record = [
-            format!("{solver}:{config}"),
-            pending.idx.to_string(),
+            format!("{}:{}", row.solver, row.config),
+            row.problem_idx.to_string(),
             p.n.to_string(),
             p.c_per_group().to_string(),
             p.k_per_group().to_string(),
@@ -375,10 +403,13 @@ impl CsvSink {
             dil_d,
             dil_h,
             dil_w,
-            solver.clone(),
-            config.clone(),
+            row.solver.to_string(),
+            row.config.to_string(),
             reply.workspace_bytes.to_string(),
-            device.to_string(),
+            row.device.to_string(),
+            row.facts.units.to_string(),
+            row.facts.clock_mhz.to_string(),
+            row.vendor.text(),
             reply.status.clone(),
             p.key(),
         ];
@@ -397,7 +428,7 @@ mod tests {
     fn statuses_with(script: &str) -> Vec<String> {
         let problem = ConvProblem::from_key("v1:fwd:f32:NCHW:n1:c2:k2:i5x5:f3x3:s1x1:p1x1:d1x1").unwrap();
         let items = (0..3).map(|i| ("cpu.x".to_string(), format!("c{i}"))).collect();
-        let queue = Mutex::new(VecDeque::from([Pending { idx: 0, problem, items }]));
+        let queue = Mutex::new(VecDeque::from([Pending { idx: 0, problem, items, vendor: vec![VendorMarks::default(); 3] }]));
         let rows = Mutex::new(Vec::new());
         let sink = |_: &Pending, i: usize, reply: RowReply| -> anyhow::Result<()> {
             rows.lock().unwrap().push((i, reply.status));

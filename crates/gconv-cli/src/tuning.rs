@@ -11,28 +11,46 @@ use gconv_tune::find::{find as run_find, FindOptions, Ranked, TestBed};
 use gconv_tune::known::{checked, known_config};
 use gconv_tune::prebuild::{prepare_in_parallel, BuildJob};
 use gconv_tune::search::{Exhaustive, Random, SearchStrategy};
+use gconv_tune::heuristic::Heuristic;
 use gconv_tune::select::{select, FindMode};
+use gconv_heuristic::rank::{ModelGuided, ModelHeuristic};
 use gconv_tune::tune::{tune as run_tune, Progress};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::driver::Job;
 use crate::{for_each_problem, print_warnings, DbAction};
 
-pub fn strategy(name: &str, count: Option<u64>, seconds: Option<f64>, seed: u64) -> anyhow::Result<Box<dyn SearchStrategy>> {
-    if let Some(s) = seconds {
+pub struct StrategyArgs<'a> {
+    pub name: &'a str,
+    pub count: Option<u64>,
+    pub seconds: Option<f64>,
+    pub seed: u64,
+    pub top_k: Option<u64>,
+}
+
+pub fn strategy(rt: &dyn Runtime, a: &StrategyArgs<'_>, models: Option<&std::path::Path>) -> anyhow::Result<Box<dyn SearchStrategy>> {
+    if let Some(s) = a.seconds {
         if !(s.is_finite() && s > 0.0) {
             bail!("--budget-seconds must be a positive number of seconds, got {s}");
         }
     }
-    match name {
-        "exhaustive" if count.is_some() || seconds.is_some() => {
+    if a.top_k.is_some() && a.name != "model" {
+        bail!("--top-k applies to --strategy model");
+    }
+    match a.name {
+        "exhaustive" | "model" if a.count.is_some() || a.seconds.is_some() => {
             bail!("--budget-count and --budget-seconds apply to --strategy random")
         }
         "exhaustive" => Ok(Box::new(Exhaustive)),
-        _ if count.is_none() && seconds.is_none() => {
+        "model" => {
+            let top_k = a.top_k.context("--strategy model times the model's best K configs of each solver: give --top-k K")? as usize;
+            let models = crate::learn::models_for(rt, models)?.context("--strategy model needs a model for this device: train one with `gconv train` or name one with --models")?;
+            Ok(Box::new(ModelGuided { models, facts: rt.facts(), top_k }))
+        }
+        _ if a.count.is_none() && a.seconds.is_none() => {
             bail!("--strategy random needs a budget: --budget-count N and/or --budget-seconds S")
         }
-        _ => Ok(Box::new(Random { count: count.map(|c| c as usize), seconds, seed })),
+        _ => Ok(Box::new(Random { count: a.count.map(|c| c as usize), seconds: a.seconds, seed: a.seed })),
     }
 }
 
@@ -141,33 +159,61 @@ pub fn select_bench(
     mode: FindMode,
     opts: &FindOptions,
     repeat: u32,
+    model: Option<&ModelHeuristic>,
 ) -> anyhow::Result<ExitCode> {
     let mut problems: Vec<ConvProblem> = Vec::new();
     let code = for_each_problem(jobs, |p, _| {
         problems.push(p.clone());
         Ok(true)
     });
+    let heuristic = model.map(|m| m as &dyn Heuristic);
+    if let Some(m) = heuristic {
+        println!("model:     {}", m.describe());
+    }
     // The warm-up pass prints each pick; it may benchmark (in modes other than fast) and fills
     // statement caches, so the timed passes measure selection from a warm db.
     for p in &problems {
-        let s = select(rt, db, &mut TestBed::new(rt, p), p, mode, opts)?;
+        let s = select(rt, db, &mut TestBed::new(rt, p), p, mode, opts, heuristic)?;
         print_warnings(&s.warnings);
         println!("{}  ->  {} {} ({}, config {})", p.key(), s.solution.solver_id, s.solution.config, s.source.label(), s.origin.label());
     }
     if problems.is_empty() {
         return Ok(code);
     }
-    let start = Instant::now();
-    for _ in 0..repeat {
-        for p in &problems {
-            select(rt, db, &mut TestBed::new(rt, p), p, mode, opts)?;
+    let percentiles = |mut us: Vec<f64>| {
+        us.sort_by(f64::total_cmp);
+        let at = |q: f64| us[((us.len() - 1) as f64 * q).round() as usize];
+        format!("p50 {:.2} us, p99 {:.2} us", at(0.5), at(0.99))
+    };
+    let timed = |f: &mut dyn FnMut(&ConvProblem) -> anyhow::Result<()>| -> anyhow::Result<Vec<f64>> {
+        let mut us = Vec::with_capacity(problems.len() * repeat as usize);
+        for _ in 0..repeat {
+            for p in &problems {
+                let start = Instant::now();
+                f(p)?;
+                us.push(start.elapsed().as_secs_f64() * 1e6);
+            }
         }
+        Ok(us)
+    };
+    println!("
+selection ({} problems x {repeat} repeats, warm db):", problems.len());
+    if let Some(m) = model {
+        let mut candidates = 0;
+        let ranking = timed(&mut |p| {
+            candidates += m.rank_now(rt, p).map_or(0, |r| r.candidates.len());
+            Ok(())
+        })?;
+        let per_problem = candidates as f64 / (problems.len() as f64 * f64::from(repeat));
+        println!("  model ranking, no memo:   {} ({per_problem:.0} candidates per problem)", percentiles(ranking));
+        let memo = timed(&mut |p| {
+            m.rank(rt, p);
+            Ok(())
+        })?;
+        println!("  model ranking, memo hit:  {}", percentiles(memo));
     }
-    let per_problem_us = start.elapsed().as_secs_f64() * 1e6 / (f64::from(repeat) * problems.len() as f64);
-    println!(
-        "\nselection: {per_problem_us:.2} us per problem ({mode} mode, {} problems x {repeat} repeats, warm db)",
-        problems.len()
-    );
+    let full = timed(&mut |p| select(rt, db, &mut TestBed::new(rt, p), p, mode, opts, heuristic).map(|_| ()).map_err(Into::into))?;
+    println!("  {mode} selection (built solutions cached): {}", percentiles(full));
     Ok(code)
 }
 

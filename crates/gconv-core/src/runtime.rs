@@ -108,6 +108,15 @@ pub struct Yardstick {
     pub find: Vec<Config>,
 }
 
+/// What a performance model knows of a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+pub struct DeviceFacts {
+    /// SMs of a GPU, threads of a CPU.
+    pub units: u32,
+    /// Clock in MHz; 0 where unknown.
+    pub clock_mhz: u32,
+}
+
 /// A backend on one device.
 pub trait Runtime: Send + Sync {
     /// `cpu`, `cuda`: the name `--backend` takes.
@@ -116,6 +125,7 @@ pub trait Runtime: Send + Sync {
     fn device_key(&self) -> &str;
     /// One line for people: the device, its properties.
     fn describe(&self) -> String;
+    fn facts(&self) -> DeviceFacts;
     /// Whether a database record's device key names a device of this backend, so that this
     /// runtime's solvers judge it (`db prune`).
     fn owns_device_key(&self, key: &str) -> bool;

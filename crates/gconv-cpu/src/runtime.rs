@@ -39,6 +39,11 @@ impl Runtime for CpuRuntime {
         &self.key
     }
 
+    /// The clock is left unknown: /proc/cpuinfo gives the current, not the peak, frequency.
+    fn facts(&self) -> gconv_core::DeviceFacts {
+        gconv_core::DeviceFacts { units: self.device.threads as u32, clock_mhz: 0 }
+    }
+
     fn describe(&self) -> String {
         format!("cpu: {} ({}, {} threads)", self.device.model, self.device.simd, self.device.threads)
     }

@@ -35,6 +35,8 @@ pub struct CudaDevice {
     /// Compute capability (major, minor).
     pub capability: (i32, i32),
     pub sm_count: u32,
+    /// Peak SM clock.
+    pub clock_mhz: u32,
     /// What one SM holds, for occupancy.
     pub sm: SmLimits,
     /// Bytes of L2 cache: a cold-cache timing flushes twice this much.
@@ -75,7 +77,7 @@ impl CudaDevice {
         }
         let ordinal = 0;
         // SAFETY: plain driver queries with valid out-pointers; no context is created.
-        let (name, capability, sm_count, sm, l2_bytes, driver_version) = unsafe {
+        let (name, capability, sm_count, clock_mhz, sm, l2_bytes, driver_version) = unsafe {
             driver("cuInit", cu::cuInit(0))?;
             let mut count = 0;
             driver("cuDeviceGetCount", cu::cuDeviceGetCount(&mut count))?;
@@ -94,6 +96,7 @@ impl CudaDevice {
             use cu::CUdevice_attribute as A;
             let capability = (attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?, attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?);
             let sms = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+            let clock_mhz = attr(A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)? as u32 / 1000;
             let sm = SmLimits {
                 registers: attr(A::CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR)? as u32,
                 warps: attr(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)? as u32 / 32,
@@ -105,7 +108,7 @@ impl CudaDevice {
             let l2 = attr(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u64;
             let mut version = 0;
             driver("cuDriverGetVersion", cu::cuDriverGetVersion(&mut version))?;
-            (name, capability, sms, sm, l2, version)
+            (name, capability, sms, clock_mhz, sm, l2, version)
         };
         let mut nvrtc_version = (0, 0);
         // SAFETY: valid out-pointers.
@@ -118,6 +121,7 @@ impl CudaDevice {
             name,
             capability,
             sm_count,
+            clock_mhz,
             sm,
             l2_bytes,
             driver_version,

@@ -63,6 +63,10 @@ impl Runtime for CudaRuntime {
         &self.key
     }
 
+    fn facts(&self) -> gconv_core::DeviceFacts {
+        gconv_core::DeviceFacts { units: self.device.sm_count, clock_mhz: self.device.clock_mhz }
+    }
+
     fn describe(&self) -> String {
         let d = &self.device;
         let cudnn = d.cudnn_version.map_or("no cuDNN".to_string(), |v| format!("cuDNN {}.{}.{}", v / 10000, v / 100 % 100, v % 100));

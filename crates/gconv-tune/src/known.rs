@@ -15,6 +15,8 @@ pub enum ConfigOrigin {
     Tuned,
     /// Found by find among a vendor library's configs (find times every one of them).
     Found,
+    /// The learned model's fastest predicted config.
+    Predicted,
 }
 
 impl ConfigOrigin {
@@ -23,6 +25,7 @@ impl ConfigOrigin {
             ConfigOrigin::Default => "default",
             ConfigOrigin::Tuned => "tuned (perf-db)",
             ConfigOrigin::Found => "found by find",
+            ConfigOrigin::Predicted => "predicted by the model",
         }
     }
 }

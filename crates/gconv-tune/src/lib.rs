@@ -4,6 +4,7 @@
 pub mod db;
 mod error;
 pub mod find;
+pub mod heuristic;
 pub mod known;
 pub mod measure;
 pub mod outcome;

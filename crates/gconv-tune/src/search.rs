@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use gconv_core::{Config, ConvProblem};
+use gconv_core::{Config, ConvProblem, Solver};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -13,7 +13,7 @@ pub trait SearchStrategy {
     /// Text for reports, e.g. `random(count=20)`.
     fn describe(&self) -> String;
     /// The configs to measure, in order, drawn from `space` (every valid config).
-    fn schedule(&self, p: &ConvProblem, solver: &str, space: Vec<Config>) -> Vec<Config>;
+    fn schedule(&self, p: &ConvProblem, solver: &dyn Solver, space: Vec<Config>) -> Vec<Config>;
     /// Wall-clock budget per solver; measuring stops when it is spent.
     fn time_budget(&self) -> Option<Duration> {
         None
@@ -28,7 +28,7 @@ impl SearchStrategy for Exhaustive {
         "exhaustive".into()
     }
 
-    fn schedule(&self, _p: &ConvProblem, _solver: &str, space: Vec<Config>) -> Vec<Config> {
+    fn schedule(&self, _p: &ConvProblem, _solver: &dyn Solver, space: Vec<Config>) -> Vec<Config> {
         space
     }
 }
@@ -52,9 +52,9 @@ impl SearchStrategy for Random {
         format!("random({})", parts.join(", "))
     }
 
-    fn schedule(&self, p: &ConvProblem, solver: &str, mut space: Vec<Config>) -> Vec<Config> {
+    fn schedule(&self, p: &ConvProblem, solver: &dyn Solver, mut space: Vec<Config>) -> Vec<Config> {
         // The same problem and solver draw the same sample, so a resumed run continues it.
-        let seed = self.seed ^ u64::from_le_bytes(fnv1a(&format!("{}|{solver}", p.key())));
+        let seed = self.seed ^ u64::from_le_bytes(fnv1a(&format!("{}|{}", p.key(), solver.id())));
         space.shuffle(&mut SmallRng::seed_from_u64(seed));
         space.truncate(self.count.unwrap_or(usize::MAX));
         space

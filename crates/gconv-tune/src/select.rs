@@ -8,6 +8,7 @@ use gconv_core::{ConvProblem, Runtime, Solution};
 
 use crate::db::{Db, RecordKey, Table, Warning};
 use crate::find::{find, FindOptions, Ranked, TestBed};
+use crate::heuristic::{Heuristic, Predicted};
 use crate::known::{checked, known_config, origin_of, ConfigOrigin};
 use crate::Result;
 
@@ -15,7 +16,8 @@ use crate::Result;
 pub enum FindMode {
     /// Benchmark every candidate.
     Normal,
-    /// The find-db, else the rule; never benchmark.
+    /// The find-db, else the learned model's pick (the rule where no model covers the
+    /// problem); never benchmark.
     Fast,
     /// The find-db, else a normal find.
     Hybrid,
@@ -58,6 +60,8 @@ pub enum Source {
     FindDb,
     /// A find run now.
     Find,
+    /// The learned model's fastest predicted candidate that builds.
+    Model,
     /// The first applicable solver in priority order whose workspace fits.
     Rule,
     /// Named by the caller (`-S`).
@@ -69,6 +73,7 @@ impl Source {
         match self {
             Source::FindDb => "find-db",
             Source::Find => "find (benchmarked now)",
+            Source::Model => "model",
             Source::Rule => "rule",
             Source::Forced => "forced (-S)",
         }
@@ -92,8 +97,17 @@ pub fn forced(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, id: &str) -> Resul
     Ok(Selection { solution: rt.build(id, p, known.config)?, source: Source::Forced, origin: known.origin, find: None, warnings })
 }
 
-/// Selects by `mode`; a find runs on `bed`, whose data the caller may reuse.
-pub fn select(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, p: &ConvProblem, mode: FindMode, opts: &FindOptions) -> Result<Selection> {
+/// Selects by `mode`; a find runs on `bed`, whose data the caller may reuse. Where nothing is
+/// measured, `model` picks, else the rule.
+pub fn select(
+    rt: &dyn Runtime,
+    db: &mut Db,
+    bed: &mut TestBed<'_>,
+    p: &ConvProblem,
+    mode: FindMode,
+    opts: &FindOptions,
+    model: Option<&dyn Heuristic>,
+) -> Result<Selection> {
     let mut warnings = Vec::new();
     if mode != FindMode::Normal {
         if let Some(selection) = from_find_db(rt, db, p, &mut warnings)? {
@@ -101,15 +115,15 @@ pub fn select(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, p: &ConvProb
         }
     }
     if mode == FindMode::Fast {
-        return by_rule(rt, db, p, opts.workspace_limit, warnings);
+        return unmeasured(rt, db, p, opts.workspace_limit, model, warnings);
     }
     let only_prebuilt = mode == FindMode::DynamicHybrid;
     let ranking = find(rt, db, bed, &FindOptions { only_prebuilt, ..*opts })?;
     warnings.extend(ranking.warnings);
     let Some(best) = ranking.rows.iter().find(|r| r.outcome.timed_ms().is_some()) else {
         if only_prebuilt {
-            // Nothing is built yet: build only what the rule picks.
-            return by_rule(rt, db, p, opts.workspace_limit, warnings);
+            // Nothing is built yet: build only what the model (or the rule) picks.
+            return unmeasured(rt, db, p, opts.workspace_limit, model, warnings);
         }
         return Err(gconv_core::GconvError::Backend(format!("no candidate ran successfully for {}", p.key())).into());
     };
@@ -144,17 +158,53 @@ fn from_find_db(rt: &dyn Runtime, db: &Db, p: &ConvProblem, warnings: &mut Vec<W
     Ok(None)
 }
 
+/// The model's pick where a model covers the problem, else the rule's.
+fn unmeasured(rt: &dyn Runtime, db: &Db, p: &ConvProblem, workspace_limit: u64, model: Option<&dyn Heuristic>, warnings: Vec<Warning>) -> Result<Selection> {
+    match model.and_then(|m| m.rank(rt, p)) {
+        Some(ranking) => by_model(rt, db, p, &ranking.candidates, workspace_limit, warnings),
+        None => by_rule(rt, db, p, workspace_limit, warnings),
+    }
+}
+
+/// Builds the candidates in predicted order until one builds within the workspace limit: a
+/// vendor engine from the model's list may not support this problem, which only its plan says.
+/// A solver tuned for the problem runs its tuned config: measured beats predicted.
+fn by_model(rt: &dyn Runtime, db: &Db, p: &ConvProblem, ranked: &[Predicted], workspace_limit: u64, warnings: Vec<Warning>) -> Result<Selection> {
+    let mut reasons = Vec::new();
+    for candidate in ranked {
+        let (config, origin) = match rt.solver(&candidate.solver).map(|s| known_config(db, rt.device_key(), s, p)) {
+            Ok(Ok(known)) if known.origin == ConfigOrigin::Tuned => (known.config, known.origin),
+            _ => (candidate.config.clone(), ConfigOrigin::Predicted),
+        };
+        match rt.build(&candidate.solver, p, config) {
+            Ok(solution) if solution.workspace_bytes <= workspace_limit => {
+                return Ok(Selection { solution, source: Source::Model, origin, find: None, warnings });
+            }
+            Ok(solution) => reasons.push(format!("{} {}: workspace {} B", candidate.solver, candidate.config, solution.workspace_bytes)),
+            Err(e) => reasons.push(format!("{} {}: {e}", candidate.solver, candidate.config)),
+        }
+    }
+    let tried = if reasons.is_empty() { "the model ranked no candidate".to_string() } else { reasons.join("; ") };
+    Err(gconv_core::GconvError::Backend(format!("no candidate the model ranked for {} could be built: {tried}", p.key())).into())
+}
+
 fn by_rule(rt: &dyn Runtime, db: &Db, p: &ConvProblem, workspace_limit: u64, mut warnings: Vec<Warning>) -> Result<Selection> {
     let mut candidates: Vec<_> = rt.solvers().into_iter().filter(|s| s.applicable(p).is_ok()).collect();
     // Oracles and fallbacks run only when nothing else can.
     candidates.sort_by_key(|s| (s.is_oracle(), s.is_fallback()));
+    let mut reasons = Vec::new();
     for solver in candidates {
         let known = known_config(db, rt.device_key(), solver, p)?;
         warnings.extend(known.skipped);
-        if solver.workspace_bytes(p, &known.config) <= workspace_limit {
-            let solution = rt.build(solver.id(), p, known.config)?;
-            return Ok(Selection { solution, source: Source::Rule, origin: known.origin, find: None, warnings });
+        if solver.workspace_bytes(p, &known.config) > workspace_limit {
+            continue;
+        }
+        // A vendor library that lists no engine for the problem has no config to build.
+        match rt.build(solver.id(), p, known.config) {
+            Ok(solution) => return Ok(Selection { solution, source: Source::Rule, origin: known.origin, find: None, warnings }),
+            Err(e) => reasons.push(format!("{}: {e}", solver.id())),
         }
     }
-    Err(gconv_core::GconvError::Backend(format!("no solver can run {} within the workspace limit of {workspace_limit} bytes", p.key())).into())
+    let why = if reasons.is_empty() { String::new() } else { format!(" ({})", reasons.join("; ")) };
+    Err(gconv_core::GconvError::Backend(format!("no solver can run {} within the workspace limit of {workspace_limit} bytes{why}", p.key())).into())
 }

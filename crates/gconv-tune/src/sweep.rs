@@ -12,13 +12,13 @@ use crate::Result;
 
 /// Every candidate the sweep measures on `p`: each applicable solver but the oracle, with
 /// every config of its space (a vendor library's: every engine config it lists), or its
-/// default where it has nothing to tune.
+/// default where it has nothing to tune (a vendor library listing nothing has no candidate).
 pub fn candidates<'r>(rt: &'r dyn Runtime, p: &ConvProblem) -> Vec<(&'r dyn Solver, Config)> {
     let mut all = Vec::new();
     for s in rt.solvers().into_iter().filter(|s| !s.is_oracle() && s.applicable(p).is_ok()) {
         let before = all.len();
         all.extend(s.configs(p).map(|c| (s, c)));
-        if all.len() == before {
+        if all.len() == before && !s.find_times_every_config() {
             all.push((s, s.default_config(p)));
         }
     }

@@ -94,7 +94,7 @@ pub fn tune(
     for solver in tunable(rt, p) {
         let id = solver.id();
         let space: Vec<Config> = solver.configs(p).collect();
-        let schedule = strategy.schedule(p, id, space);
+        let schedule = strategy.schedule(p, solver, space);
         let earlier = db.trials(&record_key, id)?;
         let mut report = SolverTuning {
             solver: id.to_string(),

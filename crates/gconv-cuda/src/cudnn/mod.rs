@@ -45,9 +45,11 @@ pub struct Candidates {
     pub none_because: Option<String>,
 }
 
+/// A problem's operation graph, and its engine configs once listed: a plan needs only the
+/// graph, so a config named by a model is planned without asking cuDNN's heuristics.
 struct Problem {
     graph: Arc<OpGraph>,
-    candidates: Arc<Candidates>,
+    candidates: Option<Arc<Candidates>>,
 }
 
 struct State {
@@ -105,15 +107,24 @@ impl Cudnn {
         }
     }
 
+    /// Whether cuDNN accepts the problem's operation graph (without listing its engines).
+    pub fn supports(&self, p: &ConvProblem) -> Result<()> {
+        self.with_state(|state| problem(state, p).map(|_| ()))
+    }
+
     /// The problem's engine configs, listed once per process.
     pub fn candidates(&self, p: &ConvProblem) -> Result<Arc<Candidates>> {
-        self.with_state(|state| Ok(problem(state, p)?.candidates.clone()))
+        self.with_state(|state| {
+            let entry = problem(state, p)?;
+            let graph = entry.graph.clone();
+            Ok(entry.candidates.get_or_insert_with(|| Arc::new(list(&graph, p))).clone())
+        })
     }
 
     /// The candidates when they are already listed, without asking cuDNN.
     pub fn known_candidates(&self, p: &ConvProblem) -> Option<Arc<Candidates>> {
         let guard = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        guard.as_ref()?.as_ref().ok()?.problems.get(p).map(|e| e.candidates.clone())
+        guard.as_ref()?.as_ref().ok()?.problems.get(p)?.candidates.clone()
     }
 
     /// The plan of a config, built once per process.
@@ -132,13 +143,12 @@ impl Cudnn {
     }
 }
 
-fn problem<'s>(state: &'s mut State, p: &ConvProblem) -> Result<&'s Problem> {
+fn problem<'s>(state: &'s mut State, p: &ConvProblem) -> Result<&'s mut Problem> {
     if !state.problems.contains_key(p) {
         let graph = OpGraph::new(&state.handle, p)?;
-        let candidates = Arc::new(list(&graph, p));
-        state.problems.insert(p.clone(), Problem { graph, candidates });
+        state.problems.insert(p.clone(), Problem { graph, candidates: None });
     }
-    Ok(&state.problems[p])
+    Ok(state.problems.get_mut(p).expect("inserted"))
 }
 
 fn plan(state: &mut State, p: &ConvProblem, config: &Config) -> Result<Arc<Plan>> {

@@ -1,0 +1,230 @@
+//! The learned heuristic's commands: `gconv problems` (synthetic sets, split by shape),
+//! `gconv train` (models from sweep CSVs) and `gconv validate` (the model against the oracle).
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use gconv_core::{ConvProblem, Runtime};
+use gconv_heuristic::measured::{self, Measured};
+use gconv_heuristic::model::{device_folder, ModelSet};
+use gconv_heuristic::problems::{is_validation, shape_key, synthetic, Limits};
+use gconv_heuristic::rank::ModelHeuristic;
+use gconv_heuristic::train::{train, TrainOptions};
+use gconv_heuristic::validate::{by_class, by_direction_and_dtype, evaluate, summarize, Outcome, Summary};
+use gconv_tune::db::default_cache_dir;
+
+/// A problem as a driver line (all three directions: `-F 0`).
+pub fn driver_line(p: &ConvProblem) -> String {
+    let layout = p.layout.name(p.rank());
+    let [n, c, k, g] = [p.n, p.c, p.k, p.g];
+    let mut line = match p.rank() {
+        3 => format!("conv --spatial_dim 3 -n {n} -c {c} -k {k} -g {g}"),
+        1 => format!("conv --spatial_dim 1 -n {n} -c {c} -k {k} -g {g}"),
+        _ => format!("conv -n {n} -c {c} -k {k} -g {g}"),
+    };
+    // Long option names, outermost dimension first; 1D problems use the width's.
+    let names: &[[&str; 5]] = &[
+        ["in_d", "fil_d", "conv_stride_d", "pad_d", "dilation_d"],
+        ["in_h", "fil_h", "conv_stride_h", "pad_h", "dilation_h"],
+        ["in_w", "fil_w", "conv_stride_w", "pad_w", "dilation_w"],
+    ];
+    for (d, names) in p.dims.iter().zip(&names[3 - p.rank()..]) {
+        for (name, value) in names.iter().zip([d.input, d.filter, d.stride, d.pad, d.dilation]) {
+            let _ = write!(line, " --{name} {value}");
+        }
+    }
+    let _ = write!(line, " -I {layout}");
+    line
+}
+
+pub struct ProblemsOptions {
+    pub count: usize,
+    pub seed: u64,
+    pub limits: Limits,
+    pub valid_percent: u32,
+    pub train_out: PathBuf,
+    pub valid_out: PathBuf,
+}
+
+/// Writes a synthetic set split by shape into a training and a validation file.
+pub fn problems(opts: &ProblemsOptions) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(opts.valid_percent <= 100, "--valid-percent is a share in percent, got {}", opts.valid_percent);
+    let all = synthetic(opts.count, opts.seed, opts.limits);
+    let header = |what: &str| {
+        format!(
+            "# gconv problems --count {} --seed {} --max-gflop {} --valid-percent {}: the {what} shapes (split by a hash of each shape,\n# whatever its direction or dtype). Every line runs all three directions.\n",
+            opts.count, opts.seed, opts.limits.max_gflop, opts.valid_percent
+        )
+    };
+    let (valid, train): (Vec<&ConvProblem>, Vec<&ConvProblem>) = all.iter().partition(|p| is_validation(p, opts.valid_percent));
+    for (path, set, what) in [(&opts.train_out, &train, "training"), (&opts.valid_out, &valid, "validation")] {
+        let body: String = set.iter().map(|p| driver_line(p) + "\n").collect();
+        std::fs::write(path, header(what) + &body).with_context(|| format!("cannot write {}", path.display()))?;
+        println!("{}: {} {what} shapes", path.display(), set.len());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub struct TrainArgs {
+    pub csv: Vec<PathBuf>,
+    /// Rows to add to the sources of the models already in `out`.
+    pub append: Vec<PathBuf>,
+    pub out: Option<PathBuf>,
+    pub device: Option<String>,
+    pub options: TrainOptions,
+}
+
+/// Where a device's own trained models go by default.
+pub fn user_models_dir(device: &str) -> PathBuf {
+    default_cache_dir().join("models").join(device_folder(device))
+}
+
+pub fn train_models(rt: &dyn Runtime, args: &TrainArgs) -> anyhow::Result<ExitCode> {
+    let mut sources: Vec<PathBuf> = args.csv.clone();
+    if !args.append.is_empty() {
+        let dir = args.out.as_deref().context("--append retrains the models of --out DIR: name it")?;
+        let earlier = ModelSet::read_dir(dir)?;
+        let mut known: Vec<PathBuf> = Vec::new();
+        for source in earlier.models.iter().flat_map(|m| &m.manifest.sources) {
+            let path = PathBuf::from(source);
+            anyhow::ensure!(path.exists(), "{} was trained on {source}, which is no longer there: retrain from the sweep CSVs instead", dir.display());
+            if !known.contains(&path) {
+                known.push(path);
+            }
+        }
+        sources.splice(0..0, known);
+        sources.extend(args.append.iter().cloned());
+    }
+    anyhow::ensure!(!sources.is_empty(), "name the sweep CSVs to train on");
+    let mut rows = measured::read(&sources)?;
+    let devices: HashSet<String> = rows.iter().filter(|r| r.ms.is_some()).map(|r| r.device.clone()).collect();
+    let device = match (&args.device, devices.len()) {
+        (Some(d), _) => d.clone(),
+        (None, 1) => devices.into_iter().next().expect("one device"),
+        (None, 0) => anyhow::bail!("the CSVs hold no timed row"),
+        (None, _) => anyhow::bail!("the CSVs hold rows of {} devices; choose one with --device:\n  {}", devices.len(), devices.into_iter().collect::<Vec<_>>().join("\n  ")),
+    };
+    rows.retain(|r| r.device == device);
+    let out = args.out.clone().unwrap_or_else(|| user_models_dir(&device));
+    let source_names: Vec<String> = sources.iter().map(|p| p.display().to_string()).collect();
+    let started = std::time::Instant::now();
+    let models = train(&rows, &source_names, &args.options)?;
+    let written = ModelSet::write_dir(&models, &out)?;
+    println!("device:    {device}{}", if device == rt.device_key() { " (this one)" } else { "" });
+    println!("trained:   {} models in {:.1} s", models.len(), started.elapsed().as_secs_f64());
+    println!("  {:<22} {:>8} {:>9} {:>7} {:>6} {:>10}", "model", "rows", "problems", "shapes", "trees", "rmse(ln)");
+    for (m, path) in models.iter().zip(&written) {
+        println!(
+            "  {:<22} {:>8} {:>9} {:>7} {:>6} {:>10.3}   {}",
+            m.file_name(),
+            m.manifest.rows,
+            m.manifest.problems,
+            m.manifest.shapes,
+            m.manifest.trees,
+            m.manifest.train_rmse,
+            path.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The model set selection uses on `rt`: the folder named, else this device's trained models
+/// in the user's cache, else the built-in models of this device or its kind.
+pub fn models_for(rt: &dyn Runtime, dir: Option<&Path>) -> anyhow::Result<Option<ModelSet>> {
+    if let Some(dir) = dir {
+        return Ok(Some(ModelSet::read_dir(dir)?));
+    }
+    let user = user_models_dir(rt.device_key());
+    if user.is_dir() {
+        return Ok(Some(ModelSet::read_dir(&user)?));
+    }
+    let sets: Vec<ModelSet> = ModelSet::embedded()?.into_iter().filter(|s| s.models.iter().all(|m| rt.owns_device_key(&m.device))).collect();
+    Ok(ModelSet::for_device(sets, rt.device_key()))
+}
+
+/// The heuristic of [`models_for`], if any.
+pub fn heuristic(rt: &dyn Runtime, dir: Option<&Path>) -> anyhow::Result<Option<ModelHeuristic>> {
+    Ok(models_for(rt, dir)?.map(ModelHeuristic::new))
+}
+
+pub struct ValidateArgs {
+    pub models: ModelSet,
+    pub problems: Vec<ConvProblem>,
+    /// The sweep CSV of the problems (measured where rows are missing).
+    pub measured: PathBuf,
+    pub training: Vec<PathBuf>,
+    pub plots: Option<PathBuf>,
+}
+
+fn percent(v: f64) -> String {
+    format!("{:.1}", 100.0 * v)
+}
+
+fn print_summary(label: &str, s: &Summary) {
+    let vs = |v: Option<(f64, usize)>| v.map_or("-".to_string(), |(x, n)| format!("{x:.3}x ({n})"));
+    let heuristic = s.vendor_heuristic_efficiency.map_or("-".to_string(), |(m, med, p10)| format!("{} / {} / {}", percent(m), percent(med), percent(p10)));
+    println!(
+        "  {label:<20} {:>5}  {:>6} {:>6} {:>6}  {:>6} {:>6}  {:>15} {:>15}  {heuristic}",
+        s.problems,
+        percent(s.mean),
+        percent(s.median),
+        percent(s.p10),
+        percent(s.top1),
+        percent(s.top5),
+        vs(s.vs_vendor_heuristic),
+        vs(s.vs_vendor_find)
+    );
+}
+
+/// Evaluates the models on measured problems, refusing problems whose shape they trained on.
+pub fn validate(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
+    let wanted: HashSet<String> = args.problems.iter().map(|p| p.key()).collect();
+    let mut rows: Vec<Measured> = measured::read(std::slice::from_ref(&args.measured))?;
+    rows.retain(|r| wanted.contains(&r.problem.key()) && args.models.models.iter().any(|m| m.device == r.device));
+    anyhow::ensure!(!rows.is_empty(), "{} holds no row of these problems measured on the models' device ({})", args.measured.display(), args.models.device());
+    if !args.training.is_empty() {
+        let trained: HashSet<String> = measured::read(&args.training)?.iter().map(|r| shape_key(&r.problem)).collect();
+        let seen: Vec<&ConvProblem> = args.problems.iter().filter(|p| trained.contains(&shape_key(p))).collect();
+        anyhow::ensure!(seen.is_empty(), "{} of the validation problems have a training shape, e.g. {}", seen.len(), seen[0].summary());
+    }
+    let outcomes = evaluate(&args.models, &rows);
+    anyhow::ensure!(!outcomes.is_empty(), "no measured problem is covered by the models (directions and dtypes differ)");
+    println!("models:    {} (trained on {})", args.models.origin, args.models.device());
+    println!("problems:  {} measured of {} asked; efficiency = oracle time / pick time; the pick is the model's first-ranked candidate that ran", outcomes.len(), args.problems.len());
+    println!("\n  {:<20} {:>5}  {:>6} {:>6} {:>6}  {:>6} {:>6}  {:>15} {:>15}  vendor heuristic mean/median/P10 %", "", "n", "mean%", "med%", "P10%", "top1%", "top5%", "vs vendor heur", "vs vendor find");
+    for ((direction, dtype), group) in by_direction_and_dtype(&outcomes) {
+        print_summary(&format!("{direction} {dtype}"), &summarize(&group).expect("a non-empty group"));
+    }
+    println!();
+    for (class, group) in by_class(&outcomes) {
+        print_summary(class, &summarize(&group).expect("a non-empty group"));
+    }
+    let all: Vec<&Outcome> = outcomes.iter().collect();
+    print_summary("all", &summarize(&all).expect("outcomes"));
+    println!("\n  (vs vendor: geomean of the vendor's time over the pick's, > 1 where the pick is faster; in brackets the problems with both)");
+    let mut worst: Vec<&Outcome> = outcomes.iter().collect();
+    worst.sort_by(|a, b| a.efficiency().total_cmp(&b.efficiency()));
+    println!("\nworst 10:");
+    for o in worst.iter().take(10) {
+        println!(
+            "  {:>5}%  pick {} {} {:.4} ms, oracle {} {} {:.4} ms  {}",
+            percent(o.efficiency()),
+            o.pick.0,
+            o.pick.1,
+            o.pick_ms,
+            o.oracle.0,
+            o.oracle.1,
+            o.oracle_ms,
+            o.problem.summary()
+        );
+    }
+    if let Some(dir) = &args.plots {
+        for path in crate::plots::validation(&outcomes, dir)? {
+            println!("plot:      {}", path.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

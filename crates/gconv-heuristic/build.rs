@@ -1,0 +1,31 @@
+//! Embeds the repository's trained models (data/models/<device>/*.json) in the library, so a
+//! gconv binary selects by model wherever it runs.
+
+use std::fmt::Write;
+use std::path::Path;
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/models");
+    println!("cargo:rerun-if-changed={}", root.display());
+    let mut files = Vec::new();
+    if let Ok(devices) = std::fs::read_dir(&root) {
+        for device in devices.flatten().filter(|d| d.path().is_dir()) {
+            println!("cargo:rerun-if-changed={}", device.path().display());
+            for file in std::fs::read_dir(device.path()).into_iter().flatten().flatten() {
+                if file.path().extension().is_some_and(|e| e == "json") {
+                    files.push(file.path());
+                }
+            }
+        }
+    }
+    files.sort();
+    let mut out = String::from("/// The models in data/models: (device folder, file name, contents).\npub static EMBEDDED: &[(&str, &str, &str)] = &[\n");
+    for path in files {
+        let path = path.canonicalize().expect("a listed file");
+        let device = path.parent().and_then(|d| d.file_name()).and_then(|n| n.to_str()).expect("a device folder");
+        let name = path.file_name().and_then(|n| n.to_str()).expect("a file name");
+        writeln!(out, "    ({device:?}, {name:?}, include_str!({:?})),", path.display().to_string()).unwrap();
+    }
+    out.push_str("];\n");
+    std::fs::write(Path::new(&std::env::var("OUT_DIR").unwrap()).join("embedded.rs"), out).unwrap();
+}

@@ -1,0 +1,171 @@
+//! Features of a (problem, solver, config) candidate on a device: the problem's sizes, its
+//! implicit GEMM, the solver (one-hot), every config field as its own feature, and what a tile
+//! config implies (padding waste, blocks against the device's units and wave quantisation,
+//! split-K, workspace). A model's [`FeatureSpec`] fixes the columns, so the same function
+//! makes training rows and selection rows.
+
+use gconv_core::{Config, ConvProblem, DataType, DeviceFacts, Direction, Layout};
+use serde::{Deserialize, Serialize};
+
+/// Bumped whenever a feature's meaning or order changes: a model of another version is refused.
+pub const FEATURE_VERSION: u32 = 1;
+
+/// The problem's columns, in order.
+const PROBLEM_FEATURES: [&str; 33] = [
+    "n", "c_per_group", "k_per_group", "groups", "depthwise", "rank", "channels_last", "dtype", "in_d", "in_h", "in_w", "out_d", "out_h",
+    "out_w", "filter_d", "filter_h", "filter_w", "stride_d", "stride_h", "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w",
+    "gemm_m", "gemm_n", "gemm_k", "gflop", "mbytes", "flop_per_byte", "reduction", "units", "clock_mhz",
+];
+/// What a tile config implies, after the config fields.
+const TILE_FEATURES: [&str; 9] = ["waste_m", "waste_n", "waste_k", "blocks", "waves", "wave_efficiency", "split_k", "k_per_split", "workspace_mb"];
+
+/// The columns of a model: the problem's, one per solver, one per config field name seen in
+/// training, then the tile columns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FeatureSpec {
+    pub version: u32,
+    pub solvers: Vec<String>,
+    pub fields: Vec<String>,
+}
+
+/// The per-problem part of a row, computed once and shared by all of a problem's candidates.
+#[derive(Debug, Clone)]
+pub struct ProblemRow {
+    values: [f64; PROBLEM_FEATURES.len()],
+    gemm: [f64; 3],
+    groups: f64,
+    units: f64,
+}
+
+impl ProblemRow {
+    pub fn new(p: &ConvProblem, device: DeviceFacts) -> Self {
+        let dim = |field: fn(&gconv_core::SpatialDim) -> u32, axis: usize| -> f64 {
+            p.dims.len().checked_sub(3 - axis).map_or(1.0, |i| f64::from(field(&p.dims[i])))
+        };
+        let out = p.output_dims();
+        let out_dim = |axis: usize| out.len().checked_sub(3 - axis).map_or(1.0, |i| f64::from(out[i]));
+        let taps: f64 = p.dims.iter().map(|d| f64::from(d.filter)).product();
+        let in_pixels: f64 = p.dims.iter().map(|d| f64::from(d.input)).product();
+        let out_pixels: f64 = out.iter().map(|&o| f64::from(o)).product();
+        let (n, cg, kg) = (f64::from(p.n), f64::from(p.c_per_group()), f64::from(p.k_per_group()));
+        // The implicit GEMM per group (rows, columns, reduction), as gconv's igemm lays it out.
+        let gemm = match p.direction {
+            Direction::Forward => [n * out_pixels, kg, cg * taps],
+            Direction::BackwardData => [n * in_pixels, cg, kg * taps],
+            Direction::BackwardWeight => [kg, cg * taps, n * out_pixels],
+        };
+        let dtype = match p.dtype {
+            DataType::F32 => 0.0,
+            DataType::Tf32 => 1.0,
+            DataType::F16 => 2.0,
+            DataType::Bf16 => 3.0,
+        };
+        let values = [
+            n,
+            cg,
+            kg,
+            f64::from(p.g),
+            f64::from(u8::from(p.is_depthwise())),
+            p.rank() as f64,
+            f64::from(u8::from(p.layout == Layout::Nhwc)),
+            dtype,
+            dim(|d| d.input, 0),
+            dim(|d| d.input, 1),
+            dim(|d| d.input, 2),
+            out_dim(0),
+            out_dim(1),
+            out_dim(2),
+            dim(|d| d.filter, 0),
+            dim(|d| d.filter, 1),
+            dim(|d| d.filter, 2),
+            dim(|d| d.stride, 0),
+            dim(|d| d.stride, 1),
+            dim(|d| d.stride, 2),
+            dim(|d| d.pad, 1),
+            dim(|d| d.pad, 2),
+            dim(|d| d.dilation, 1),
+            dim(|d| d.dilation, 2),
+            gemm[0],
+            gemm[1],
+            gemm[2],
+            p.flops() * 1e-9,
+            p.bytes() * 1e-6,
+            p.flops() / p.bytes(),
+            p.reduction_length() as f64,
+            f64::from(device.units),
+            f64::from(device.clock_mhz),
+        ];
+        ProblemRow { values, gemm, groups: f64::from(p.g), units: f64::from(device.units.max(1)) }
+    }
+}
+
+impl FeatureSpec {
+    pub fn new(solvers: Vec<String>, fields: Vec<String>) -> Self {
+        FeatureSpec { version: FEATURE_VERSION, solvers, fields }
+    }
+
+    pub fn width(&self) -> usize {
+        PROBLEM_FEATURES.len() + self.solvers.len() + self.fields.len() + TILE_FEATURES.len()
+    }
+
+    /// Every column's name, for reports and the model file.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = PROBLEM_FEATURES.iter().map(|s| s.to_string()).collect();
+        names.extend(self.solvers.iter().map(|s| format!("solver={s}")));
+        names.extend(self.fields.iter().map(|f| format!("config.{f}")));
+        names.extend(TILE_FEATURES.iter().map(|s| s.to_string()));
+        names
+    }
+
+    /// Appends one candidate's row to `out`. A config field the candidate does not have, and a
+    /// tile column of a config without a tile, is NaN (missing, to the trees). `workspace` is
+    /// `None` where it is known only once the vendor library plans the config.
+    pub fn push_row(&self, problem: &ProblemRow, solver: &str, config: &Config, workspace: Option<u64>, out: &mut Vec<f64>) {
+        out.extend_from_slice(&problem.values);
+        out.extend(self.solvers.iter().map(|s| f64::from(u8::from(s == solver))));
+        out.extend(self.fields.iter().map(|f| config.get(f).map_or(f64::NAN, f64::from)));
+        let field = |name: &str| config.get(name).map(f64::from);
+        let [m, n, k] = problem.gemm;
+        let mut tile = [f64::NAN; TILE_FEATURES.len()];
+        // Configs that name a GEMM tile call its sides bm, bn, bk and the split-K slices ks.
+        if let (Some(bm), Some(bn)) = (field("bm"), field("bn")) {
+            let splits = field("ks").unwrap_or(1.0);
+            let (rows, cols) = ((m / bm).ceil(), (n / bn).ceil());
+            let blocks = rows * cols * problem.groups * splits;
+            let waves = blocks / problem.units;
+            tile[0] = rows * bm / m;
+            tile[1] = cols * bn / n;
+            tile[2] = field("bk").map_or(f64::NAN, |bk| (k / bk).ceil() * bk / k);
+            tile[3] = blocks;
+            tile[4] = waves;
+            tile[5] = waves / waves.ceil();
+            tile[6] = splits;
+            tile[7] = k / splits;
+        }
+        tile[8] = workspace.map_or(f64::NAN, |w| w as f64 * 1e-6);
+        out.extend_from_slice(&tile);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_has_every_column_and_missing_fields_are_nan() {
+        let p = ConvProblem::from_key("v1:fwd:f32:NHWC:n8:c64:k128:i28x28:f3x3:s1x1:p1x1:d1x1").unwrap();
+        let spec = FeatureSpec::new(vec!["a".into(), "b".into()], vec!["bm".into(), "bn".into(), "eng".into()]);
+        let problem = ProblemRow::new(&p, DeviceFacts { units: 132, clock_mhz: 1980 });
+        let mut row = Vec::new();
+        spec.push_row(&problem, "b", &Config::new([("bm", 128), ("bn", 64)]), Some(0), &mut row);
+        assert_eq!(row.len(), spec.width());
+        assert_eq!(spec.names().len(), spec.width());
+        let at = |name: &str| row[spec.names().iter().position(|n| n == name).unwrap()];
+        assert_eq!((at("solver=a"), at("solver=b")), (0.0, 1.0));
+        assert_eq!(at("gemm_m"), 8.0 * 28.0 * 28.0);
+        assert!(at("config.eng").is_nan() && at("waste_k").is_nan());
+        // 6272 rows in 49 tiles of 128, 128 columns in 2 of 64: 98 blocks on 132 SMs.
+        assert_eq!(at("blocks"), 98.0);
+        assert!((at("wave_efficiency") - 98.0 / 132.0).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,199 @@
+//! A model: gradient-boosted trees predicting the log of a candidate's time, for one device,
+//! direction and data-type family, with its feature spec, the gconv version that trained it and
+//! its training manifest. A device's models live together in one folder,
+//! `data/models/<device>/<direction>-<family>.json`; the repository's are embedded in gconv.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use gconv_core::{Config, ConvProblem, DataType, DeviceFacts, Direction};
+use serde::{Deserialize, Serialize};
+
+use crate::features::{FeatureSpec, FEATURE_VERSION};
+use crate::forest::Forest;
+use crate::{Error, Result};
+
+include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
+
+/// Bumped when the file's layout changes.
+pub const MODEL_FORMAT: u32 = 1;
+
+/// Data types whose times one model predicts: fp32 (exact and TF32) or 16-bit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    Fp32,
+    Half,
+}
+
+impl Family {
+    pub const ALL: [Family; 2] = [Family::Fp32, Family::Half];
+
+    pub fn of(dtype: DataType) -> Self {
+        match dtype {
+            DataType::F32 | DataType::Tf32 => Family::Fp32,
+            DataType::F16 | DataType::Bf16 => Family::Half,
+        }
+    }
+
+    pub fn token(self) -> &'static str {
+        match self {
+            Family::Fp32 => "fp32",
+            Family::Half => "half",
+        }
+    }
+}
+
+/// What a model was trained on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Timed candidates it learned from.
+    pub rows: usize,
+    /// Problems (a shape in one direction and dtype) and distinct shapes among them.
+    pub problems: usize,
+    pub shapes: usize,
+    /// The sweep CSVs read, in order.
+    pub sources: Vec<String>,
+    pub trees: usize,
+    pub max_depth: usize,
+    pub learning_rate: f32,
+    /// Root-mean-square error of log time on the training rows.
+    pub train_rmse: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Model {
+    pub format: u32,
+    pub gconv_version: String,
+    /// The device key it was trained on.
+    pub device: String,
+    pub device_facts: DeviceFacts,
+    pub direction: Direction,
+    pub family: Family,
+    pub spec: FeatureSpec,
+    /// For solvers whose configs a vendor library lists per problem (cuDNN's engine tags): every
+    /// config seen in training, the candidates selection ranks without asking the library.
+    pub listed: BTreeMap<String, Vec<String>>,
+    pub manifest: Manifest,
+    pub forest: Forest,
+}
+
+impl Model {
+    pub fn file_name(&self) -> String {
+        format!("{}-{}.json", self.direction, self.family.token())
+    }
+
+    pub fn covers(&self, p: &ConvProblem) -> bool {
+        self.direction == p.direction && self.family == Family::of(p.dtype)
+    }
+
+    pub fn from_json(text: &str, origin: &str) -> Result<Self> {
+        let bad = |reason: String| Error::BadModel { origin: origin.to_string(), reason };
+        let model: Model = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+        if model.format != MODEL_FORMAT || model.spec.version != FEATURE_VERSION {
+            return Err(bad(format!(
+                "written in model format {} with features v{}; this gconv reads format {MODEL_FORMAT}, features v{FEATURE_VERSION} (retrain with `gconv train`)",
+                model.format, model.spec.version
+            )));
+        }
+        model.forest.check(model.spec.width()).map_err(bad)?;
+        Ok(model)
+    }
+
+    /// The listed configs of `solver`, parsed.
+    pub fn listed_configs(&self, solver: &str) -> Vec<Config> {
+        self.listed.get(solver).into_iter().flatten().filter_map(|c| c.parse().ok()).collect()
+    }
+}
+
+/// One device's models, and where they were read from.
+#[derive(Debug, Clone)]
+pub struct ModelSet {
+    pub origin: String,
+    pub models: Vec<Model>,
+}
+
+impl ModelSet {
+    /// The models of a folder (every `*.json` in it).
+    pub fn read_dir(dir: &Path) -> Result<Self> {
+        let entries = std::fs::read_dir(dir).map_err(|e| Error::Io { path: dir.to_path_buf(), source: e })?;
+        let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "json")).collect();
+        paths.sort();
+        let models = paths
+            .iter()
+            .map(|path| {
+                let text = std::fs::read_to_string(path).map_err(|e| Error::Io { path: path.clone(), source: e })?;
+                Model::from_json(&text, &path.display().to_string())
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if models.is_empty() {
+            return Err(Error::BadModel { origin: dir.display().to_string(), reason: "the folder holds no model (*.json)".into() });
+        }
+        Ok(ModelSet { origin: dir.display().to_string(), models })
+    }
+
+    /// The sets embedded from the repository's data/models, one per device folder.
+    pub fn embedded() -> Result<Vec<Self>> {
+        let mut sets: Vec<ModelSet> = Vec::new();
+        for (device, name, text) in EMBEDDED {
+            let origin = format!("data/models/{device} (built in)");
+            let model = Model::from_json(text, &format!("data/models/{device}/{name}"))?;
+            match sets.iter_mut().find(|s| s.origin == origin) {
+                Some(set) => set.models.push(model),
+                None => sets.push(ModelSet { origin, models: vec![model] }),
+            }
+        }
+        Ok(sets)
+    }
+
+    /// Writes each model as `<direction>-<family>.json` into `dir`.
+    pub fn write_dir(models: &[Model], dir: &Path) -> Result<Vec<PathBuf>> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::Io { path: dir.to_path_buf(), source: e })?;
+        models
+            .iter()
+            .map(|m| {
+                let path = dir.join(m.file_name());
+                let text = serde_json::to_string(m).expect("a model serialises");
+                let temp = path.with_extension("json.tmp");
+                std::fs::write(&temp, text).and_then(|_| std::fs::rename(&temp, &path)).map_err(|e| Error::Io { path: path.clone(), source: e })?;
+                Ok(path)
+            })
+            .collect()
+    }
+
+    /// The set for a device: trained on that device key, else on a device of the same kind
+    /// (backend and GPU architecture or CPU SIMD level, the first and third fields of a key).
+    pub fn for_device(sets: Vec<ModelSet>, device: &str) -> Option<ModelSet> {
+        fn kind(key: &str) -> (Option<&str>, Option<&str>) {
+            let fields: Vec<&str> = key.split(':').collect();
+            (fields.first().copied(), fields.get(2).copied())
+        }
+        let device_of = |s: &ModelSet| s.models.first().map(|m| m.device.clone()).unwrap_or_default();
+        let exact = sets.iter().position(|s| device_of(s) == device);
+        let alike = || sets.iter().position(|s| kind(&device_of(s)) == kind(device));
+        exact.or_else(alike).map(|i| sets.into_iter().nth(i).expect("an index of sets"))
+    }
+
+    pub fn model(&self, p: &ConvProblem) -> Option<&Model> {
+        self.models.iter().find(|m| m.covers(p))
+    }
+
+    pub fn device(&self) -> &str {
+        self.models.first().map_or("", |m| m.device.as_str())
+    }
+}
+
+/// A device key as a folder name: the GPU or CPU name and architecture, lowercase, dashed.
+pub fn device_folder(device: &str) -> String {
+    let fields: Vec<&str> = device.split(':').collect();
+    let named: String = fields.iter().take(3).copied().collect::<Vec<_>>().join("-");
+    let mut out = String::new();
+    for c in named.chars() {
+        match c.is_ascii_alphanumeric() {
+            true => out.push(c.to_ascii_lowercase()),
+            false if !out.ends_with('-') => out.push('-'),
+            false => {}
+        }
+    }
+    out.trim_matches('-').to_string()
+}

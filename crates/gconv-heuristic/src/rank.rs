@@ -1,0 +1,117 @@
+//! Selection by the model: every candidate the runtime offers for a problem (a listed
+//! solver's configs from the model's list, so no vendor heuristic is asked), its features,
+//! the trees' prediction, sorted; remembered per problem for the process.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use gconv_core::{Config, ConvProblem, Runtime};
+use gconv_tune::heuristic::{Heuristic, Predicted, Ranking};
+
+use crate::features::ProblemRow;
+use crate::model::{Model, ModelSet};
+
+/// A model with its listed configs parsed once.
+struct Loaded {
+    model: Model,
+    listed: HashMap<String, Vec<Config>>,
+}
+
+pub struct ModelHeuristic {
+    origin: String,
+    device: String,
+    models: Vec<Loaded>,
+    memo: Mutex<HashMap<ConvProblem, Option<Arc<Ranking>>>>,
+}
+
+impl ModelHeuristic {
+    pub fn new(set: ModelSet) -> Self {
+        let device = set.device().to_string();
+        let models = set
+            .models
+            .into_iter()
+            .map(|model| {
+                let listed = model.listed.keys().map(|s| (s.clone(), model.listed_configs(s))).collect();
+                Loaded { model, listed }
+            })
+            .collect();
+        ModelHeuristic { origin: set.origin, device, models, memo: Mutex::new(HashMap::new()) }
+    }
+
+    /// Ranks without the memo: what a first selection of a problem costs.
+    pub fn rank_now(&self, rt: &dyn Runtime, p: &ConvProblem) -> Option<Ranking> {
+        let loaded = self.models.iter().find(|l| l.model.covers(p))?;
+        let model = &loaded.model;
+        let mut candidates: Vec<(&'static str, Config)> = Vec::new();
+        let mut workspaces = Vec::new();
+        for solver in rt.solvers().into_iter().filter(|s| !s.is_oracle() && model.spec.solvers.iter().any(|id| id == s.id())) {
+            if solver.find_times_every_config() {
+                for config in loaded.listed.get(solver.id()).into_iter().flatten() {
+                    candidates.push((solver.id(), config.clone()));
+                    workspaces.push(None);
+                }
+            } else if solver.applicable(p).is_ok() {
+                let before = candidates.len();
+                candidates.extend(solver.configs(p).map(|c| (solver.id(), c)));
+                if candidates.len() == before {
+                    candidates.push((solver.id(), solver.default_config(p)));
+                }
+                workspaces.extend(candidates[before..].iter().map(|(_, c)| Some(solver.workspace_bytes(p, c))));
+            }
+        }
+        let problem = ProblemRow::new(p, rt.facts());
+        let mut rows = Vec::with_capacity(candidates.len() * model.spec.width());
+        for ((solver, config), workspace) in candidates.iter().zip(&workspaces) {
+            model.spec.push_row(&problem, solver, config, *workspace, &mut rows);
+        }
+        let mut log_ms = Vec::new();
+        model.forest.predict(&rows, model.spec.width(), &mut log_ms);
+        let mut ranked: Vec<Predicted> =
+            candidates.into_iter().zip(log_ms).map(|((solver, config), t)| Predicted { solver: solver.to_string(), config, ms: t.exp() }).collect();
+        ranked.sort_by(|a, b| a.ms.total_cmp(&b.ms));
+        Some(Ranking { candidates: ranked })
+    }
+}
+
+impl Heuristic for ModelHeuristic {
+    fn rank(&self, rt: &dyn Runtime, p: &ConvProblem) -> Option<Arc<Ranking>> {
+        if let Some(known) = self.memo.lock().unwrap_or_else(|e| e.into_inner()).get(p) {
+            return known.clone();
+        }
+        let ranking = self.rank_now(rt, p).map(Arc::new);
+        self.memo.lock().unwrap_or_else(|e| e.into_inner()).insert(p.clone(), ranking.clone());
+        ranking
+    }
+
+    fn describe(&self) -> String {
+        format!("{} (trained on {})", self.origin, self.device)
+    }
+}
+
+/// Model-guided tuning: of a solver's space, only the model's `top_k` fastest predicted
+/// configs are timed. A problem no model covers keeps the whole space.
+pub struct ModelGuided {
+    pub models: ModelSet,
+    pub facts: gconv_core::DeviceFacts,
+    pub top_k: usize,
+}
+
+impl gconv_tune::search::SearchStrategy for ModelGuided {
+    fn describe(&self) -> String {
+        format!("model(top_k={}, {})", self.top_k, self.models.origin)
+    }
+
+    fn schedule(&self, p: &ConvProblem, solver: &dyn gconv_core::Solver, space: Vec<Config>) -> Vec<Config> {
+        let Some(model) = self.models.model(p) else { return space };
+        let problem = ProblemRow::new(p, self.facts);
+        let mut rows = Vec::with_capacity(space.len() * model.spec.width());
+        for config in &space {
+            model.spec.push_row(&problem, solver.id(), config, Some(solver.workspace_bytes(p, config)), &mut rows);
+        }
+        let mut log_ms = Vec::new();
+        model.forest.predict(&rows, model.spec.width(), &mut log_ms);
+        let mut ranked: Vec<(f64, Config)> = log_ms.into_iter().zip(space).collect();
+        ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
+        ranked.into_iter().take(self.top_k).map(|(_, c)| c).collect()
+    }
+}

@@ -1,0 +1,118 @@
+//! Training: one gradient-boosted regressor of log time per direction and data-type family,
+//! from the timed rows of sweep CSVs (and rows exported from finds and tuning).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use forust_ml::objective::ObjectiveType;
+use forust_ml::{GradientBooster, Matrix};
+use gconv_core::{ConvProblem, Direction};
+
+use crate::features::{FeatureSpec, ProblemRow};
+use crate::forest::Forest;
+use crate::measured::Measured;
+use crate::model::{Family, Manifest, Model, MODEL_FORMAT};
+use crate::problems::shape_key;
+use crate::{Error, Result};
+
+#[derive(Debug, Clone, Copy)]
+pub struct TrainOptions {
+    pub trees: usize,
+    pub max_depth: usize,
+    pub learning_rate: f32,
+    pub seed: u64,
+}
+
+impl Default for TrainOptions {
+    fn default() -> Self {
+        TrainOptions { trees: 300, max_depth: 6, learning_rate: 0.1, seed: 0 }
+    }
+}
+
+/// Trains the models of every (direction, family) the timed rows cover. All rows must come
+/// from one device; `sources` goes into each model's manifest.
+pub fn train(rows: &[Measured], sources: &[String], opts: &TrainOptions) -> Result<Vec<Model>> {
+    let timed: Vec<&Measured> = rows.iter().filter(|r| r.ms.is_some()).collect();
+    let devices: BTreeSet<&str> = timed.iter().map(|r| r.device.as_str()).collect();
+    if devices.len() > 1 {
+        return Err(Error::Training(format!("the rows come from {} devices ({}); train one device's rows at a time", devices.len(), devices.into_iter().collect::<Vec<_>>().join(", "))));
+    }
+    let mut groups: BTreeMap<(Direction, Family), Vec<&Measured>> = BTreeMap::new();
+    for row in timed {
+        groups.entry((row.problem.direction, Family::of(row.problem.dtype))).or_default().push(row);
+    }
+    if groups.is_empty() {
+        return Err(Error::Training("no timed row to learn from".into()));
+    }
+    groups.into_iter().map(|((direction, family), rows)| fit(direction, family, &rows, sources, opts)).collect()
+}
+
+fn fit(direction: Direction, family: Family, rows: &[&Measured], sources: &[String], opts: &TrainOptions) -> Result<Model> {
+    let solvers: BTreeSet<String> = rows.iter().map(|r| r.solver.clone()).collect();
+    let fields: BTreeSet<String> = rows.iter().flat_map(|r| r.config.fields().iter().map(|(n, _)| n.clone())).collect();
+    let spec = FeatureSpec::new(solvers.into_iter().collect(), fields.into_iter().collect());
+    let mut listed: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for row in rows.iter().filter(|r| r.vendor.listed) {
+        listed.entry(row.solver.clone()).or_default().insert(row.config.to_string());
+    }
+    let facts = rows[0].facts;
+    let (matrix, width) = rows_of(&spec, rows);
+    let targets: Vec<f64> = rows.iter().map(|r| r.ms.expect("timed rows").ln()).collect();
+    // forust reads columns: column j of row i at j * rows + i.
+    let mut columns = vec![0.0; matrix.len()];
+    for (i, row) in matrix.chunks_exact(width).enumerate() {
+        for (j, &v) in row.iter().enumerate() {
+            columns[j * rows.len() + i] = v;
+        }
+    }
+    let mut booster = GradientBooster::default()
+        .set_objective_type(ObjectiveType::SquaredLoss)
+        .set_iterations(opts.trees)
+        .set_learning_rate(opts.learning_rate)
+        .set_max_depth(opts.max_depth)
+        .set_seed(opts.seed)
+        .set_parallel(true);
+    let weights = vec![1.0; rows.len()];
+    booster
+        .fit(&Matrix::new(&columns, rows.len(), width), &targets, &weights, None)
+        .map_err(|e| Error::Training(format!("{direction} {}: {e}", family.token())))?;
+    let forest = Forest::from_booster(&booster);
+    let mut predicted = Vec::new();
+    forest.predict(&matrix, width, &mut predicted);
+    let train_rmse = (predicted.iter().zip(&targets).map(|(p, t)| (p - t).powi(2)).sum::<f64>() / targets.len() as f64).sqrt();
+    let problems: HashSet<&ConvProblem> = rows.iter().map(|r| &r.problem).collect();
+    let shapes: HashSet<String> = problems.iter().map(|p| shape_key(p)).collect();
+    Ok(Model {
+        format: MODEL_FORMAT,
+        gconv_version: env!("CARGO_PKG_VERSION").to_string(),
+        device: rows[0].device.clone(),
+        device_facts: facts,
+        direction,
+        family,
+        listed: listed.into_iter().map(|(s, c)| (s, c.into_iter().collect())).collect(),
+        manifest: Manifest {
+            rows: rows.len(),
+            problems: problems.len(),
+            shapes: shapes.len(),
+            sources: sources.to_vec(),
+            trees: forest.trees(),
+            max_depth: opts.max_depth,
+            learning_rate: opts.learning_rate,
+            train_rmse,
+        },
+        spec,
+        forest,
+    })
+}
+
+/// The feature rows of measured candidates, row after row, and their width. A listed
+/// solver's workspace is left out: selection knows it only once the library plans the config.
+pub fn rows_of(spec: &FeatureSpec, rows: &[&Measured]) -> (Vec<f64>, usize) {
+    let mut problem_rows: HashMap<&ConvProblem, ProblemRow> = HashMap::new();
+    let mut out = Vec::with_capacity(rows.len() * spec.width());
+    for r in rows {
+        let problem = problem_rows.entry(&r.problem).or_insert_with(|| ProblemRow::new(&r.problem, r.facts));
+        let workspace = (!r.vendor.listed).then_some(r.workspace_bytes);
+        spec.push_row(problem, &r.solver, &r.config, workspace, &mut out);
+    }
+    (out, spec.width())
+}

@@ -1,0 +1,146 @@
+//! Oracle validation: on measured problems the model never saw, how close its pick comes to
+//! the fastest candidate (the oracle), beside a vendor library's own heuristic and find.
+
+use std::collections::BTreeMap;
+
+use gconv_core::{Config, ConvProblem, DataType, Direction};
+
+use crate::measured::Measured;
+use crate::model::ModelSet;
+use crate::problems::class_of;
+use crate::train::rows_of;
+
+/// One problem's outcome.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub problem: ConvProblem,
+    pub oracle: (String, Config),
+    pub oracle_ms: f64,
+    /// The model's first-ranked candidate that ran.
+    pub pick: (String, Config),
+    pub pick_ms: f64,
+    pub predicted_ms: f64,
+    /// Position (0-based) of the oracle in the model's order of the candidates that ran.
+    pub oracle_rank: usize,
+    /// The vendor heuristic's pick and the vendor find's best, where measured.
+    pub vendor_heuristic_ms: Option<f64>,
+    pub vendor_find_ms: Option<f64>,
+    /// Predicted and measured time of every candidate that ran.
+    pub predictions: Vec<(f64, f64)>,
+}
+
+impl Outcome {
+    pub fn efficiency(&self) -> f64 {
+        self.oracle_ms / self.pick_ms
+    }
+}
+
+/// Evaluates the model on every problem of `rows` it covers (at least one timed candidate).
+pub fn evaluate(set: &ModelSet, rows: &[Measured]) -> Vec<Outcome> {
+    let mut by_problem: BTreeMap<String, Vec<&Measured>> = BTreeMap::new();
+    for row in rows {
+        by_problem.entry(row.problem.key()).or_default().push(row);
+    }
+    let mut out = Vec::new();
+    for rows in by_problem.values() {
+        let p = &rows[0].problem;
+        let Some(model) = set.model(p) else { continue };
+        let timed: Vec<&Measured> = rows.iter().copied().filter(|r| r.ms.is_some()).collect();
+        if timed.is_empty() {
+            continue;
+        }
+        let (features, width) = rows_of(&model.spec, &timed);
+        let mut log_ms = Vec::new();
+        model.forest.predict(&features, width, &mut log_ms);
+        let mut order: Vec<usize> = (0..timed.len()).collect();
+        order.sort_by(|&a, &b| log_ms[a].total_cmp(&log_ms[b]));
+        let ms = |i: usize| timed[i].ms.expect("timed");
+        let oracle = (0..timed.len()).min_by(|&a, &b| ms(a).total_cmp(&ms(b))).expect("a timed row");
+        let pick = order[0];
+        let vendor_best = |marked: fn(&Measured) -> bool| timed.iter().filter(|r| marked(r)).filter_map(|r| r.ms).min_by(f64::total_cmp);
+        out.push(Outcome {
+            problem: p.clone(),
+            oracle: (timed[oracle].solver.clone(), timed[oracle].config.clone()),
+            oracle_ms: ms(oracle),
+            pick: (timed[pick].solver.clone(), timed[pick].config.clone()),
+            pick_ms: ms(pick),
+            predicted_ms: log_ms[pick].exp(),
+            oracle_rank: order.iter().position(|&i| ms(i) <= ms(oracle)).expect("the oracle is ranked"),
+            vendor_heuristic_ms: vendor_best(|r| r.vendor.heuristic),
+            vendor_find_ms: vendor_best(|r| r.vendor.find),
+            predictions: (0..timed.len()).map(|i| (log_ms[i].exp(), ms(i))).collect(),
+        });
+    }
+    out
+}
+
+/// Efficiency statistics of a set of outcomes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Summary {
+    pub problems: usize,
+    pub mean: f64,
+    pub median: f64,
+    /// The efficiency 90% of problems reach or beat.
+    pub p10: f64,
+    pub top1: f64,
+    pub top5: f64,
+    /// Geomean of vendor heuristic time over the pick's, on problems with both (> 1: the
+    /// model's pick is faster), and how many.
+    pub vs_vendor_heuristic: Option<(f64, usize)>,
+    pub vs_vendor_find: Option<(f64, usize)>,
+    /// The vendor heuristic's own efficiency against the oracle (mean, median, P10).
+    pub vendor_heuristic_efficiency: Option<(f64, f64, f64)>,
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let at = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[at]
+}
+
+fn stats(mut values: Vec<f64>) -> (f64, f64, f64) {
+    values.sort_by(f64::total_cmp);
+    (values.iter().sum::<f64>() / values.len() as f64, quantile(&values, 0.5), quantile(&values, 0.1))
+}
+
+fn geomean_ratio(pairs: impl Iterator<Item = (f64, f64)>) -> Option<(f64, usize)> {
+    let logs: Vec<f64> = pairs.map(|(a, b)| (a / b).ln()).collect();
+    (!logs.is_empty()).then(|| ((logs.iter().sum::<f64>() / logs.len() as f64).exp(), logs.len()))
+}
+
+pub fn summarize(outcomes: &[&Outcome]) -> Option<Summary> {
+    if outcomes.is_empty() {
+        return None;
+    }
+    let (mean, median, p10) = stats(outcomes.iter().map(|o| o.efficiency()).collect());
+    let share = |hit: &dyn Fn(&Outcome) -> bool| outcomes.iter().filter(|o| hit(o)).count() as f64 / outcomes.len() as f64;
+    let heuristic: Vec<f64> = outcomes.iter().filter_map(|o| o.vendor_heuristic_ms.map(|h| o.oracle_ms / h)).collect();
+    Some(Summary {
+        problems: outcomes.len(),
+        mean,
+        median,
+        p10,
+        top1: share(&|o| o.oracle_rank == 0),
+        top5: share(&|o| o.oracle_rank < 5),
+        vs_vendor_heuristic: geomean_ratio(outcomes.iter().filter_map(|o| o.vendor_heuristic_ms.map(|h| (h, o.pick_ms)))),
+        vs_vendor_find: geomean_ratio(outcomes.iter().filter_map(|o| o.vendor_find_ms.map(|f| (f, o.pick_ms)))),
+        vendor_heuristic_efficiency: (!heuristic.is_empty()).then(|| stats(heuristic)),
+    })
+}
+
+/// Outcomes grouped by (direction, dtype), in order.
+pub fn by_direction_and_dtype(outcomes: &[Outcome]) -> BTreeMap<(Direction, DataType), Vec<&Outcome>> {
+    let mut groups: BTreeMap<(Direction, DataType), Vec<&Outcome>> = BTreeMap::new();
+    for o in outcomes {
+        groups.entry((o.problem.direction, o.problem.dtype)).or_default().push(o);
+    }
+    groups
+}
+
+/// Outcomes grouped by problem class (dense 1x1, dense, grouped, depthwise, 3D, 1D).
+pub fn by_class(outcomes: &[Outcome]) -> BTreeMap<&'static str, Vec<&Outcome>> {
+    let mut groups: BTreeMap<&'static str, Vec<&Outcome>> = BTreeMap::new();
+    for o in outcomes {
+        groups.entry(class_of(&o.problem)).or_default().push(o);
+    }
+    groups
+}
