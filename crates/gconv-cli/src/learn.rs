@@ -228,3 +228,29 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// `gconv db export --rows FILE`: this device's timed candidates from finds and tuning, as
+/// sweep CSV rows that `gconv train --append` learns from. Records of solvers or problems this
+/// gconv no longer knows are left out.
+pub fn export_rows(rt: &dyn Runtime, db: &gconv_tune::db::Db, path: &Path) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(!path.exists(), "{} exists; name a new file", path.display());
+    let records = db.timed_candidates(rt.device_key())?;
+    let mut sink = crate::sweep::CsvSink::open(path)?;
+    let mut problems: Vec<String> = Vec::new();
+    let mut written = 0;
+    for r in &records {
+        let (Ok(p), Ok(solver)) = (ConvProblem::from_key(&r.problem), rt.solver(&r.solver)) else { continue };
+        let Ok(config) = r.config.parse::<gconv_core::Config>() else { continue };
+        let problem_idx = problems.iter().position(|k| *k == r.problem).unwrap_or_else(|| {
+            problems.push(r.problem.clone());
+            problems.len() - 1
+        });
+        let vendor = gconv_heuristic::measured::VendorMarks { listed: solver.find_times_every_config(), ..Default::default() };
+        let row = crate::sweep::Row { problem_idx, problem: &p, solver: solver.id(), config: &r.config, device: rt.device_key(), facts: rt.facts(), vendor };
+        let reply = crate::sweep::RowReply { status: r.status.clone(), ms: r.time_ms, workspace_bytes: solver.workspace_bytes(&p, &config) };
+        sink.write(&row, &reply)?;
+        written += 1;
+    }
+    println!("exported {written} timed candidates of {} problems to {}", problems.len(), path.display());
+    Ok(ExitCode::SUCCESS)
+}

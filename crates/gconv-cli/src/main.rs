@@ -368,11 +368,16 @@ enum DbAction {
     Stats,
     /// Every record, readable
     Dump,
-    /// Every perf and find record as JSON lines
+    /// Every perf and find record as JSON lines, or this device's timed candidates as
+    /// training rows
     Export {
-        /// JSON lines (the one export format)
-        #[arg(long)]
+        /// JSON lines of perf and find records (the default)
+        #[arg(long, conflicts_with = "rows")]
         jsonl: bool,
+        /// Instead, a sweep CSV of every timed candidate of this device from finds and tuning,
+        /// for `gconv train --append`
+        #[arg(long, value_name = "CSV")]
+        rows: Option<PathBuf>,
         /// Write to this file instead of standard output
         #[arg(short, long)]
         output: Option<PathBuf>,
@@ -554,6 +559,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let code = learn::validate(&args)?;
             Ok(if parsed == ExitCode::SUCCESS { code } else { parsed })
         }
+        Command::Db(DbCmd { action: DbAction::Export { rows: Some(path), .. }, db }) => learn::export_rows(rt, &open_db(&db)?, &path),
         Command::Db(cmd) => {
             let mut db = open_db(&cmd.db)?;
             // Each record is judged by the solvers of the runtime that owns its device key;

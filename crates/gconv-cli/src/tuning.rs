@@ -255,7 +255,7 @@ pub fn db(db: &mut Db, action: DbAction, keep: &dyn Fn(&str, &str, &str, &str) -
                 }
             }
         }
-        DbAction::Export { jsonl: _, output } => {
+        DbAction::Export { output, .. } => {
             let count = match output {
                 Some(path) => {
                     let file = std::fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;

@@ -181,6 +181,20 @@ impl Db {
         })
     }
 
+    /// Every verified, fully timed candidate of `device` in the user layer, from finds and
+    /// tuning trials: training rows for the learned heuristic.
+    pub fn timed_candidates(&self, device: &str) -> Result<Vec<TrialRecord>> {
+        let mut stmt = self.user.prepare(
+            "SELECT problem, solver, config, time_ms FROM find WHERE device = ?1 AND status = 'ok' AND time_ms IS NOT NULL
+             UNION SELECT problem, solver, config, time_ms FROM trial WHERE device = ?1 AND status = 'ok' AND time_ms IS NOT NULL
+             ORDER BY 1, 2, 3",
+        )?;
+        let rows = stmt.query_map(params![device], |r| {
+            Ok(TrialRecord { problem: r.get(0)?, device: device.to_string(), solver: r.get(1)?, config: r.get(2)?, time_ms: r.get(3)?, status: "ok".into() })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// Every perf and find record of the user layer, in a stable order.
     pub fn records(&self) -> Result<Vec<Record>> {
         all_records(&self.user)
