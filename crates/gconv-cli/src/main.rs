@@ -154,6 +154,9 @@ struct ValidateCmd {
     /// Measure nothing: evaluate only the rows already in --measured
     #[arg(long = "no-measure")]
     no_measure: bool,
+    /// As sweep's: the oracle is then the best of the configs measured
+    #[arg(long = "configs-per-solver", value_parser = clap::value_parser!(u64).range(1..))]
+    configs_per_solver: Option<u64>,
     #[arg(long = "timeout-s", default_value_t = 60.0)]
     timeout_s: f64,
     #[command(flatten)]
@@ -179,6 +182,11 @@ struct SweepCmd {
     /// default: one worker that sees what this process sees
     #[arg(long, value_delimiter = ',')]
     devices: Vec<String>,
+    /// Measure only this many configs of each solver's own space (the same ones on every
+    /// problem where they are valid) and its default; a vendor library's list stays whole.
+    /// For breadth over shapes where a space is too large to sweep whole
+    #[arg(long = "configs-per-solver", value_parser = clap::value_parser!(u64).range(1..))]
+    configs_per_solver: Option<u64>,
     #[command(flatten)]
     find: FindArgs,
     /// Run as a worker: measure the JSON batches read from standard input (the sweep starts
@@ -527,7 +535,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sweep(cmd) => {
             let (file, out) = (cmd.problems.as_deref().expect("required"), cmd.out.clone().expect("required"));
             let (problems, parsed) = cmd.select.problems(file, tf32)?;
-            let opts = sweep_options(&cli.backend, cli.cold_l2, out, cmd.find.options(timing), cmd.timeout_s, cmd.devices)?;
+            let mut opts = sweep_options(&cli.backend, cli.cold_l2, out, cmd.find.options(timing), cmd.timeout_s, cmd.devices)?;
+            opts.configs_per_solver = cmd.configs_per_solver.map(|n| n as usize);
             let code = sweep::sweep(rt, &device_line, &problems, &opts)?;
             Ok(if parsed == ExitCode::SUCCESS { code } else { parsed })
         }
@@ -552,7 +561,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let set = learn::models_for(rt, cmd.model.as_deref().or(models))?.context("no model for this device: name one with --model DIR")?;
             let (problems, parsed) = cmd.select.problems(&cmd.problems, tf32)?;
             if !cmd.no_measure {
-                let opts = sweep_options(&cli.backend, cli.cold_l2, cmd.measured.clone(), cmd.find.options(timing), cmd.timeout_s, Vec::new())?;
+                let mut opts = sweep_options(&cli.backend, cli.cold_l2, cmd.measured.clone(), cmd.find.options(timing), cmd.timeout_s, Vec::new())?;
+                opts.configs_per_solver = cmd.configs_per_solver.map(|n| n as usize);
                 sweep::sweep(rt, &device_line, &problems, &opts)?;
             }
             let args = learn::ValidateArgs { models: set, problems, measured: cmd.measured, training: cmd.training, plots: cmd.plots };
@@ -586,6 +596,7 @@ fn sweep_options(backend: &str, cold_l2: bool, out: PathBuf, find: FindOptions, 
         find,
         timeout: std::time::Duration::from_secs_f64(timeout_s),
         devices,
+        configs_per_solver: None,
         worker_flags,
         progress: std::io::stderr().is_terminal(),
     })

@@ -40,6 +40,8 @@ pub struct SweepOptions {
     pub timeout: Duration,
     /// CUDA_VISIBLE_DEVICES of each worker; empty: one worker that sees what this process sees.
     pub devices: Vec<String>,
+    /// Sample each solver's own config space down to this many (and its default).
+    pub configs_per_solver: Option<usize>,
     /// The global flags a worker is started with (backend, timing).
     pub worker_flags: Vec<String>,
     pub progress: bool,
@@ -77,7 +79,7 @@ pub fn sweep(rt: &dyn Runtime, device_line: &str, problems: &[ConvProblem], opts
     let (mut total, mut skipped) = (0, 0);
     for (idx, p) in problems.iter().enumerate() {
         let key = p.key();
-        let all = candidates(rt, p);
+        let all = candidates(rt, p, opts.configs_per_solver);
         let yardstick = rt.yardstick(p)?;
         let marks = |solver: &dyn Solver, config: &Config| {
             let ours = |y: &&Yardstick| y.solver == solver.id();

@@ -5,12 +5,14 @@
 use forust_ml::GradientBooster;
 use serde::{Deserialize, Serialize};
 
-/// A split sends a row left when its feature is below the threshold, to `missing` when the
-/// feature is NaN; a leaf (feature `LEAF`) holds its value in `threshold`.
+/// 16 bytes, so a tree's nodes share few cache lines: a split sends a row left when its feature
+/// (as f32) is below the threshold, and a NaN feature the way the `MISSING_LEFT` bit of the
+/// feature says; a leaf (feature `LEAF`) holds its value in the threshold.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-struct Node(u32, f64, u32, u32, u32);
+struct Node(u32, f32, u32, u32);
 
 const LEAF: u32 = u32::MAX;
+const MISSING_LEFT: u32 = 1 << 31;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Forest {
@@ -21,6 +23,8 @@ pub struct Forest {
 }
 
 impl Forest {
+    /// The booster's trees. forust sends missing values to one of a split's two children
+    /// unless asked to grow a third branch, which training never asks.
     pub fn from_booster(booster: &GradientBooster) -> Self {
         let mut forest = Forest { base: booster.base_score, roots: Vec::new(), nodes: Vec::new() };
         for tree in &booster.trees {
@@ -33,8 +37,11 @@ impl Forest {
             for &i in &by_num {
                 let n = &tree.nodes[i];
                 forest.nodes.push(match n.is_leaf {
-                    true => Node(LEAF, f64::from(n.weight_value), 0, 0, 0),
-                    false => Node(n.split_feature as u32, n.split_value, index_of(n.left_child), index_of(n.right_child), index_of(n.missing_node)),
+                    true => Node(LEAF, n.weight_value, 0, 0),
+                    false => {
+                        let missing_left = if n.missing_node == n.left_child { MISSING_LEFT } else { 0 };
+                        Node(n.split_feature as u32 | missing_left, n.split_value as f32, index_of(n.left_child), index_of(n.right_child))
+                    }
                 });
             }
         }
@@ -53,11 +60,11 @@ impl Forest {
             for (value, row) in out.iter_mut().zip(rows.chunks_exact(width)) {
                 let mut node = self.nodes[root as usize];
                 while node.0 != LEAF {
-                    let x = row[node.0 as usize];
-                    let next = if x.is_nan() { node.4 } else if x < node.1 { node.2 } else { node.3 };
-                    node = self.nodes[next as usize];
+                    let x = row[(node.0 & !MISSING_LEFT) as usize] as f32;
+                    let left = if x.is_nan() { node.0 & MISSING_LEFT != 0 } else { x < node.1 };
+                    node = self.nodes[if left { node.2 } else { node.3 } as usize];
                 }
-                *value += node.1;
+                *value += f64::from(node.1);
             }
         }
     }
@@ -70,11 +77,42 @@ impl Forest {
             return Err("a tree's root is not a node".into());
         }
         for (i, node) in self.nodes.iter().enumerate() {
-            let children = [node.2, node.3, node.4];
-            if node.0 != LEAF && (node.0 as usize >= width || children.iter().any(|&c| c as usize <= i || c >= count)) {
-                return Err(format!("node {i} splits on column {} or names a child out of order", node.0));
+            let children = [node.2, node.3];
+            let feature = (node.0 & !MISSING_LEFT) as usize;
+            if node.0 != LEAF && (feature >= width || children.iter().any(|&c| c as usize <= i || c >= count)) {
+                return Err(format!("node {i} splits on column {feature} or names a child out of order"));
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use forust_ml::objective::ObjectiveType;
+    use forust_ml::Matrix;
+
+    use super::*;
+
+    #[test]
+    fn the_flat_forest_predicts_as_forust_does() {
+        // y = 3 x0 - 2 x1, with some x1 missing.
+        let rows = 200;
+        let x0: Vec<f64> = (0..rows).map(|i| (i % 17) as f64).collect();
+        let x1: Vec<f64> = (0..rows).map(|i| if i % 11 == 0 { f64::NAN } else { (i % 7) as f64 }).collect();
+        let y: Vec<f64> = x0.iter().zip(&x1).map(|(a, b)| 3.0 * a - 2.0 * if b.is_nan() { 0.0 } else { *b }).collect();
+        let columns: Vec<f64> = x0.iter().chain(&x1).copied().collect();
+        let matrix = Matrix::new(&columns, rows, 2);
+        let mut booster = GradientBooster::default().set_objective_type(ObjectiveType::SquaredLoss).set_iterations(50).set_max_depth(4);
+        booster.fit(&matrix, &y, &vec![1.0; rows], None).unwrap();
+        let forest = Forest::from_booster(&booster);
+        forest.check(2).unwrap();
+        let by_rows: Vec<f64> = (0..rows).flat_map(|i| [x0[i], x1[i]]).collect();
+        let mut ours = Vec::new();
+        forest.predict(&by_rows, 2, &mut ours);
+        for (a, b) in ours.iter().zip(booster.predict(&matrix, false)) {
+            assert!((a - b).abs() < 1e-3 * (1.0 + b.abs()), "{a} against forust's {b}");
+        }
+        assert!(forest.check(1).is_err(), "a split past the row is refused");
     }
 }

@@ -165,3 +165,36 @@ pub fn class_of(p: &ConvProblem) -> &'static str {
         _ => "dense",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits { max_gflop: 8.0, max_elements: 64_000_000 };
+
+    #[test]
+    fn the_set_is_seeded_valid_distinct_and_within_limits() {
+        let a = synthetic(300, 9, LIMITS);
+        assert_eq!(a, synthetic(300, 9, LIMITS), "the same seed draws the same set");
+        assert_eq!(a.len(), 300);
+        let shapes: std::collections::HashSet<String> = a.iter().map(shape_key).collect();
+        assert_eq!(shapes.len(), a.len(), "shapes are distinct");
+        assert!(a.iter().all(|p| p.validate().is_ok() && (p.flops() <= 8e9 || p.n == 1)), "valid, and within the limit unless already at batch 1");
+        for class in ["1D", "3D", "depthwise", "grouped", "dense 1x1", "dense"] {
+            assert!(a.iter().any(|p| class_of(p) == class), "no {class} problem drawn");
+        }
+    }
+
+    #[test]
+    fn the_split_ignores_direction_and_dtype() {
+        for p in synthetic(100, 3, LIMITS) {
+            let side = is_validation(&p, 20);
+            for direction in Direction::ALL {
+                for dtype in DataType::ALL {
+                    let q = ConvProblem { direction, dtype, ..p.clone() };
+                    assert_eq!(is_validation(&q, 20), side, "{}", q.key());
+                }
+            }
+        }
+    }
+}

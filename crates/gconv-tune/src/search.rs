@@ -66,7 +66,7 @@ impl SearchStrategy for Random {
 }
 
 /// A fixed 64-bit FNV-1a hash: stable across runs and platforms, unlike `DefaultHasher`.
-fn fnv1a(text: &str) -> [u8; 8] {
+pub(crate) fn fnv1a(text: &str) -> [u8; 8] {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in text.bytes() {
         h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);

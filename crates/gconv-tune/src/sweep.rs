@@ -13,16 +13,32 @@ use crate::Result;
 /// Every candidate the sweep measures on `p`: each applicable solver but the oracle, with
 /// every config of its space (a vendor library's: every engine config it lists), or its
 /// default where it has nothing to tune (a vendor library listing nothing has no candidate).
-pub fn candidates<'r>(rt: &'r dyn Runtime, p: &ConvProblem) -> Vec<(&'r dyn Solver, Config)> {
+/// With `per_solver`, a solver's own space is cut to that many configs plus its default.
+pub fn candidates<'r>(rt: &'r dyn Runtime, p: &ConvProblem, per_solver: Option<usize>) -> Vec<(&'r dyn Solver, Config)> {
     let mut all = Vec::new();
     for s in rt.solvers().into_iter().filter(|s| !s.is_oracle() && s.applicable(p).is_ok()) {
-        let before = all.len();
-        all.extend(s.configs(p).map(|c| (s, c)));
-        if all.len() == before && !s.find_times_every_config() {
-            all.push((s, s.default_config(p)));
+        let mut configs: Vec<Config> = s.configs(p).collect();
+        if let Some(n) = per_solver.filter(|&n| !s.find_times_every_config() && configs.len() > n) {
+            configs = sample(configs, n, s.default_config(p));
         }
+        if configs.is_empty() && !s.find_times_every_config() {
+            configs.push(s.default_config(p));
+        }
+        all.extend(configs.into_iter().map(|c| (s, c)));
     }
     all
+}
+
+/// `n` configs and the default. The sample is the configs of least hash of their text: the
+/// same ones on every problem where they are valid, so kernels built for one problem serve
+/// the next (one build per tile serves every shape).
+fn sample(mut configs: Vec<Config>, n: usize, default: Config) -> Vec<Config> {
+    configs.sort_by_key(|c| crate::search::fnv1a(&c.to_string()));
+    configs.truncate(n);
+    if !configs.contains(&default) {
+        configs.push(default);
+    }
+    configs
 }
 
 /// What a problem's sweep has done so far.
