@@ -158,34 +158,34 @@ fn from_find_db(rt: &dyn Runtime, db: &Db, p: &ConvProblem, warnings: &mut Vec<W
     Ok(None)
 }
 
-/// The model's pick where a model covers the problem, else the rule's.
+/// The model's pick where a model covers the problem and one of its candidates builds, else
+/// the rule's.
 fn unmeasured(rt: &dyn Runtime, db: &Db, p: &ConvProblem, workspace_limit: u64, model: Option<&dyn Heuristic>, warnings: Vec<Warning>) -> Result<Selection> {
-    match model.and_then(|m| m.rank(rt, p)) {
-        Some(ranking) => by_model(rt, db, p, &ranking.candidates, workspace_limit, warnings),
-        None => by_rule(rt, db, p, workspace_limit, warnings),
+    if let Some(ranking) = model.and_then(|m| m.rank(rt, p)) {
+        if let Some(selection) = by_model(rt, db, p, &ranking.candidates, workspace_limit, &warnings) {
+            return Ok(selection);
+        }
     }
+    by_rule(rt, db, p, workspace_limit, warnings)
 }
 
 /// Builds the candidates in predicted order until one builds within the workspace limit: a
 /// vendor engine from the model's list may not support this problem, which only its plan says.
 /// A solver tuned for the problem runs its tuned config: measured beats predicted.
-fn by_model(rt: &dyn Runtime, db: &Db, p: &ConvProblem, ranked: &[Predicted], workspace_limit: u64, warnings: Vec<Warning>) -> Result<Selection> {
-    let mut reasons = Vec::new();
+/// `None` when none builds.
+fn by_model(rt: &dyn Runtime, db: &Db, p: &ConvProblem, ranked: &[Predicted], workspace_limit: u64, warnings: &[Warning]) -> Option<Selection> {
     for candidate in ranked {
         let (config, origin) = match rt.solver(&candidate.solver).map(|s| known_config(db, rt.device_key(), s, p)) {
             Ok(Ok(known)) if known.origin == ConfigOrigin::Tuned => (known.config, known.origin),
             _ => (candidate.config.clone(), ConfigOrigin::Predicted),
         };
-        match rt.build(&candidate.solver, p, config) {
-            Ok(solution) if solution.workspace_bytes <= workspace_limit => {
-                return Ok(Selection { solution, source: Source::Model, origin, find: None, warnings });
+        if let Ok(solution) = rt.build(&candidate.solver, p, config) {
+            if solution.workspace_bytes <= workspace_limit {
+                return Some(Selection { solution, source: Source::Model, origin, find: None, warnings: warnings.to_vec() });
             }
-            Ok(solution) => reasons.push(format!("{} {}: workspace {} B", candidate.solver, candidate.config, solution.workspace_bytes)),
-            Err(e) => reasons.push(format!("{} {}: {e}", candidate.solver, candidate.config)),
         }
     }
-    let tried = if reasons.is_empty() { "the model ranked no candidate".to_string() } else { reasons.join("; ") };
-    Err(gconv_core::GconvError::Backend(format!("no candidate the model ranked for {} could be built: {tried}", p.key())).into())
+    None
 }
 
 fn by_rule(rt: &dyn Runtime, db: &Db, p: &ConvProblem, workspace_limit: u64, mut warnings: Vec<Warning>) -> Result<Selection> {
