@@ -150,6 +150,46 @@ pub fn heuristic(rt: &dyn Runtime, dir: Option<&Path>) -> anyhow::Result<Option<
     Ok(models_for(rt, dir)?.map(ModelHeuristic::new))
 }
 
+/// The heuristic of [`models_for`], read on its first ranking: most runs never rank (a find-db
+/// entry, `-S`), and reading the built-in models costs about 30 ms. Models named by `--models`
+/// are read at once, so a bad folder is an error before anything runs; a default model that
+/// cannot be read is a warning, and the rule picks instead.
+pub struct DeferredHeuristic<'r> {
+    rt: &'r dyn Runtime,
+    loaded: std::sync::OnceLock<Option<ModelHeuristic>>,
+}
+
+impl<'r> DeferredHeuristic<'r> {
+    pub fn new(rt: &'r dyn Runtime, dir: Option<&Path>) -> anyhow::Result<Self> {
+        let loaded = std::sync::OnceLock::new();
+        if dir.is_some() {
+            let _ = loaded.set(heuristic(rt, dir)?);
+        }
+        Ok(DeferredHeuristic { rt, loaded })
+    }
+
+    fn get(&self) -> Option<&ModelHeuristic> {
+        self.loaded
+            .get_or_init(|| {
+                heuristic(self.rt, None).unwrap_or_else(|e| {
+                    eprintln!("warning: {e:#}; selecting by the rule");
+                    None
+                })
+            })
+            .as_ref()
+    }
+}
+
+impl gconv_tune::heuristic::Heuristic for DeferredHeuristic<'_> {
+    fn rank(&self, rt: &dyn Runtime, p: &ConvProblem) -> Option<std::sync::Arc<gconv_tune::heuristic::Ranking>> {
+        self.get()?.rank(rt, p)
+    }
+
+    fn describe(&self) -> String {
+        self.get().map_or_else(|| "no model".to_string(), |m| m.describe())
+    }
+}
+
 pub struct ValidateArgs {
     pub models: ModelSet,
     pub problems: Vec<ConvProblem>,

@@ -513,10 +513,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 problems.iter().for_each(|p| println!("{}", p.key()));
                 return Ok(parsed);
             }
-            let model = learn::heuristic(rt, models)?;
+            let model = learn::DeferredHeuristic::new(rt, models)?;
             let opts = bench::BenchOptions {
                 mode: cmd.find_mode,
-                model: model.as_ref().map(|m| m as &dyn gconv_tune::heuristic::Heuristic),
+                model: Some(&model),
                 find: FindOptions { samples: cmd.iter, ..cmd.find.options(timing) },
                 csv: cmd.csv.clone(),
                 torch: cmd.torch_csv.as_deref().map(bench::read_torch_csv).transpose()?,
@@ -604,7 +604,7 @@ fn sweep_options(backend: &str, cold_l2: bool, out: PathBuf, find: FindOptions, 
 
 fn conv(rt: &dyn Runtime, device_line: &str, cmd: ConvCmd, dtype: DataType, tf32: bool, timing: TimingOptions, models: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
     let mut db = open_db(&cmd.db)?;
-    let model = learn::heuristic(rt, models)?;
+    let model = learn::DeferredHeuristic::new(rt, models)?;
     let jobs = allowing_tf32(
         match &cmd.file {
             Some(path) => jobs_from_file(path, dtype, &cmd.run).map_err(anyhow::Error::msg)?,
@@ -617,7 +617,7 @@ fn conv(rt: &dyn Runtime, device_line: &str, cmd: ConvCmd, dtype: DataType, tf32
     }
     let opts = cmd.find.options(timing);
     Ok(for_each_problem(jobs, |p, run_args| {
-        let report = run::run(rt, &mut db, p, run_args, cmd.find_mode, &opts, model.as_ref().map(|m| m as &dyn gconv_tune::heuristic::Heuristic))?;
+        let report = run::run(rt, &mut db, p, run_args, cmd.find_mode, &opts, Some(&model))?;
         print_warnings(&report.warnings);
         if cmd.json {
             let mut out = std::io::stdout().lock();
