@@ -179,7 +179,7 @@ struct SweepCmd {
     #[arg(long = "timeout-s", default_value_t = 60.0)]
     timeout_s: f64,
     /// One worker per device, each seeing only its own (CUDA_VISIBLE_DEVICES), e.g. `0,1,2,3`;
-    /// default: one worker that sees what this process sees
+    /// default: one worker per GPU this process sees
     #[arg(long, value_delimiter = ',')]
     devices: Vec<String>,
     /// Measure only this many configs of each solver's own space (the same ones on every

@@ -38,7 +38,7 @@ pub struct SweepOptions {
     pub find: FindOptions,
     /// Longest wait for one candidate's result before its worker is stopped.
     pub timeout: Duration,
-    /// CUDA_VISIBLE_DEVICES of each worker; empty: one worker that sees what this process sees.
+    /// CUDA_VISIBLE_DEVICES of each worker; empty: one worker per device this process sees.
     pub devices: Vec<String>,
     /// Sample each solver's own config space down to this many (and its default).
     pub configs_per_solver: Option<usize>,
@@ -110,10 +110,18 @@ pub fn sweep(rt: &dyn Runtime, device_line: &str, problems: &[ConvProblem], opts
         false => bar.set_draw_target(indicatif::ProgressDrawTarget::hidden()),
     }
     let queue = Mutex::new(queue);
-    let devices: Vec<Option<&str>> = match opts.devices.is_empty() {
-        true => vec![None],
-        false => opts.devices.iter().map(|d| Some(d.as_str())).collect(),
+    let seen = rt.worker_devices();
+    let named = match opts.devices.is_empty() {
+        true => &seen,
+        false => &opts.devices,
     };
+    let devices: Vec<Option<&str>> = match named.is_empty() {
+        true => vec![None],
+        false => named.iter().map(|d| Some(d.as_str())).collect(),
+    };
+    if devices.len() > 1 {
+        println!("workers:   one per device, CUDA_VISIBLE_DEVICES {}", named.join(" / "));
+    }
     let facts = rt.facts();
     let sink = |p: &Pending, i: usize, reply: RowReply| -> anyhow::Result<()> {
         let (solver, config) = &p.items[i];

@@ -129,6 +129,11 @@ pub trait Runtime: Send + Sync {
     /// Whether a database record's device key names a device of this backend, so that this
     /// runtime's solvers judge it (`db prune`).
     fn owns_device_key(&self, key: &str) -> bool;
+    /// Where this process sees several devices of this backend: what each worker process is
+    /// given (as `CUDA_VISIBLE_DEVICES`) to see one of them. Empty for a single device.
+    fn worker_devices(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// Kernel builds so far, where the backend builds kernels.
     fn build_stats(&self) -> Option<BuildStats> {
         None

@@ -31,6 +31,8 @@ pub struct SmLimits {
 
 pub struct CudaDevice {
     pub ordinal: usize,
+    /// GPUs this process sees; gconv works on the first (`ordinal`).
+    pub visible_devices: u32,
     pub name: String,
     /// Compute capability (major, minor).
     pub capability: (i32, i32),
@@ -77,7 +79,7 @@ impl CudaDevice {
         }
         let ordinal = 0;
         // SAFETY: plain driver queries with valid out-pointers; no context is created.
-        let (name, capability, sm_count, clock_mhz, sm, l2_bytes, driver_version) = unsafe {
+        let (visible_devices, name, capability, sm_count, clock_mhz, sm, l2_bytes, driver_version) = unsafe {
             driver("cuInit", cu::cuInit(0))?;
             let mut count = 0;
             driver("cuDeviceGetCount", cu::cuDeviceGetCount(&mut count))?;
@@ -108,7 +110,7 @@ impl CudaDevice {
             let l2 = attr(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u64;
             let mut version = 0;
             driver("cuDriverGetVersion", cu::cuDriverGetVersion(&mut version))?;
-            (name, capability, sms, clock_mhz, sm, l2, version)
+            (count as u32, name, capability, sms, clock_mhz, sm, l2, version)
         };
         let mut nvrtc_version = (0, 0);
         // SAFETY: valid out-pointers.
@@ -118,6 +120,7 @@ impl CudaDevice {
         let arch = format!("sm_{}{}", capability.0, capability.1);
         Ok(Arc::new(CudaDevice {
             ordinal,
+            visible_devices,
             name,
             capability,
             sm_count,

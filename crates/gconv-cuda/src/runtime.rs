@@ -67,6 +67,19 @@ impl Runtime for CudaRuntime {
         gconv_core::DeviceFacts { units: self.device.sm_count, clock_mhz: self.device.clock_mhz }
     }
 
+    fn worker_devices(&self) -> Vec<String> {
+        let count = self.device.visible_devices as usize;
+        if count < 2 {
+            return Vec::new();
+        }
+        // Ordinals are relative to what this process was allowed to see: a worker must be
+        // given the same names its parent was.
+        match std::env::var("CUDA_VISIBLE_DEVICES") {
+            Ok(list) if !list.trim().is_empty() => list.split(',').map(|d| d.trim().to_string()).take(count).collect(),
+            _ => (0..count).map(|i| i.to_string()).collect(),
+        }
+    }
+
     fn describe(&self) -> String {
         let d = &self.device;
         let cudnn = d.cudnn_version.map_or("no cuDNN".to_string(), |v| format!("cuDNN {}.{}.{}", v / 10000, v / 100 % 100, v % 100));
