@@ -200,12 +200,22 @@ pub fn select_bench(
 selection ({} problems x {repeat} repeats, warm db):", problems.len());
     if let Some(m) = model {
         let mut candidates = 0;
+        let mut phases: [Vec<f64>; 3] = Default::default();
         let ranking = timed(&mut |p| {
-            candidates += m.rank_now(rt, p).map_or(0, |r| r.candidates.len());
+            if let Some((r, spent)) = m.rank_timed(rt, p) {
+                candidates += r.candidates.len();
+                for (all, d) in phases.iter_mut().zip([spent.candidates, spent.features, spent.trees]) {
+                    all.push(d.as_secs_f64() * 1e6);
+                }
+            }
             Ok(())
         })?;
         let per_problem = candidates as f64 / (problems.len() as f64 * f64::from(repeat));
         println!("  model ranking, no memo:   {} ({per_problem:.0} candidates per problem)", percentiles(ranking));
+        if !phases[0].is_empty() {
+            let [listing, features, trees] = phases.map(percentiles);
+            println!("    listing candidates {listing}; features {features}; trees {trees}");
+        }
         let memo = timed(&mut |p| {
             m.rank(rt, p);
             Ok(())

@@ -99,6 +99,13 @@ impl ProblemRow {
     }
 }
 
+impl ProblemRow {
+    /// The problem's columns, the first of every row.
+    pub fn values(&self) -> &[f64] {
+        &self.values
+    }
+}
+
 impl FeatureSpec {
     pub fn new(solvers: Vec<String>, fields: Vec<String>) -> Self {
         FeatureSpec { version: FEATURE_VERSION, solvers, fields }

@@ -69,6 +69,53 @@ impl Forest {
         }
     }
 
+    /// The forest with the first `fixed.len()` columns set to `fixed`: their splits resolved,
+    /// trees that become a leaf folded into the base. A problem's columns are the same for all
+    /// its candidates, so ranking walks only the splits that tell candidates apart.
+    pub fn specialize(&self, fixed: &[f64]) -> Forest {
+        let mut out = Forest { base: self.base, roots: Vec::with_capacity(self.roots.len()), nodes: Vec::with_capacity(self.nodes.len() / 4) };
+        for &root in &self.roots {
+            let start = self.resolve(root, fixed);
+            match self.nodes[start as usize] {
+                Node(LEAF, value, _, _) => out.base += f64::from(value),
+                _ => {
+                    let at = out.copy_resolved(self, start, fixed);
+                    out.roots.push(at);
+                }
+            }
+        }
+        out
+    }
+
+    /// The first node under `i` that splits on a column past `fixed`, or a leaf.
+    fn resolve(&self, mut i: u32, fixed: &[f64]) -> u32 {
+        loop {
+            let node = self.nodes[i as usize];
+            let feature = (node.0 & !MISSING_LEFT) as usize;
+            if node.0 == LEAF || feature >= fixed.len() {
+                return i;
+            }
+            let x = fixed[feature] as f32;
+            let left = if x.is_nan() { node.0 & MISSING_LEFT != 0 } else { x < node.1 };
+            i = if left { node.2 } else { node.3 };
+        }
+    }
+
+    /// Copies the subtree at `i` of `from` with fixed splits resolved; children land after
+    /// their parent, as `check` requires.
+    fn copy_resolved(&mut self, from: &Forest, i: u32, fixed: &[f64]) -> u32 {
+        let node = from.nodes[from.resolve(i, fixed) as usize];
+        let at = self.nodes.len() as u32;
+        self.nodes.push(node);
+        if node.0 != LEAF {
+            let left = self.copy_resolved(from, node.2, fixed);
+            let right = self.copy_resolved(from, node.3, fixed);
+            let copied = &mut self.nodes[at as usize];
+            (copied.2, copied.3) = (left, right);
+        }
+        at
+    }
+
     /// Checks that every split names a column below `width` and children after it, so that a
     /// model file read from disk can neither index out of bounds nor loop.
     pub fn check(&self, width: usize) -> Result<(), String> {
@@ -114,5 +161,18 @@ mod tests {
             assert!((a - b).abs() < 1e-3 * (1.0 + b.abs()), "{a} against forust's {b}");
         }
         assert!(forest.check(1).is_err(), "a split past the row is refused");
+        // Fixing x0 leaves a forest over x1 alone that predicts the same for those rows.
+        let fixed = [5.0];
+        let special = forest.specialize(&fixed);
+        special.check(2).unwrap();
+        assert!(special.nodes.len() < forest.nodes.len());
+        let rows: Vec<usize> = (0..rows).filter(|&i| x0[i] == 5.0).collect();
+        let by_rows: Vec<f64> = rows.iter().flat_map(|&i| [x0[i], x1[i]]).collect();
+        let (mut whole, mut part) = (Vec::new(), Vec::new());
+        forest.predict(&by_rows, 2, &mut whole);
+        special.predict(&by_rows, 2, &mut part);
+        for (a, b) in whole.iter().zip(&part) {
+            assert!((a - b).abs() < 1e-9 * (1.0 + a.abs()), "{b} against the whole forest's {a}");
+        }
     }
 }

@@ -74,6 +74,11 @@ pub struct Model {
     /// For solvers whose configs a vendor library lists per problem (cuDNN's engine tags): every
     /// config seen in training, the candidates selection ranks without asking the library.
     pub listed: BTreeMap<String, Vec<String>>,
+    /// For gconv's own solvers: the configs seen in training. Selection ranks these (those
+    /// valid for the problem) and the solver's default rather than its whole space, whose other
+    /// configs the trees know only by extrapolation and which can run to thousands.
+    #[serde(default)]
+    pub trained: BTreeMap<String, Vec<String>>,
     pub manifest: Manifest,
     pub forest: Forest,
 }
@@ -102,8 +107,18 @@ impl Model {
 
     /// The listed configs of `solver`, parsed.
     pub fn listed_configs(&self, solver: &str) -> Vec<Config> {
-        self.listed.get(solver).into_iter().flatten().filter_map(|c| c.parse().ok()).collect()
+        parsed(&self.listed, solver)
     }
+
+    /// The configs of own solver `solver` seen in training, parsed; `None` for a model that
+    /// kept none (then its whole space is ranked).
+    pub fn trained_configs(&self, solver: &str) -> Option<Vec<Config>> {
+        self.trained.contains_key(solver).then(|| parsed(&self.trained, solver))
+    }
+}
+
+fn parsed(configs: &BTreeMap<String, Vec<String>>, solver: &str) -> Vec<Config> {
+    configs.get(solver).into_iter().flatten().filter_map(|c| c.parse().ok()).collect()
 }
 
 /// One device's models, and where they were read from.

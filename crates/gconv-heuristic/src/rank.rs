@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use gconv_core::{Config, ConvProblem, Runtime};
 use gconv_tune::heuristic::{Heuristic, Predicted, Ranking};
@@ -11,10 +12,20 @@ use gconv_tune::heuristic::{Heuristic, Predicted, Ranking};
 use crate::features::ProblemRow;
 use crate::model::{Model, ModelSet};
 
-/// A model with its listed configs parsed once.
+/// A model with its listed and trained configs parsed once.
 struct Loaded {
     model: Model,
     listed: HashMap<String, Vec<Config>>,
+    trained: HashMap<String, Vec<Config>>,
+}
+
+/// Where a first ranking's time goes: listing the candidates (applicability, configs),
+/// their feature rows, the trees.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RankPhases {
+    pub candidates: Duration,
+    pub features: Duration,
+    pub trees: Duration,
 }
 
 pub struct ModelHeuristic {
@@ -32,7 +43,8 @@ impl ModelHeuristic {
             .into_iter()
             .map(|model| {
                 let listed = model.listed.keys().map(|s| (s.clone(), model.listed_configs(s))).collect();
-                Loaded { model, listed }
+                let trained = model.trained.keys().filter_map(|s| Some((s.clone(), model.trained_configs(s)?))).collect();
+                Loaded { model, listed, trained }
             })
             .collect();
         ModelHeuristic { origin: set.origin, device, models, memo: Mutex::new(HashMap::new()) }
@@ -40,6 +52,12 @@ impl ModelHeuristic {
 
     /// Ranks without the memo: what a first selection of a problem costs.
     pub fn rank_now(&self, rt: &dyn Runtime, p: &ConvProblem) -> Option<Ranking> {
+        self.rank_timed(rt, p).map(|(ranking, _)| ranking)
+    }
+
+    /// [`Self::rank_now`], with where its time went.
+    pub fn rank_timed(&self, rt: &dyn Runtime, p: &ConvProblem) -> Option<(Ranking, RankPhases)> {
+        let started = Instant::now();
         let loaded = self.models.iter().find(|l| l.model.covers(p))?;
         let model = &loaded.model;
         let mut candidates: Vec<(&'static str, Config)> = Vec::new();
@@ -52,24 +70,34 @@ impl ModelHeuristic {
                 }
             } else if solver.applicable(p).is_ok() {
                 let before = candidates.len();
-                candidates.extend(solver.configs(p).map(|c| (solver.id(), c)));
+                match loaded.trained.get(solver.id()) {
+                    Some(trained) => {
+                        let default = solver.default_config(p);
+                        let valid = trained.iter().filter(|c| **c != default && solver.check_config(p, c).is_ok());
+                        candidates.extend(std::iter::once(default.clone()).chain(valid.cloned()).map(|c| (solver.id(), c)));
+                    }
+                    None => candidates.extend(solver.configs(p).map(|c| (solver.id(), c))),
+                }
                 if candidates.len() == before {
                     candidates.push((solver.id(), solver.default_config(p)));
                 }
                 workspaces.extend(candidates[before..].iter().map(|(_, c)| Some(solver.workspace_bytes(p, c))));
             }
         }
+        let listed = Instant::now();
         let problem = ProblemRow::new(p, rt.facts());
         let mut rows = Vec::with_capacity(candidates.len() * model.spec.width());
         for ((solver, config), workspace) in candidates.iter().zip(&workspaces) {
             model.spec.push_row(&problem, solver, config, *workspace, &mut rows);
         }
+        let featured = Instant::now();
         let mut log_ms = Vec::new();
-        model.forest.predict(&rows, model.spec.width(), &mut log_ms);
+        model.forest.specialize(problem.values()).predict(&rows, model.spec.width(), &mut log_ms);
         let mut ranked: Vec<Predicted> =
             candidates.into_iter().zip(log_ms).map(|((solver, config), t)| Predicted { solver: solver.to_string(), config, ms: t.exp() }).collect();
         ranked.sort_by(|a, b| a.ms.total_cmp(&b.ms));
-        Some(Ranking { candidates: ranked })
+        let phases = RankPhases { candidates: listed - started, features: featured - listed, trees: featured.elapsed() };
+        Some((Ranking { candidates: ranked }, phases))
     }
 }
 
@@ -109,7 +137,7 @@ impl gconv_tune::search::SearchStrategy for ModelGuided {
             model.spec.push_row(&problem, solver.id(), config, Some(solver.workspace_bytes(p, config)), &mut rows);
         }
         let mut log_ms = Vec::new();
-        model.forest.predict(&rows, model.spec.width(), &mut log_ms);
+        model.forest.specialize(problem.values()).predict(&rows, model.spec.width(), &mut log_ms);
         let mut ranked: Vec<(f64, Config)> = log_ms.into_iter().zip(space).collect();
         ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
         ranked.into_iter().take(self.top_k).map(|(_, c)| c).collect()

@@ -50,9 +50,10 @@ fn fit(direction: Direction, family: Family, rows: &[&Measured], sources: &[Stri
     let solvers: BTreeSet<String> = rows.iter().map(|r| r.solver.clone()).collect();
     let fields: BTreeSet<String> = rows.iter().flat_map(|r| r.config.fields().iter().map(|(n, _)| n.clone())).collect();
     let spec = FeatureSpec::new(solvers.into_iter().collect(), fields.into_iter().collect());
-    let mut listed: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for row in rows.iter().filter(|r| r.vendor.listed) {
-        listed.entry(row.solver.clone()).or_default().insert(row.config.to_string());
+    let (mut listed, mut trained): (BTreeMap<String, BTreeSet<String>>, BTreeMap<String, BTreeSet<String>>) = Default::default();
+    for row in rows {
+        let configs = if row.vendor.listed { &mut listed } else { &mut trained };
+        configs.entry(row.solver.clone()).or_default().insert(row.config.to_string());
     }
     let facts = rows[0].facts;
     let (matrix, width) = rows_of(&spec, rows);
@@ -89,6 +90,7 @@ fn fit(direction: Direction, family: Family, rows: &[&Measured], sources: &[Stri
         direction,
         family,
         listed: listed.into_iter().map(|(s, c)| (s, c.into_iter().collect())).collect(),
+        trained: trained.into_iter().map(|(s, c)| (s, c.into_iter().collect())).collect(),
         manifest: Manifest {
             rows: rows.len(),
             problems: problems.len(),
