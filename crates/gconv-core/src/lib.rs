@@ -3,6 +3,7 @@
 
 pub mod applicability;
 pub mod config;
+pub mod conversion;
 pub mod error;
 pub mod geometry;
 pub mod problem;
@@ -15,6 +16,7 @@ pub mod testing;
 pub mod verify;
 
 pub use config::Config;
+pub use conversion::{Conversion, Format};
 pub use error::{GconvError, Result};
 pub use geometry::Geometry;
 pub use problem::{ConvProblem, DataType, Direction, Layout, SpatialDim};

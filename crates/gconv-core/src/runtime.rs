@@ -5,6 +5,7 @@
 use serde::Serialize;
 
 use crate::config::Config;
+use crate::conversion::Conversion;
 use crate::error::{GconvError, Result};
 use crate::problem::{ConvProblem, DataType};
 use crate::solver::{BuildStats, Solution, Solver};
@@ -148,6 +149,14 @@ pub trait Runtime: Send + Sync {
     /// Places the host tensors where the backend's solutions read them.
     fn upload(&self, p: &ConvProblem, tensors: &ConvTensors) -> Result<Box<dyn Workload>>;
     /// Measured arithmetic and memory peaks for `dtype`, where the backend measures them.
+    /// Converts an activation tensor between two network layers' formats on this device.
+    fn convert(&self, c: &Conversion, _input: &Tensor) -> Result<Tensor> {
+        Err(GconvError::Backend(format!("the {} backend has no conversion from {} to {}", self.backend(), c.from, c.to)))
+    }
+    /// A timer of [`Runtime::convert`] on data of its own on the device.
+    fn conversion_timer(&self, c: &Conversion, _options: TimingOptions) -> Result<Box<dyn Timer + '_>> {
+        Err(GconvError::Backend(format!("the {} backend has no conversion from {} to {}", self.backend(), c.from, c.to)))
+    }
     fn peaks(&self, _dtype: DataType) -> Result<Option<Peaks>> {
         Ok(None)
     }

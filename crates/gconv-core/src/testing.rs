@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use crate::problem::{ConvProblem, DataType, Direction, Layout, SpatialDim};
 use crate::reference::reference;
 use crate::verify::{error_scale_floor, verify};
-use crate::{Config, ConvTensors, Runtime, Solver};
+use crate::{Config, ConvTensors, Runtime, Solver, Tensor};
 
 fn spatial_dim(max_input: u32) -> impl Strategy<Value = SpatialDim> {
     (1..=max_input, 1..=3u32, 1..=3u32, 0..=2u32, 1..=2u32)
@@ -140,4 +140,33 @@ pub fn check_every_solver_is_reached(rt: &dyn Runtime, keys: &[&str], sample: us
         Some(s) => Err(format!("{} never ran", s.id())),
         None => Ok(()),
     }
+}
+
+/// Every conversion between fp32, fp16 and bf16 in either layout, on odd sizes (partial tiles,
+/// one channel, 3D), against the host conversion; and each can be timed.
+pub fn check_conversions(rt: &dyn Runtime) -> Result<(), String> {
+    use crate::conversion::{convert_on_host, Conversion, Format};
+    let formats: Vec<Format> =
+        [DataType::F32, DataType::F16, DataType::Bf16].into_iter().flat_map(|dtype| Layout::ALL.map(|layout| Format { dtype, layout })).collect();
+    let shapes: [(u32, u32, &[u32]); 3] = [(3, 37, &[9, 11]), (2, 1, &[33]), (1, 70, &[3, 5, 7])];
+    for (n, c, spatial) in shapes {
+        for &from in &formats {
+            for &to in &formats {
+                let conversion = Conversion { n, c, spatial: spatial.to_vec(), from, to };
+                let input = Tensor::try_random(from.dtype, conversion.elements() as usize, 7).map_err(|e| e.to_string())?;
+                let got = rt.convert(&conversion, &input).map_err(|e| format!("{from} -> {to}: {e}"))?;
+                let want = convert_on_host(&conversion, &input).map_err(|e| e.to_string())?;
+                if got.to_f32() != want.to_f32() {
+                    return Err(format!("{from} -> {to} of {n}x{c}x{spatial:?} differs from the host conversion"));
+                }
+            }
+        }
+    }
+    let conversion = Conversion { n: 4, c: 64, spatial: vec![28, 28], from: formats[0], to: formats[5] };
+    let mut timer = rt.conversion_timer(&conversion, crate::TimingOptions::default()).map_err(|e| e.to_string())?;
+    let ms = timer.sample().map_err(|e| e.to_string())? * 1e3;
+    if !(ms.is_finite() && ms > 0.0) {
+        return Err(format!("timing a conversion gave {ms} ms"));
+    }
+    Ok(())
 }

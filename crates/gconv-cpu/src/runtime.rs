@@ -3,11 +3,12 @@
 
 use std::time::Instant;
 
+use gconv_core::conversion::convert_on_host;
 use gconv_core::reference::reference;
 use gconv_core::runtime::calls_per_sample;
 use gconv_core::verify::{error_scale_floor, verify, Verification};
 use gconv_core::{
-    Config, ConvProblem, ConvTensors, GconvError, Registry, Result, Runtime, Solution, Solver, Tensor, Timer, TimingMethod,
+    Config, Conversion, ConvProblem, ConvTensors, GconvError, Registry, Result, Runtime, Solution, Solver, Tensor, Timer, TimingMethod,
     TimingOptions, Workload,
 };
 
@@ -63,6 +64,16 @@ impl Runtime for CpuRuntime {
     fn upload(&self, p: &ConvProblem, tensors: &ConvTensors) -> Result<Box<dyn Workload>> {
         Ok(Box::new(CpuWorkload { problem: p.clone(), tensors: tensors.clone(), workspace: Vec::new(), exact: None }))
     }
+
+    fn convert(&self, c: &Conversion, input: &Tensor) -> Result<Tensor> {
+        convert_on_host(c, input)
+    }
+
+    fn conversion_timer(&self, c: &Conversion, _options: TimingOptions) -> Result<Box<dyn Timer + '_>> {
+        let input = Tensor::try_random(c.from.dtype.storage(), c.elements() as usize, 1)?;
+        let c = c.clone();
+        Ok(Box::new(WallClock::new(Box::new(move || convert_on_host(&c, &input).map(drop)))?))
+    }
 }
 
 struct CpuWorkload {
@@ -88,10 +99,7 @@ impl Workload for CpuWorkload {
 
     fn timer<'a>(&'a mut self, s: &'a Solution, _options: TimingOptions) -> Result<Box<dyn Timer + 'a>> {
         // No cache flush on the CPU: its caches are small next to these tensors.
-        let start = Instant::now();
-        self.run(s)?;
-        let estimate = start.elapsed().as_secs_f64();
-        Ok(Box::new(WallClock { workload: self, solution: s, calls: calls_per_sample(estimate), estimate }))
+        Ok(Box::new(WallClock::new(Box::new(move || self.run(s)))?))
     }
 
     fn output(&self) -> Result<Tensor> {
@@ -115,11 +123,21 @@ impl Workload for CpuWorkload {
     }
 }
 
+/// Back-to-back calls timed by the wall clock.
 struct WallClock<'a> {
-    workload: &'a mut CpuWorkload,
-    solution: &'a Solution,
+    call: Box<dyn FnMut() -> Result<()> + 'a>,
     calls: u32,
     estimate: f64,
+}
+
+impl<'a> WallClock<'a> {
+    /// Calibrates on one call.
+    fn new(mut call: Box<dyn FnMut() -> Result<()> + 'a>) -> Result<Self> {
+        let start = Instant::now();
+        call()?;
+        let estimate = start.elapsed().as_secs_f64();
+        Ok(WallClock { call, calls: calls_per_sample(estimate), estimate })
+    }
 }
 
 impl Timer for WallClock<'_> {
@@ -130,7 +148,7 @@ impl Timer for WallClock<'_> {
     fn sample(&mut self) -> Result<f64> {
         let start = Instant::now();
         for _ in 0..self.calls {
-            self.workload.run(self.solution)?;
+            (self.call)()?;
         }
         Ok(start.elapsed().as_secs_f64() / f64::from(self.calls))
     }

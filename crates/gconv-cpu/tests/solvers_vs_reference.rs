@@ -2,7 +2,7 @@
 //! reference on random small problems of every rank, group shape, direction, dtype and layout:
 //! the every-solver body of gconv-core's testing module, run on the CPU runtime.
 
-use gconv_core::testing::{check_every_solver, check_every_solver_is_reached, small_problem};
+use gconv_core::testing::{check_conversions, check_every_solver, check_every_solver_is_reached, small_problem};
 use gconv_core::{ConvProblem, Runtime};
 use gconv_cpu::{CpuDevice, CpuRuntime};
 use proptest::prelude::*;
@@ -52,4 +52,9 @@ fn tunable_configs_are_valid_and_round_trip() {
     let reference = rt.solver("cpu.reference").unwrap();
     let p = ConvProblem::from_key("v1:fwd:f32:NCHW:n1:c4:k4:i9x9:f3x3:s1x1:p1x1:d1x1").unwrap();
     assert!(reference.check_config(&p, &"rb1".parse().unwrap()).is_err());
+}
+
+#[test]
+fn conversions_between_layer_formats_match_the_host_reference() {
+    check_conversions(&runtime()).unwrap();
 }

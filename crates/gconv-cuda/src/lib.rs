@@ -7,6 +7,7 @@
 mod blas;
 mod check;
 mod compile;
+mod convert;
 pub mod cudnn;
 mod device;
 mod launch;

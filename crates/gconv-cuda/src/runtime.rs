@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use gconv_core::verify::{error_scale_floor, Verification};
 use gconv_core::{
-    BuildStats, Config, ConvProblem, ConvTensors, DataType, GconvError, Peaks, Registry, Result, Runtime, Solution, Solver, Tensor, Timer, TimingOptions,
+    BuildStats, Config, Conversion, ConvProblem, ConvTensors, DataType, GconvError, Peaks, Registry, Result, Runtime, Solution, Solver, Tensor, Timer, TimingOptions,
     Workload, Yardstick,
 };
 
@@ -119,6 +119,14 @@ impl Runtime for CudaRuntime {
             error_floor: error_scale_floor(p, tensors),
             reference: None,
         }))
+    }
+
+    fn convert(&self, c: &Conversion, input: &Tensor) -> Result<Tensor> {
+        crate::convert::convert(&self.device, c, input)
+    }
+
+    fn conversion_timer(&self, c: &Conversion, options: TimingOptions) -> Result<Box<dyn Timer + '_>> {
+        crate::convert::timer(&self.device, c, options)
     }
 
     fn peaks(&self, dtype: DataType) -> Result<Option<Peaks>> {

@@ -3,7 +3,7 @@
 //! so the tests are ignored in CI; run them on a GPU machine (`cargo test --workspace --
 //! --include-ignored`, or `.device/run-tests gpu`).
 
-use gconv_core::testing::{channels_last_variants, check_every_solver, check_every_solver_is_reached, check_solvers, small_problem};
+use gconv_core::testing::{channels_last_variants, check_conversions, check_every_solver, check_every_solver_is_reached, check_solvers, small_problem};
 use gconv_core::{ConvProblem, ConvTensors, Direction, Runtime, TimingMethod, TimingOptions};
 use gconv_cuda::CudaRuntime;
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
@@ -176,4 +176,10 @@ fn gpu_implicit_gemm_on_medium_problems() {
     for p in shapes.into_iter().flat_map(channels_last_variants) {
         check_solvers(&*rt, &p, 3, |s| s.id().starts_with("cuda.igemm")).unwrap();
     }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_conversions_between_layer_formats_match_the_host() {
+    check_conversions(&*runtime()).unwrap();
 }
