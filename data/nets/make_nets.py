@@ -8,7 +8,7 @@ shapes propagated for one batch-1 input; every Conv1d/2d/3d becomes one line:
 Producers are the convolutions (or `input`) whose outputs reach this layer's input through
 other operations (activations, pooling, additions, concatenations). A line `output <- ...`
 names the convolutions whose outputs reach the network's output without another convolution.
-Keys are forward fp32 NCHW at batch 1; gconv sets the batch, dtype, layout and direction.
+Keys are forward fp32 NCHW-family at batch 1; gconv sets the batch, dtype, layout and direction.
 
 Usage: python3 make_nets.py OUT_DIR
 """
@@ -39,7 +39,7 @@ def key(conv, in_shape):
     if any(not isinstance(q, int) for q in pad):
         raise SystemExit(f"padding {conv.padding!r} is not explicit")
     parts = [
-        "v1", "fwd", "f32", "NCHW", "n1", f"c{conv.in_channels}", f"k{conv.out_channels}", f"i{sizes}",
+        "v1", "fwd", "f32", ["NCW", "NCHW", "NCDHW"][rank - 1], "n1", f"c{conv.in_channels}", f"k{conv.out_channels}", f"i{sizes}",
         "f" + "x".join(map(str, conv.kernel_size)), "s" + "x".join(map(str, conv.stride)),
         "p" + "x".join(map(str, pad)), "d" + "x".join(map(str, conv.dilation)),
     ]

@@ -1,0 +1,279 @@
+//! Tuning a network: every distinct layer shape in every setting and direction measured on the
+//! runtime (by find, tuning or the model's pick, each pick's time measured the same way), the
+//! conversions between settings measured, the totals and the winner written as a tuning file.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use gconv_core::{Conversion, ConvProblem, ConvTensors, DataType, Direction, Format, Runtime};
+use gconv_tune::db::{Db, GCONV_VERSION};
+use gconv_tune::find::{measure, FindOptions, TestBed, DATA_SEED};
+use gconv_tune::heuristic::Heuristic;
+use gconv_tune::measure::median_ms;
+use gconv_tune::search::SearchStrategy;
+use gconv_tune::select::{select, FindMode, Source as Picked};
+
+use crate::network::{Network, Source};
+use crate::plan::{Edge, Graph};
+use crate::tuning::{Choice, ConversionRecord, LayerChoice, NetworkRecord, SettingRecord, ShapeRecord, TuningFile, Winner, TUNING_FORMAT};
+use crate::Result;
+
+/// How each layer's solution is chosen before it is timed.
+pub enum Method<'a> {
+    /// Benchmark every candidate (the find-db answers problems found before).
+    Find,
+    /// Search each tunable solver's configs with the strategy, then find.
+    Tune(&'a dyn SearchStrategy),
+    /// The model's pick (or the find-db's), nothing benchmarked but the pick.
+    Model,
+}
+
+impl Method<'_> {
+    pub fn label(&self) -> String {
+        match self {
+            Method::Find => "find".into(),
+            Method::Tune(s) => format!("tune:{}", s.describe()),
+            Method::Model => "model".into(),
+        }
+    }
+}
+
+pub struct NetTuneOptions<'a> {
+    pub settings: Vec<Format>,
+    pub directions: Vec<Direction>,
+    /// The format the network's input arrives in and its output leaves in.
+    pub io: Format,
+    pub per_layer: bool,
+    pub method: Method<'a>,
+    pub find: FindOptions,
+    pub heuristic: Option<&'a dyn Heuristic>,
+    /// Measure each low-precision layer's error against an fp32 reference.
+    pub errors: bool,
+}
+
+/// Progress, for a bar: `done` of `total` problems measured.
+pub struct Progress<'a> {
+    pub problem: &'a ConvProblem,
+    pub done: usize,
+    pub total: usize,
+}
+
+/// Conversion times measured so far, by conversion.
+#[derive(Default)]
+struct Conversions {
+    measured: HashMap<Conversion, f64>,
+}
+
+impl Conversions {
+    fn ms(&mut self, rt: &dyn Runtime, c: Conversion, opts: &FindOptions) -> Result<f64> {
+        if c.is_noop() {
+            return Ok(0.0);
+        }
+        if let Some(&ms) = self.measured.get(&c) {
+            return Ok(ms);
+        }
+        let ms = median_ms(rt.conversion_timer(&c, opts.timing)?.as_mut(), opts.samples)?;
+        self.measured.insert(c, ms);
+        Ok(ms)
+    }
+
+    fn records(&self) -> Vec<ConversionRecord> {
+        let mut records: Vec<ConversionRecord> = self
+            .measured
+            .iter()
+            .map(|(c, &ms)| ConversionRecord { tensor: tensor_text(c), from: c.from.to_string(), to: c.to.to_string(), ms })
+            .collect();
+        records.sort_by(|a, b| (&a.tensor, &a.from, &a.to).cmp(&(&b.tensor, &b.from, &b.to)));
+        records
+    }
+}
+
+fn tensor_text(c: &Conversion) -> String {
+    let spatial: Vec<String> = c.spatial.iter().map(u32::to_string).collect();
+    format!("{}x{}x{}", c.n, c.c, spatial.join("x"))
+}
+
+/// The activation a layer reads (its input) or writes (its output).
+fn tensor(p: &ConvProblem, output: bool, from: Format, to: Format) -> Conversion {
+    match output {
+        false => Conversion { n: p.n, c: p.c, spatial: p.dims.iter().map(|d| d.input).collect(), from, to },
+        true => Conversion { n: p.n, c: p.k, spatial: p.output_dims(), from, to },
+    }
+}
+
+pub fn tune_network(rt: &dyn Runtime, db: &mut Db, net: &Network, opts: &NetTuneOptions<'_>, progress: &mut dyn FnMut(Progress<'_>)) -> Result<TuningFile> {
+    let started = Instant::now();
+    let distinct = net.distinct();
+    let total = distinct.len() * opts.settings.len() * opts.directions.len();
+    // choices[setting][shape][direction]
+    let mut choices: Vec<Vec<Vec<Choice>>> = Vec::new();
+    let mut done = 0;
+    for &format in &opts.settings {
+        let mut by_shape = Vec::new();
+        for (shape, _) in &distinct {
+            let mut by_direction = Vec::new();
+            for &direction in &opts.directions {
+                let p = ConvProblem { direction, dtype: format.dtype, layout: format.layout, ..shape.clone() };
+                progress(Progress { problem: &p, done, total });
+                by_direction.push(choose(rt, db, &p, opts)?);
+                done += 1;
+            }
+            by_shape.push(by_direction);
+        }
+        choices.push(by_shape);
+    }
+    let mut conversions = Conversions::default();
+    let graph = graph(rt, net, opts, &choices, &mut conversions)?;
+    let shape_of: Vec<usize> = (0..net.layers.len()).map(|i| distinct.iter().position(|(_, layers)| layers.contains(&i)).expect("every layer has a shape")).collect();
+    let settings: Vec<SettingRecord> = opts
+        .settings
+        .iter()
+        .enumerate()
+        .map(|(s, format)| {
+            let shapes: Vec<ShapeRecord> =
+                distinct.iter().zip(&choices[s]).map(|((p, layers), c)| ShapeRecord { key: p.key(), count: layers.len(), choices: c.clone() }).collect();
+            let layers_ms = shapes.iter().map(|r| r.choices.iter().map(|c| c.ms).sum::<Option<f64>>().map(|ms| ms * r.count as f64)).sum::<Option<f64>>();
+            let total_ms = graph.total(&vec![s; net.layers.len()]);
+            let conversions_ms = layers_ms.map_or(0.0, |l| total_ms - l);
+            SettingRecord { setting: format.to_string(), shapes, layers_ms, conversions_ms, total_ms: total_ms.is_finite().then_some(total_ms) }
+        })
+        .collect();
+    let (choice, total_ms, per_layer) = match opts.per_layer {
+        true => {
+            let (choice, total) = graph.best_per_node();
+            (choice, total, true)
+        }
+        false => {
+            let (s, total) = graph.best_global();
+            (vec![s; net.layers.len()], total, false)
+        }
+    };
+    let layers = net
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(i, layer)| LayerChoice { name: layer.name.clone(), setting: opts.settings[choice[i]].to_string(), choices: choices[choice[i]][shape_of[i]].clone() })
+        .collect();
+    let setting = (!per_layer || choice.iter().all(|&s| s == choice[0])).then(|| opts.settings[choice[0]].to_string());
+    Ok(TuningFile {
+        format: TUNING_FORMAT,
+        gconv_version: GCONV_VERSION.to_string(),
+        device: rt.device_key().to_string(),
+        network: NetworkRecord::of(net),
+        directions: opts.directions.iter().map(|d| d.to_string()).collect(),
+        method: opts.method.label(),
+        io: opts.io.to_string(),
+        settings,
+        conversions: conversions.records(),
+        winner: Winner { per_layer, setting, total_ms, layers },
+        tuning_s: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The layer graph's costs: each layer's time in each setting (over the directions), the
+/// conversions at the input and output, and between layers where settings differ: forward
+/// moves activations from a layer to those it feeds, backward-data moves their gradients back.
+fn graph(rt: &dyn Runtime, net: &Network, opts: &NetTuneOptions<'_>, choices: &[Vec<Vec<Choice>>], conversions: &mut Conversions) -> Result<Graph> {
+    let distinct = net.distinct();
+    let settings = &opts.settings;
+    let (forward, backward) = (opts.directions.contains(&Direction::Forward), opts.directions.contains(&Direction::BackwardData));
+    let mut nodes = Vec::new();
+    let mut edges = Vec::new();
+    for (i, layer) in net.layers.iter().enumerate() {
+        let shape = distinct.iter().position(|(_, layers)| layers.contains(&i)).expect("every layer has a shape");
+        let mut costs = Vec::new();
+        for (s, &format) in settings.iter().enumerate() {
+            let mut ms = choices[s][shape].iter().map(|c| c.ms).sum::<Option<f64>>().unwrap_or(f64::INFINITY);
+            if layer.inputs.contains(&Source::Input) && forward {
+                ms += conversions.ms(rt, tensor(&layer.shape, false, opts.io, format), &opts.find)?;
+            }
+            if net.outputs.contains(&i) {
+                if forward {
+                    ms += conversions.ms(rt, tensor(&layer.shape, true, format, opts.io), &opts.find)?;
+                }
+                if backward {
+                    ms += conversions.ms(rt, tensor(&layer.shape, true, opts.io, format), &opts.find)?;
+                }
+            }
+            costs.push(ms);
+        }
+        nodes.push(costs);
+        for source in &layer.inputs {
+            let Source::Layer(from) = *source else { continue };
+            let mut cost = vec![vec![0.0; settings.len()]; settings.len()];
+            // A global setting never converts between layers; per layer, every pair may.
+            if opts.per_layer {
+                for (a, &fa) in settings.iter().enumerate() {
+                    for (b, &fb) in settings.iter().enumerate() {
+                        if forward {
+                            cost[a][b] += conversions.ms(rt, tensor(&layer.shape, false, fa, fb), &opts.find)?;
+                        }
+                        if backward {
+                            cost[a][b] += conversions.ms(rt, tensor(&layer.shape, false, fb, fa), &opts.find)?;
+                        }
+                    }
+                }
+            }
+            edges.push(Edge { from, to: i, cost });
+        }
+    }
+    Ok(Graph { settings: settings.len(), nodes, edges })
+}
+
+/// One problem's pick by the method, timed (and its error measured where asked).
+fn choose(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &NetTuneOptions<'_>) -> Result<Choice> {
+    let mut choice = Choice { direction: p.direction.to_string(), problem: p.key(), solver: None, config: None, ms: None, error: None, failure: None };
+    if let Method::Tune(strategy) = opts.method {
+        gconv_tune::tune::tune(rt, db, p, strategy, &opts.find, &mut |_| {})?;
+    }
+    let mode = match opts.method {
+        Method::Model => FindMode::Fast,
+        _ => FindMode::Hybrid,
+    };
+    let mut bed = TestBed::new(rt, p);
+    let selection = match select(rt, db, &mut bed, p, mode, &opts.find, opts.heuristic) {
+        Ok(s) => s,
+        Err(e) => {
+            choice.failure = Some(e.to_string());
+            return Ok(choice);
+        }
+    };
+    let solution = &selection.solution;
+    let found = selection.find.as_ref().filter(|_| selection.source == Picked::Find).and_then(|rows| rows.iter().find_map(|r| r.outcome.timed_ms()));
+    let ms = match found {
+        Some(ms) => Some(ms),
+        None => {
+            let solver = rt.solver(solution.solver_id)?;
+            let (outcome, _) = measure(rt, &mut bed, solver, &solution.config, &opts.find, None, true)?;
+            if outcome.timed_ms().is_none() {
+                choice.failure = Some(outcome.status());
+            }
+            outcome.timed_ms()
+        }
+    };
+    choice.solver = Some(solution.solver_id.to_string());
+    choice.config = Some(solution.config.to_string());
+    choice.ms = ms;
+    if opts.errors && p.dtype != DataType::F32 && ms.is_some() {
+        choice.error = Some(error_against_fp32(rt, &mut bed, p, solution)?);
+    }
+    Ok(choice)
+}
+
+/// max |out - out_fp32| / max |out_fp32|: the solution on the problem's data against the
+/// runtime's reference solver on the same data in fp32 before rounding (the random data of
+/// both come from one seed, one drawn in fp32, the other rounded from it).
+fn error_against_fp32(rt: &dyn Runtime, bed: &mut TestBed<'_>, p: &ConvProblem, solution: &gconv_core::Solution) -> Result<f64> {
+    let workload = bed.workload(false)?;
+    workload.run(solution)?;
+    let got = workload.output()?;
+    let exact = ConvProblem { dtype: DataType::F32, ..p.clone() };
+    let oracle = rt.solvers().into_iter().find(|s| s.is_oracle()).ok_or_else(|| gconv_core::GconvError::Backend("the runtime has no reference solver".into()))?;
+    let mut reference = rt.upload(&exact, &ConvTensors::try_random(&exact, DATA_SEED)?)?;
+    reference.run(&rt.build(oracle.id(), &exact, oracle.default_config(&exact))?)?;
+    let want = reference.output()?;
+    let (got, want) = (got.to_f32(), want.to_f32());
+    let scale = want.iter().fold(0f64, |m, v| m.max(f64::from(v.abs()))).max(f64::MIN_POSITIVE);
+    let worst = got.iter().zip(want.iter()).fold(0f64, |m, (g, w)| m.max(f64::from((g - w).abs())));
+    Ok(worst / scale)
+}
