@@ -4,6 +4,7 @@ mod bench;
 mod driver;
 mod explain;
 mod learn;
+mod net;
 mod plots;
 mod run;
 mod runtimes;
@@ -84,6 +85,10 @@ enum Command {
     Train(TrainCmd),
     /// Measure the models' picks against the oracle on problems they never saw
     Validate(ValidateCmd),
+    /// Networks: tune a network's convolutions over dtype and layout knobs into a tuning JSON,
+    /// run from it, report it
+    #[command(subcommand)]
+    Net(net::NetCmd),
     /// Inspect and maintain the user database
     Db(DbCmd),
 }
@@ -569,6 +574,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let code = learn::validate(&args)?;
             Ok(if parsed == ExitCode::SUCCESS { code } else { parsed })
         }
+        Command::Net(cmd) => net::net(net::NetContext { rt, device_line: &device_line, timing, models }, cmd),
         Command::Db(DbCmd { action: DbAction::Export { rows: Some(path), .. }, db }) => learn::export_rows(rt, &open_db(&db)?, &path),
         Command::Db(cmd) => {
             let mut db = open_db(&cmd.db)?;

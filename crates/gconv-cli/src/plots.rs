@@ -1,11 +1,12 @@
-//! `gconv validate`'s charts, each as PNG and SVG: the efficiency histogram, predicted
-//! against measured time, and efficiency by problem class.
+//! Charts, each as PNG and SVG: `gconv validate`'s (the efficiency histogram, predicted
+//! against measured time, efficiency by problem class) and `gconv net report`'s.
 
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
 use anyhow::Context;
 use gconv_heuristic::validate::{by_class, summarize, Outcome};
+use gconv_net::TuningFile;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -36,25 +37,70 @@ fn draw<DB: DrawingBackend>(chart: &str, area: &DrawingArea<DB, Shift>, outcomes
 
 /// Writes the three charts into `dir` and returns their paths.
 pub fn validation(outcomes: &[Outcome], dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    register_font();
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut written = Vec::new();
     for chart in CHARTS {
-        let png = dir.join(format!("{chart}.png"));
-        {
-            let area = BitMapBackend::new(&png, SIZE).into_drawing_area();
-            draw(chart, &area, outcomes)?;
-            area.present().map_err(|e| anyhow::anyhow!("cannot write {}: {e}", png.display()))?;
-        }
-        let svg = dir.join(format!("{chart}.svg"));
-        {
-            let area = SVGBackend::new(&svg, SIZE).into_drawing_area();
-            draw(chart, &area, outcomes)?;
-            area.present().map_err(|e| anyhow::anyhow!("cannot write {}: {e}", svg.display()))?;
-        }
-        written.extend([png, svg]);
+        written.extend(png_and_svg(dir, chart, |area| draw(chart, area, outcomes), |area| draw(chart, area, outcomes))?);
     }
     Ok(written)
+}
+
+/// One chart as `<name>.png` and `<name>.svg` in `dir`: the same drawing on each backend.
+fn png_and_svg(
+    dir: &Path,
+    name: &str,
+    on_png: impl Fn(&DrawingArea<BitMapBackend<'_>, Shift>) -> anyhow::Result<()>,
+    on_svg: impl Fn(&DrawingArea<SVGBackend<'_>, Shift>) -> anyhow::Result<()>,
+) -> anyhow::Result<[PathBuf; 2]> {
+    register_font();
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let png = dir.join(format!("{name}.png"));
+    {
+        let area = BitMapBackend::new(&png, SIZE).into_drawing_area();
+        on_png(&area)?;
+        area.present().map_err(|e| anyhow::anyhow!("cannot write {}: {e}", png.display()))?;
+    }
+    let svg = dir.join(format!("{name}.svg"));
+    {
+        let area = SVGBackend::new(&svg, SIZE).into_drawing_area();
+        on_svg(&area)?;
+        area.present().map_err(|e| anyhow::anyhow!("cannot write {}: {e}", svg.display()))?;
+    }
+    Ok([png, svg])
+}
+
+/// `gconv net report`'s chart: each distinct layer shape's time (x its count, all directions)
+/// in each setting, as grouped bars.
+pub fn network(file: &TuningFile, dir: &Path) -> anyhow::Result<[PathBuf; 2]> {
+    png_and_svg(dir, "layers-by-setting", |area| layer_bars(area, file), |area| layer_bars(area, file))
+}
+
+fn layer_bars<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, file: &TuningFile) -> anyhow::Result<()> {
+    area.fill(&WHITE).map_err(plot_error)?;
+    let shapes = file.settings.first().map_or(0, |s| s.shapes.len());
+    let time = |s: usize, i: usize| -> f64 {
+        let shape = &file.settings[s].shapes[i];
+        shape.choices.iter().filter_map(|c| c.ms).sum::<f64>() * shape.count as f64
+    };
+    let top = (0..file.settings.len()).flat_map(|s| (0..shapes).map(move |i| (s, i))).map(|(s, i)| time(s, i)).fold(0.0, f64::max) * 1.1;
+    let mut chart = ChartBuilder::on(area)
+        .caption(format!("{}: time per distinct layer shape (x count), by setting", file.network.name), ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(65)
+        .build_cartesian_2d(0.0..shapes.max(1) as f64, 0.0..top.max(1e-6))
+        .map_err(plot_error)?;
+    chart.configure_mesh().disable_x_mesh().x_desc("distinct layer shape (network order)").y_desc("ms").label_style(("sans-serif", 15)).draw().map_err(plot_error)?;
+    let width = 0.8 / file.settings.len().max(1) as f64;
+    for (s, setting) in file.settings.iter().enumerate() {
+        let colour = Palette99::pick(s).mix(0.85);
+        let bars = (0..shapes).map(|i| {
+            let x = i as f64 + 0.1 + s as f64 * width;
+            Rectangle::new([(x, 0.0), (x + width, time(s, i))], colour.filled())
+        });
+        chart.draw_series(bars).map_err(plot_error)?.label(setting.setting.clone()).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
+    }
+    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).label_font(("sans-serif", 15)).draw().map_err(plot_error)?;
+    Ok(())
 }
 
 fn plot_error<E: std::fmt::Debug>(e: E) -> anyhow::Error {

@@ -134,7 +134,7 @@ pub fn tune_network(rt: &dyn Runtime, db: &mut Db, net: &Network, opts: &NetTune
                 distinct.iter().zip(&choices[s]).map(|((p, layers), c)| ShapeRecord { key: p.key(), count: layers.len(), choices: c.clone() }).collect();
             let layers_ms = shapes.iter().map(|r| r.choices.iter().map(|c| c.ms).sum::<Option<f64>>().map(|ms| ms * r.count as f64)).sum::<Option<f64>>();
             let total_ms = graph.total(&vec![s; net.layers.len()]);
-            let conversions_ms = layers_ms.map_or(0.0, |l| total_ms - l);
+            let conversions_ms = layers_ms.map_or(0.0, |l| (total_ms - l).max(0.0));
             SettingRecord { setting: format.to_string(), shapes, layers_ms, conversions_ms, total_ms: total_ms.is_finite().then_some(total_ms) }
         })
         .collect();

@@ -1,0 +1,323 @@
+//! `gconv net`: a network's convolutions tuned over dtype and layout knobs into a tuning JSON,
+//! run from that JSON, reported from it, and precompiled.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use gconv_core::{ConvProblem, DataType, Direction, Runtime, TimingOptions};
+use gconv_net::knobs::parse_format;
+use gconv_net::run::{mismatch_reason, Mismatch, Origin};
+use gconv_net::tune::{Method, NetTuneOptions, Progress};
+use gconv_net::{Knobs, Network, TuningFile};
+use gconv_tune::heuristic::Heuristic;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::driver::{default_run_args, jobs_from_file};
+
+#[derive(Debug, Subcommand)]
+pub enum NetCmd {
+    /// List the built-in networks
+    List,
+    /// Tune a network over the knobs; write the tuning JSON
+    Tune(NetTuneArgs),
+    /// Run a network's convolutions with a tuning JSON: no tuning, no find
+    Run(NetRunArgs),
+    /// Print a tuning JSON's per-layer table; chart per-layer time by setting
+    Report(NetReportArgs),
+    /// Build the GPU kernels the network's layers need in every setting, ahead of time
+    Precompile(NetPrecompileArgs),
+}
+
+/// Which network.
+#[derive(Debug, Args)]
+pub struct NetArgs {
+    /// A built-in network (`gconv net list`), a network file (`NAME <- SOURCES : KEY` lines)
+    /// or a file of driver lines (a chain, each layer feeding the next)
+    net: String,
+    /// The batch size of every layer [default: the network's own]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    batch: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+pub struct NetTuneArgs {
+    #[command(flatten)]
+    net: NetArgs,
+    /// `dtype=f32,tf32,bf16,f16` and `layout=NCHW,NHWC`; every combination is a setting
+    /// [default: dtype=f32 layout=NCHW,NHWC]
+    #[arg(long = "knobs")]
+    knobs: Vec<String>,
+    /// Choose each layer's setting (dynamic programming over the layer graph, with the
+    /// conversions between settings) instead of one for the whole network
+    #[arg(long = "per-layer")]
+    per_layer: bool,
+    /// Directions, comma-separated: fwd, bwd-data, bwd-weight
+    #[arg(long = "dir", value_delimiter = ',', default_value = "fwd")]
+    directions: Vec<String>,
+    /// How each layer's solution is chosen: find (benchmark every candidate), tune (search
+    /// configs with --strategy, then find) or model (the learned model's pick, timed)
+    #[arg(long = "by", default_value = "find", value_parser = ["find", "tune", "model"])]
+    by: String,
+    /// With --by tune: exhaustive, or model (the model's --top-k configs per solver)
+    #[arg(long, default_value = "model", value_parser = ["exhaustive", "model"])]
+    strategy: String,
+    #[arg(long = "top-k", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
+    top_k: u64,
+    /// The format the network's input arrives in and its output leaves in
+    #[arg(long, default_value = "f32/NCHW")]
+    io: String,
+    /// Skip measuring low-precision layers' error against fp32
+    #[arg(long = "no-errors")]
+    no_errors: bool,
+    /// Where to write the tuning JSON
+    #[arg(long, short = 'o', default_value = "tuning.json")]
+    out: PathBuf,
+    #[command(flatten)]
+    find: crate::FindArgs,
+    #[command(flatten)]
+    db: crate::DbArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct NetRunArgs {
+    #[command(flatten)]
+    net: NetArgs,
+    /// The tuning JSON `gconv net tune` wrote
+    #[arg(long)]
+    tuning: PathBuf,
+    /// Use a file made for another network or device where its layer problems match (the
+    /// rest picked in fast mode, with no find) instead of refusing it
+    #[arg(long = "layer-by-layer")]
+    layer_by_layer: bool,
+    /// Warm iterations after the first
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    iter: u32,
+    #[command(flatten)]
+    db: crate::DbArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct NetReportArgs {
+    tuning: PathBuf,
+    /// Write the chart (PNG and SVG) into this folder
+    #[arg(long)]
+    plots: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct NetPrecompileArgs {
+    #[command(flatten)]
+    net: NetArgs,
+    #[arg(long = "knobs")]
+    knobs: Vec<String>,
+    #[arg(long = "dir", value_delimiter = ',', default_value = "fwd")]
+    directions: Vec<String>,
+    #[command(flatten)]
+    db: crate::DbArgs,
+}
+
+impl NetArgs {
+    fn network(&self) -> anyhow::Result<Network> {
+        let net = match Network::builtin(&self.net) {
+            Some(net) => net?,
+            None => read_network(Path::new(&self.net))?,
+        };
+        Ok(match self.batch {
+            Some(n) => net.with_batch(n),
+            None => net,
+        })
+    }
+}
+
+fn read_network(path: &Path) -> anyhow::Result<Network> {
+    let name = path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
+    if !path.exists() {
+        let builtin: Vec<&str> = Network::builtin_names().collect();
+        anyhow::bail!("`{}` is neither a built-in network ({}) nor a file", path.display(), builtin.join(", "));
+    }
+    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx")) {
+        anyhow::bail!("{}: ONNX import is not in this build of gconv yet; give a network file or driver lines", path.display());
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if text.lines().any(|l| l.split('#').next().unwrap_or("").contains("<-")) {
+        return Ok(Network::parse(&name, &text)?);
+    }
+    // Driver lines: each line's forward shape, once, in order.
+    let mut shapes: Vec<ConvProblem> = Vec::new();
+    for (origin, job) in jobs_from_file(path, DataType::F32, &default_run_args()).map_err(anyhow::Error::msg)? {
+        let (problems, _) = job.map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+        let first = problems.first().with_context(|| format!("{origin}: no problem"))?;
+        shapes.push(first.clone());
+    }
+    Ok(Network::chain(&name, &shapes)?)
+}
+
+fn directions(tokens: &[String]) -> anyhow::Result<Vec<Direction>> {
+    let mut out: Vec<Direction> = Vec::new();
+    for t in tokens {
+        let d: Direction = t.parse().map_err(|e: String| anyhow::anyhow!("--dir: {e}"))?;
+        if !out.contains(&d) {
+            out.push(d);
+        }
+    }
+    anyhow::ensure!(!out.is_empty(), "--dir names no direction");
+    Ok(out)
+}
+
+pub struct NetContext<'a> {
+    pub rt: &'a dyn Runtime,
+    pub device_line: &'a str,
+    pub timing: TimingOptions,
+    pub models: Option<&'a Path>,
+}
+
+pub fn net(ctx: NetContext<'_>, cmd: NetCmd) -> anyhow::Result<ExitCode> {
+    match cmd {
+        NetCmd::List => {
+            for name in Network::builtin_names() {
+                let net = Network::builtin(name).expect("listed")?;
+                println!("{name:18} {:3} convolutions, {:2} distinct shapes", net.layers.len(), net.distinct().len());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        NetCmd::Report(args) => report(&TuningFile::read(&args.tuning)?, args.plots.as_deref()),
+        NetCmd::Tune(args) => tune(&ctx, args),
+        NetCmd::Run(args) => run(&ctx, args),
+        NetCmd::Precompile(args) => {
+            anyhow::ensure!(ctx.rt.build_stats().is_some(), "precompile builds GPU kernels, and the device is {}", ctx.device_line);
+            let net = args.net.network()?;
+            let settings = Knobs::parse(&args.knobs)?.settings();
+            let mut problems = Vec::new();
+            for direction in directions(&args.directions)? {
+                for &format in &settings {
+                    problems.extend(net.distinct().iter().map(|(shape, _)| ConvProblem { direction, dtype: format.dtype, layout: format.layout, ..shape.clone() }));
+                }
+            }
+            println!("device:    {}", ctx.device_line);
+            println!("network:   {} ({} layers, {} problems in {} settings)", net.name, net.layers.len(), problems.len(), settings.len());
+            let jobs = vec![(net.name.clone(), Ok((problems, default_run_args())))];
+            crate::tuning::precompile(ctx.rt, &mut crate::open_db(&args.db)?, jobs, gconv_tune::prebuild::build_threads())
+        }
+    }
+}
+
+fn tune(ctx: &NetContext<'_>, args: NetTuneArgs) -> anyhow::Result<ExitCode> {
+    let net = args.net.network()?;
+    let mut db = crate::open_db(&args.db)?;
+    let model = crate::learn::heuristic(ctx.rt, ctx.models)?;
+    let strategy = match args.by.as_str() {
+        "tune" => {
+            let top_k = (args.strategy == "model").then_some(args.top_k);
+            let a = crate::tuning::StrategyArgs { name: &args.strategy, count: None, seconds: None, seed: 0, top_k };
+            Some(crate::tuning::strategy(ctx.rt, &a, ctx.models)?)
+        }
+        _ => None,
+    };
+    let settings = Knobs::parse(&args.knobs)?.settings();
+    let io = parse_format(&args.io).with_context(|| format!("--io `{}`: expected DTYPE/LAYOUT such as f32/NCHW", args.io))?;
+    let method = match args.by.as_str() {
+        "tune" => Method::Tune(strategy.as_deref().expect("made above for --by tune")),
+        "model" => Method::Model,
+        _ => Method::Find,
+    };
+    let opts = NetTuneOptions {
+        settings,
+        directions: directions(&args.directions)?,
+        io,
+        per_layer: args.per_layer,
+        method,
+        find: args.find.options(ctx.timing),
+        heuristic: model.as_ref().map(|m| m as &dyn Heuristic),
+        errors: !args.no_errors,
+    };
+    println!("device:    {}", ctx.device_line);
+    println!("network:   {} ({} layers, {} distinct shapes, batch {})", net.name, net.layers.len(), net.distinct().len(), net.batch());
+    let settings: Vec<String> = opts.settings.iter().map(|s| s.to_string()).collect();
+    println!("tuning:    by {} over {}, directions {:?}", opts.method.label(), settings.join(", "), args.directions);
+    let bar = ProgressBar::new(0);
+    match std::io::stderr().is_terminal() {
+        true => bar.set_style(ProgressStyle::with_template("[{bar:30}] {pos}/{len} problems, {elapsed}, ETA {eta}  {msg}").expect("valid template").progress_chars("=> ")),
+        false => bar.set_draw_target(indicatif::ProgressDrawTarget::hidden()),
+    }
+    let file = gconv_net::tune::tune_network(ctx.rt, &mut db, &net, &opts, &mut |p: Progress<'_>| {
+        bar.set_length(p.total as u64);
+        bar.set_position(p.done as u64);
+        bar.set_message(p.problem.key());
+    })?;
+    bar.finish_and_clear();
+    file.write(&args.out)?;
+    report(&file, None)?;
+    println!("written:   {} (tuned in {:.1} s)", args.out.display(), file.tuning_s);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run(ctx: &NetContext<'_>, args: NetRunArgs) -> anyhow::Result<ExitCode> {
+    let net = args.net.network()?;
+    let mut db = crate::open_db(&args.db)?;
+    let model = crate::learn::heuristic(ctx.rt, ctx.models)?;
+    let file = TuningFile::read(&args.tuning)?;
+    let mismatch = if args.layer_by_layer { Mismatch::LayerByLayer } else { Mismatch::Refuse };
+    println!("device:    {}", ctx.device_line);
+    if let Some(reason) = mismatch_reason(&file, &net, ctx.rt.device_key()) {
+        if mismatch == Mismatch::Refuse {
+            anyhow::bail!("{}: {reason}; pass --layer-by-layer to use its choices where the layer problems match", args.tuning.display());
+        }
+        println!("note:      {reason}; using its choices layer by layer");
+    }
+    let planned = gconv_net::run::plan(ctx.rt, &mut db, &net, &file, mismatch, model.as_ref().map(|m| m as &dyn Heuristic))?;
+    let report = gconv_net::run::run(ctx.rt, &file, planned, args.iter)?;
+    let fast: Vec<_> = report.planned.iter().filter_map(|p| match &p.origin {
+        Origin::Fast(reason) => Some((p, reason)),
+        Origin::Tuned => None,
+    }).collect();
+    println!("network:   {} ({} layer problems, {} from the tuning file, {} picked in fast mode; no tuning, no find)", net.name, report.planned.len(), report.planned.len() - fast.len(), fast.len());
+    for (p, reason) in fast.iter().take(10) {
+        println!("  fast:    {} -> {} ({reason})", p.problem.key(), p.solver);
+    }
+    println!("first iteration: {:.2} ms wall (builds included)", report.first_ms);
+    println!("warm iteration:  {:.2} ms wall, median of {} (each layer run and synchronised in turn)", report.warm_ms, args.iter);
+    println!("first / warm:    {:.2}x", report.first_ms / report.warm_ms);
+    if let Some(b) = report.builds {
+        println!("builds:          {} compiled ({:.0} ms of NVRTC), {} from the disk cache, {} shared", b.builds, b.build_ms, b.disk_hits, b.memory_hits);
+    }
+    println!("tuned time:      {:.3} ms (the file's measured per-layer times of these choices, summed; conversions apart)", report.tuned_ms);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn report(file: &TuningFile, plots: Option<&Path>) -> anyhow::Result<ExitCode> {
+    println!("network:   {} (batch {}, {} layers), device {}, gconv {}", file.network.name, file.network.batch, file.network.layers.len(), file.device, file.gconv_version);
+    println!("tuned:     by {}, directions {}, io {}, {:.1} s", file.method, file.directions.join(","), file.io, file.tuning_s);
+    println!();
+    println!("  {:12} {:>12} {:>14} {:>12}", "setting", "layers ms", "conversions ms", "total ms");
+    for s in &file.settings {
+        let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+        println!("  {:12} {:>12} {:>14.3} {:>12}", s.setting, ms(s.layers_ms), s.conversions_ms, ms(s.total_ms));
+    }
+    let winner = &file.winner;
+    match (&winner.setting, winner.per_layer) {
+        (Some(s), _) => println!("\nwinner:    {s} for the whole network, {:.3} ms", winner.total_ms),
+        (None, _) => println!("\nwinner:    per layer, {:.3} ms", winner.total_ms),
+    }
+    println!();
+    println!("  {:28} {:10} {:11} {:>10} {:>10}  solver config", "layer", "setting", "direction", "ms", "error");
+    for layer in &winner.layers {
+        for c in &layer.choices {
+            let ms = c.ms.map_or("-".into(), |v| format!("{v:.4}"));
+            let error = c.error.map_or("-".into(), |e| format!("{e:.1e}"));
+            let pick = match (&c.solver, &c.config) {
+                (Some(s), Some(cfg)) => format!("{s} {cfg}"),
+                _ => c.failure.clone().unwrap_or_default(),
+            };
+            println!("  {:28} {:10} {:11} {ms:>10} {error:>10}  {pick}", layer.name, layer.setting, c.direction);
+        }
+    }
+    if let Some(dir) = plots {
+        for path in crate::plots::network(file, dir)? {
+            println!("plot:      {}", path.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

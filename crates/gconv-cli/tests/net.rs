@@ -1,0 +1,74 @@
+//! `gconv net` on the CPU, end to end: tune a small committed network over dtype and layout
+//! knobs, write the tuning JSON, run from it with no tuning and no find, report it with its
+//! chart, and refuse what does not fit.
+
+mod common;
+
+use common::{stderr, stdout, Scratch};
+
+/// The test data, found from the crate (cargo test) or the repository root (packed tests).
+fn tiny_net() -> String {
+    ["tests/data/tiny-net.txt", "crates/gconv-cli/tests/data/tiny-net.txt"].into_iter().find(|p| std::path::Path::new(p).exists()).expect("the tiny network").to_string()
+}
+
+#[test]
+fn a_network_is_tuned_run_and_reported_from_its_tuning_json() {
+    let s = Scratch::new("net");
+    let (net, json, plots) = (tiny_net(), s.path("t.json"), s.path("plots"));
+    let json = json.to_str().unwrap();
+    let tuned = s.run(&["net", "tune", &net, "--knobs", "dtype=f32,bf16", "--per-layer", "--dir", "fwd,bwd-data,bwd-weight", "--find-iter", "2", "-o", json, "--db", &s.db()]);
+    assert!(tuned.status.success(), "{}", stderr(&tuned));
+    let out = stdout(&tuned);
+    for setting in ["f32/NCHW", "f32/NHWC", "bf16/NCHW", "bf16/NHWC"] {
+        assert!(out.contains(setting), "{out}");
+    }
+    assert!(out.contains("winner:"), "{out}");
+    let file: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    assert_eq!(file["winner"]["layers"].as_array().unwrap().len(), 5);
+    assert_eq!(file["settings"].as_array().unwrap().len(), 4);
+    // Every bf16 problem carries its error against fp32: small, not zero.
+    let bf16 = file["settings"].as_array().unwrap().iter().find(|s| s["setting"] == "bf16/NHWC").unwrap();
+    for shape in bf16["shapes"].as_array().unwrap() {
+        for choice in shape["choices"].as_array().unwrap() {
+            let error = choice["error"].as_f64().unwrap();
+            assert!(error > 0.0 && error < 0.05, "{choice}");
+        }
+    }
+
+    let run = s.run(&["net", "run", &net, "--tuning", json, "--iter", "2", "--db", &s.db()]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let out = stdout(&run);
+    assert!(out.contains("15 from the tuning file, 0 picked in fast mode; no tuning, no find"), "{out}");
+    assert!(out.contains("first iteration:") && out.contains("warm iteration:"), "{out}");
+
+    let report = s.run(&["net", "report", json, "--plots", plots.to_str().unwrap()]);
+    assert!(report.status.success(), "{}", stderr(&report));
+    assert!(plots.join("layers-by-setting.png").exists() && plots.join("layers-by-setting.svg").exists());
+
+    // Another batch is another network: refused with the reason, or used layer by layer.
+    let other = s.run(&["net", "run", &net, "--batch", "3", "--tuning", json, "--db", &s.db()]);
+    assert!(!other.status.success());
+    assert!(stderr(&other).contains("--layer-by-layer"), "{}", stderr(&other));
+    let partial = s.run(&["net", "run", &net, "--batch", "3", "--tuning", json, "--layer-by-layer", "--iter", "1", "--db", &s.db()]);
+    assert!(partial.status.success(), "{}", stderr(&partial));
+    assert!(stdout(&partial).contains("15 picked in fast mode"), "{}", stdout(&partial));
+}
+
+#[test]
+fn bad_network_input_is_refused_with_a_message() {
+    let s = Scratch::new("net-bad");
+    let bad_net = s.path("bad.txt");
+    std::fs::write(&bad_net, "a <- input : v1:fwd:f32:NCHW:n1:c3:k8:i8x8:f3x3:s1x1:p1x1:d1x1\nb <- nowhere : v1:fwd:f32:NCHW:n1:c8:k8:i8x8:f3x3:s1x1:p1x1:d1x1\n").unwrap();
+    let cases: [(&[&str], &str); 5] = [
+        (&["net", "tune", "no-such-net"], "neither a built-in network"),
+        (&["net", "tune", bad_net.to_str().unwrap()], "line 2: `nowhere` is not a layer defined above"),
+        (&["net", "tune", "squeezenet1_1", "--knobs", "dtype=f64"], "--knobs `dtype=f64`"),
+        (&["net", "tune", "squeezenet1_1", "--dir", "sideways"], "--dir"),
+        (&["net", "report", bad_net.to_str().unwrap()], "not a gconv tuning file"),
+    ];
+    for (args, message) in cases {
+        let out = s.run(args);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
+    }
+}
