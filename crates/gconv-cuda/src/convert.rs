@@ -32,7 +32,8 @@ impl DeviceConversion {
         let src = KernelSource {
             file: "convert.cu",
             text: SOURCE,
-            defines: vec![format!("SRC_{}", token(c.from.dtype)), format!("DST_{}", token(c.to.dtype))],
+            // Every build starts with common.cuh, which wants a storage type of its own.
+            defines: vec!["GCONV_F32".into(), format!("SRC_{}", token(c.from.dtype)), format!("DST_{}", token(c.to.dtype))],
         };
         let too_large = || gconv_core::GconvError::Backend(format!("a conversion of {} elements is too large for one launch", c.elements()));
         let (pixels, channels) = (u32::try_from(c.pixels()).map_err(|_| too_large())?, c.c);

@@ -261,14 +261,21 @@ fn choose(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &NetTuneOptions<
 }
 
 /// max |out - out_fp32| / max |out_fp32|: the solution on the problem's data against the
-/// runtime's reference solver on the same data in fp32 before rounding (the random data of
+/// runtime's reference (or plain fallback) solver on the same data in fp32 before rounding (the random data of
 /// both come from one seed, one drawn in fp32, the other rounded from it).
 fn error_against_fp32(rt: &dyn Runtime, bed: &mut TestBed<'_>, p: &ConvProblem, solution: &gconv_core::Solution) -> Result<f64> {
     let workload = bed.workload(false)?;
     workload.run(solution)?;
     let got = workload.output()?;
     let exact = ConvProblem { dtype: DataType::F32, ..p.clone() };
-    let oracle = rt.solvers().into_iter().find(|s| s.is_oracle()).ok_or_else(|| gconv_core::GconvError::Backend("the runtime has no reference solver".into()))?;
+    // The reference solver where the runtime has one, else its plain fallback (the GPU's naive
+    // direct convolution): exact fp32, whatever the tuned solvers do.
+    let solvers = rt.solvers();
+    let oracle = solvers
+        .iter()
+        .find(|s| s.is_oracle())
+        .or_else(|| solvers.iter().find(|s| s.is_fallback() && s.applicable(&exact).is_ok()))
+        .ok_or_else(|| gconv_core::GconvError::Backend(format!("no reference solver runs {}", exact.key())))?;
     let mut reference = rt.upload(&exact, &ConvTensors::try_random(&exact, DATA_SEED)?)?;
     reference.run(&rt.build(oracle.id(), &exact, oracle.default_config(&exact))?)?;
     let want = reference.output()?;

@@ -4,7 +4,7 @@
 //! How a sample is taken is the backend's; how many, the time box and the median are here.
 
 use gconv_core::verify::Verification;
-use gconv_core::{Result, Solution, TimingOptions, Workload};
+use gconv_core::{Result, Solution, Timer, TimingOptions, Workload};
 
 use crate::outcome::{Outcome, Timing};
 
@@ -59,8 +59,13 @@ pub fn evaluate(workload: &mut dyn Workload, solution: &Solution, check: bool, s
         return Ok(Evaluation { verification, timing: None, time_boxed: false });
     }
     let mut timer = workload.timer(solution, sampling.options)?;
-    let mut samples = (0..sampling.samples).map(|_| timer.sample().map(|s| s * 1e3)).collect::<Result<Vec<_>>>()?;
-    samples.sort_by(f64::total_cmp);
-    let timing = Timing { ms: samples[samples.len() / 2], samples: samples.len() as u32, calls: timer.calls(), method: timer.method() };
+    let timing = Timing { ms: median_ms(timer.as_mut(), sampling.samples)?, samples: sampling.samples, calls: timer.calls(), method: timer.method() };
     Ok(Evaluation { verification, timing: Some(timing), time_boxed: false })
+}
+
+/// The median of `samples` (at least one) samples of a timer, in ms.
+pub fn median_ms(timer: &mut dyn Timer, samples: u32) -> Result<f64> {
+    let mut samples = (0..samples.max(1)).map(|_| timer.sample().map(|s| s * 1e3)).collect::<Result<Vec<_>>>()?;
+    samples.sort_by(f64::total_cmp);
+    Ok(samples[samples.len() / 2])
 }
