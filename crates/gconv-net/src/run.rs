@@ -93,12 +93,14 @@ pub fn plan(rt: &dyn Runtime, db: &mut Db, net: &Network, file: &TuningFile, mis
     let mut planned = Vec::new();
     for (i, layer) in net.layers.iter().enumerate() {
         // The layer's setting: the file's for this layer where it is the same network, else
-        // the setting of a layer with the same shape, else the network's one setting.
+        // the setting of a layer with the same shape, else the network's one setting, else the
+        // setting with the least total.
         let setting = match same {
             true => file.winner.layers.get(i).map(|l| l.setting.as_str()),
             false => file.network.layers.iter().position(|l| l.key == layer.shape.key()).and_then(|j| file.winner.layers.get(j)).map(|l| l.setting.as_str()),
         }
         .or(file.winner.setting.as_deref())
+        .or_else(|| fastest_setting(file))
         .and_then(parse_format)
         .ok_or_else(|| bad(format!("no setting for layer `{}`", layer.name)))?;
         for &direction in &directions {
@@ -122,6 +124,11 @@ pub fn plan(rt: &dyn Runtime, db: &mut Db, net: &Network, file: &TuningFile, mis
         }
     }
     Ok(planned)
+}
+
+fn fastest_setting(file: &TuningFile) -> Option<&str> {
+    let timed = file.settings.iter().filter_map(|s| Some((s.setting.as_str(), s.total_ms?)));
+    timed.min_by(|a, b| a.1.total_cmp(&b.1)).map(|(setting, _)| setting)
 }
 
 /// Runs the planned problems in order: a first iteration that builds, then `warm` iterations.
