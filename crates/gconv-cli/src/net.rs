@@ -190,10 +190,10 @@ pub fn net(ctx: NetContext<'_>, cmd: NetCmd) -> anyhow::Result<ExitCode> {
             anyhow::ensure!(ctx.rt.build_stats().is_some(), "precompile builds GPU kernels, and the device is {}", ctx.device_line);
             let net = args.net.network()?;
             let settings = Knobs::parse(&args.knobs)?.settings();
-            let mut problems = Vec::new();
+            let (distinct, mut problems) = (net.distinct(), Vec::new());
             for direction in directions(&args.directions)? {
                 for &format in &settings {
-                    problems.extend(net.distinct().iter().map(|(shape, _)| ConvProblem { direction, dtype: format.dtype, layout: format.layout, ..shape.clone() }));
+                    problems.extend(distinct.iter().map(|(shape, _)| ConvProblem { direction, dtype: format.dtype, layout: format.layout, ..shape.clone() }));
                 }
             }
             println!("device:    {}", ctx.device_line);
@@ -261,13 +261,11 @@ fn run(ctx: &NetContext<'_>, args: NetRunArgs) -> anyhow::Result<ExitCode> {
     let file = TuningFile::read(&args.tuning)?;
     let mismatch = if args.layer_by_layer { Mismatch::LayerByLayer } else { Mismatch::Refuse };
     println!("device:    {}", ctx.device_line);
+    let planned = gconv_net::run::plan(ctx.rt, &mut db, &net, &file, mismatch, model.as_ref().map(|m| m as &dyn Heuristic))
+        .with_context(|| args.tuning.display().to_string())?;
     if let Some(reason) = mismatch_reason(&file, &net, ctx.rt.device_key()) {
-        if mismatch == Mismatch::Refuse {
-            anyhow::bail!("{}: {reason}; pass --layer-by-layer to use its choices where the layer problems match", args.tuning.display());
-        }
         println!("note:      {reason}; using its choices layer by layer");
     }
-    let planned = gconv_net::run::plan(ctx.rt, &mut db, &net, &file, mismatch, model.as_ref().map(|m| m as &dyn Heuristic))?;
     let report = gconv_net::run::run(ctx.rt, &file, planned, args.iter)?;
     let fast: Vec<_> = report.planned.iter().filter_map(|p| match &p.origin {
         Origin::Fast(reason) => Some((p, reason)),

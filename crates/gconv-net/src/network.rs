@@ -200,7 +200,7 @@ impl Network {
             }
             hasher.update(b"\n");
         }
-        format!("{}:{}", KEY_COUNTS_PREFIX, &hasher.finalize().to_hex()[..32])
+        format!("{FINGERPRINT_VERSION}:{}", &hasher.finalize().to_hex()[..32])
     }
 
     /// Each distinct shape key with how many layers have it.
@@ -209,7 +209,8 @@ impl Network {
     }
 }
 
-const KEY_COUNTS_PREFIX: &str = "net1";
+/// Bumped when what the fingerprint covers changes.
+const FINGERPRINT_VERSION: &str = "net1";
 
 #[cfg(test)]
 mod tests {

@@ -74,10 +74,9 @@ pub fn mismatch_reason(file: &TuningFile, net: &Network, device: &str) -> Option
 /// Each layer problem's solver and config, from the file or (layer by layer) fast selection.
 pub fn plan(rt: &dyn Runtime, db: &mut Db, net: &Network, file: &TuningFile, mismatch: Mismatch, heuristic: Option<&dyn Heuristic>) -> Result<Vec<Planned>> {
     let bad = |reason: String| Error::BadTuning { path: format!("for {}", net.name), reason };
-    if let Some(reason) = mismatch_reason(file, net, rt.device_key()) {
-        if mismatch == Mismatch::Refuse {
-            return Err(bad(format!("{reason}; pass --layer-by-layer to use its choices where the layer problems match")));
-        }
+    let reason = mismatch_reason(file, net, rt.device_key());
+    if let (Some(reason), Mismatch::Refuse) = (&reason, mismatch) {
+        return Err(bad(format!("{reason}; pass --layer-by-layer to use its choices where the layer problems match")));
     }
     let directions: Vec<Direction> = file.directions.iter().map(|d| d.parse().map_err(|e: String| bad(e))).collect::<Result<_>>()?;
     // The file's choices by problem key.
@@ -89,7 +88,7 @@ pub fn plan(rt: &dyn Runtime, db: &mut Db, net: &Network, file: &TuningFile, mis
             }
         }
     }
-    let same = mismatch_reason(file, net, rt.device_key()).is_none();
+    let same = reason.is_none();
     let mut planned = Vec::new();
     for (i, layer) in net.layers.iter().enumerate() {
         // The layer's setting: the file's for this layer where it is the same network, else

@@ -122,9 +122,12 @@ pub fn tune_network(rt: &dyn Runtime, db: &mut Db, net: &Network, opts: &NetTune
         }
         choices.push(by_shape);
     }
+    let mut shape_of = vec![0; net.layers.len()];
+    for (shape, (_, layers)) in distinct.iter().enumerate() {
+        layers.iter().for_each(|&i| shape_of[i] = shape);
+    }
     let mut conversions = Conversions::default();
-    let graph = graph(rt, net, opts, &choices, &mut conversions)?;
-    let shape_of: Vec<usize> = (0..net.layers.len()).map(|i| distinct.iter().position(|(_, layers)| layers.contains(&i)).expect("every layer has a shape")).collect();
+    let graph = graph(rt, net, opts, &choices, &shape_of, &mut conversions)?;
     let settings: Vec<SettingRecord> = opts
         .settings
         .iter()
@@ -138,14 +141,11 @@ pub fn tune_network(rt: &dyn Runtime, db: &mut Db, net: &Network, opts: &NetTune
             SettingRecord { setting: format.to_string(), shapes, layers_ms, conversions_ms, total_ms: total_ms.is_finite().then_some(total_ms) }
         })
         .collect();
-    let (choice, total_ms, per_layer) = match opts.per_layer {
-        true => {
-            let (choice, total) = graph.best_per_node();
-            (choice, total, true)
-        }
+    let (choice, total_ms) = match opts.per_layer {
+        true => graph.best_per_node(),
         false => {
             let (s, total) = graph.best_global();
-            (vec![s; net.layers.len()], total, false)
+            (vec![s; net.layers.len()], total)
         }
     };
     let layers = net
@@ -154,7 +154,7 @@ pub fn tune_network(rt: &dyn Runtime, db: &mut Db, net: &Network, opts: &NetTune
         .enumerate()
         .map(|(i, layer)| LayerChoice { name: layer.name.clone(), setting: opts.settings[choice[i]].to_string(), choices: choices[choice[i]][shape_of[i]].clone() })
         .collect();
-    let setting = (!per_layer || choice.iter().all(|&s| s == choice[0])).then(|| opts.settings[choice[0]].to_string());
+    let setting = choice.iter().all(|&s| s == choice[0]).then(|| opts.settings[choice[0]].to_string());
     Ok(TuningFile {
         format: TUNING_FORMAT,
         gconv_version: GCONV_VERSION.to_string(),
@@ -165,7 +165,7 @@ pub fn tune_network(rt: &dyn Runtime, db: &mut Db, net: &Network, opts: &NetTune
         io: opts.io.to_string(),
         settings,
         conversions: conversions.records(),
-        winner: Winner { per_layer, setting, total_ms, layers },
+        winner: Winner { per_layer: opts.per_layer, setting, total_ms, layers },
         tuning_s: started.elapsed().as_secs_f64(),
     })
 }
@@ -173,14 +173,13 @@ pub fn tune_network(rt: &dyn Runtime, db: &mut Db, net: &Network, opts: &NetTune
 /// The layer graph's costs: each layer's time in each setting (over the directions), the
 /// conversions at the input and output, and between layers where settings differ: forward
 /// moves activations from a layer to those it feeds, backward-data moves their gradients back.
-fn graph(rt: &dyn Runtime, net: &Network, opts: &NetTuneOptions<'_>, choices: &[Vec<Vec<Choice>>], conversions: &mut Conversions) -> Result<Graph> {
-    let distinct = net.distinct();
+fn graph(rt: &dyn Runtime, net: &Network, opts: &NetTuneOptions<'_>, choices: &[Vec<Vec<Choice>>], shape_of: &[usize], conversions: &mut Conversions) -> Result<Graph> {
     let settings = &opts.settings;
     let (forward, backward) = (opts.directions.contains(&Direction::Forward), opts.directions.contains(&Direction::BackwardData));
     let mut nodes = Vec::new();
     let mut edges = Vec::new();
     for (i, layer) in net.layers.iter().enumerate() {
-        let shape = distinct.iter().position(|(_, layers)| layers.contains(&i)).expect("every layer has a shape");
+        let shape = shape_of[i];
         let mut costs = Vec::new();
         for (s, &format) in settings.iter().enumerate() {
             let mut ms = choices[s][shape].iter().map(|c| c.ms).sum::<Option<f64>>().unwrap_or(f64::INFINITY);
