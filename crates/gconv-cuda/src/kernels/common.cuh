@@ -2,30 +2,36 @@
 // are raw bits with conversions in inline PTX. Exactly one of GCONV_F32, GCONV_F16,
 // GCONV_BF16 is defined by the build.
 
+// 16-bit values as raw bits, to and from fp32 (round to nearest even).
+__device__ __forceinline__ float f16_to_f32(unsigned short v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
+    return f;
+}
+__device__ __forceinline__ unsigned short f32_to_f16(float v) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+}
+__device__ __forceinline__ float bf16_to_f32(unsigned short v) { return __uint_as_float(((unsigned)v) << 16); }
+__device__ __forceinline__ unsigned short f32_to_bf16(float v) {
+    unsigned short h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+}
+
 #if defined(GCONV_F32)
 typedef float elem_t;
 __device__ __forceinline__ float to_f32(elem_t v) { return v; }
 __device__ __forceinline__ elem_t from_f32(float v) { return v; }
 #elif defined(GCONV_F16)
 typedef unsigned short elem_t;
-__device__ __forceinline__ float to_f32(elem_t v) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
-    return f;
-}
-__device__ __forceinline__ elem_t from_f32(float v) {
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    return h;
-}
+__device__ __forceinline__ float to_f32(elem_t v) { return f16_to_f32(v); }
+__device__ __forceinline__ elem_t from_f32(float v) { return f32_to_f16(v); }
 #elif defined(GCONV_BF16)
 typedef unsigned short elem_t;
-__device__ __forceinline__ float to_f32(elem_t v) { return __uint_as_float(((unsigned)v) << 16); }
-__device__ __forceinline__ elem_t from_f32(float v) {
-    unsigned short h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    return h;
-}
+__device__ __forceinline__ float to_f32(elem_t v) { return bf16_to_f32(v); }
+__device__ __forceinline__ elem_t from_f32(float v) { return f32_to_bf16(v); }
 #else
 #error "define one of GCONV_F32, GCONV_F16, GCONV_BF16"
 #endif

@@ -1,20 +1,16 @@
 // Converts an activation tensor between two network layers' formats: the data type (one of
 // SRC_F32, SRC_F16, SRC_BF16 to one of DST_F32, DST_F16, DST_BF16) and, in gconv_transpose,
-// the layout. Built with no toolkit headers: 16-bit types are raw bits, converted in PTX.
+// the layout. common.cuh, before every build, holds the 16-bit conversions.
 
 #if defined(SRC_F32)
 typedef float src_t;
 __device__ __forceinline__ float load(src_t v) { return v; }
 #elif defined(SRC_F16)
 typedef unsigned short src_t;
-__device__ __forceinline__ float load(src_t v) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
-    return f;
-}
+__device__ __forceinline__ float load(src_t v) { return f16_to_f32(v); }
 #elif defined(SRC_BF16)
 typedef unsigned short src_t;
-__device__ __forceinline__ float load(src_t v) { return __uint_as_float(((unsigned)v) << 16); }
+__device__ __forceinline__ float load(src_t v) { return bf16_to_f32(v); }
 #else
 #error "define one of SRC_F32, SRC_F16, SRC_BF16"
 #endif
@@ -24,18 +20,10 @@ typedef float dst_t;
 __device__ __forceinline__ dst_t store(float v) { return v; }
 #elif defined(DST_F16)
 typedef unsigned short dst_t;
-__device__ __forceinline__ dst_t store(float v) {
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    return h;
-}
+__device__ __forceinline__ dst_t store(float v) { return f32_to_f16(v); }
 #elif defined(DST_BF16)
 typedef unsigned short dst_t;
-__device__ __forceinline__ dst_t store(float v) {
-    unsigned short h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    return h;
-}
+__device__ __forceinline__ dst_t store(float v) { return f32_to_bf16(v); }
 #else
 #error "define one of DST_F32, DST_F16, DST_BF16"
 #endif
