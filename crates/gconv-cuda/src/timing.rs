@@ -27,10 +27,11 @@ const MAX_SPIN_NS: u64 = 100_000_000;
 const RETRIES: u32 = 3;
 
 /// What one sample enqueues: nothing yet right after calibration (a time-boxed candidate is
-/// never captured), then a graph, or the calls themselves where capture fails.
+/// never captured), then a graph, or the calls themselves where capture fails. The graph keeps
+/// the launch closure alive: a closure may own the buffers the captured calls read and write.
 enum Payload<'a> {
     Calibrated(Box<dyn FnMut() -> Result<()> + 'a>),
-    Graph(CudaGraph),
+    Graph(CudaGraph, Box<dyn FnMut() -> Result<()> + 'a>),
     Queued(Box<dyn FnMut() -> Result<()> + 'a>),
 }
 
@@ -99,7 +100,7 @@ impl<'a> GpuTimer<'a> {
         let payload = std::mem::replace(&mut self.payload, Payload::Queued(Box::new(|| Ok(()))));
         self.payload = match payload {
             Payload::Calibrated(mut launch) => match capture(&self.stream, self.calls, &mut launch) {
-                Ok(graph) => Payload::Graph(graph),
+                Ok(graph) => Payload::Graph(graph, launch),
                 Err(_) => Payload::Queued(launch),
             },
             ready => ready,
@@ -150,9 +151,9 @@ impl<'a> GpuTimer<'a> {
         let calls = self.calls;
         let payload = std::mem::replace(&mut self.payload, Payload::Queued(Box::new(|| Ok(()))));
         let (payload, seconds) = match payload {
-            Payload::Graph(graph) => {
+            Payload::Graph(graph, launch) => {
                 let t = self.time(|| graph.launch().map_err(|e| driver_error("launch a graph", e)));
-                (Payload::Graph(graph), t)
+                (Payload::Graph(graph, launch), t)
             }
             Payload::Queued(mut launch) => {
                 let t = self.time(|| (0..calls).try_for_each(|_| launch()));
@@ -199,7 +200,7 @@ impl Timer for GpuTimer<'_> {
 
     fn method(&self) -> TimingMethod {
         match self.payload {
-            Payload::Graph(_) => TimingMethod::GraphReplay,
+            Payload::Graph(..) => TimingMethod::GraphReplay,
             Payload::Queued(_) | Payload::Calibrated(_) => TimingMethod::SpinQueued,
         }
     }
