@@ -1,6 +1,7 @@
 //! `gconv net`: a network's convolutions tuned over dtype and layout knobs into a tuning JSON,
 //! run from that JSON, reported from it, and precompiled.
 
+use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -58,12 +59,15 @@ pub struct NetTuneArgs {
     #[arg(long = "dir", value_delimiter = ',', default_value = "fwd")]
     directions: Vec<String>,
     /// How each layer's solution is chosen: find (benchmark every candidate), tune (search
-    /// configs with --strategy, then find) or model (the learned model's pick, timed)
+    /// configs with --strategy, then find) or model (the learned model's --top-k candidates
+    /// over every solver measured, the fastest kept: the quick way)
     #[arg(long = "by", default_value = "find", value_parser = ["find", "tune", "model"])]
     by: String,
-    /// With --by tune: exhaustive, or model (the model's --top-k configs per solver)
+    /// With --by tune: exhaustive, or model (the model's --top-k configs per tunable solver)
     #[arg(long, default_value = "model", value_parser = ["exhaustive", "model"])]
     strategy: String,
+    /// Candidates the model picks to measure: per problem with --by model, per tunable solver
+    /// with --by tune --strategy model
     #[arg(long = "top-k", default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     top_k: u64,
     /// The format the network's input arrives in and its output leaves in
@@ -105,6 +109,14 @@ pub struct NetReportArgs {
     /// Write the chart (PNG and SVG) into this folder
     #[arg(long)]
     plots: Option<PathBuf>,
+    /// Print only the problem keys the file timed and their channels-last twins, one per
+    /// line (the input of bench/torch_conv.py)
+    #[arg(long, conflicts_with_all = ["plots", "torch_csv"])]
+    keys: bool,
+    /// PyTorch's times of those keys (bench/torch_conv.py's CSV): each setting's total and the
+    /// winner's layers against PyTorch's channels-last run of the same layers in the same dtype
+    #[arg(long = "torch-csv")]
+    torch_csv: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -183,7 +195,15 @@ pub fn net(ctx: NetContext<'_>, cmd: NetCmd) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        NetCmd::Report(args) => report(&TuningFile::read(&args.tuning)?, args.plots.as_deref()),
+        NetCmd::Report(args) => {
+            let file = TuningFile::read(&args.tuning)?;
+            if args.keys {
+                file.comparison_keys().iter().for_each(|k| println!("{k}"));
+                return Ok(ExitCode::SUCCESS);
+            }
+            let torch = args.torch_csv.as_deref().map(crate::bench::read_torch_csv).transpose()?;
+            report(&file, args.plots.as_deref(), torch.as_ref())
+        }
         NetCmd::Tune(args) => tune(&ctx, args),
         NetCmd::Run(args) => run(&ctx, args),
         NetCmd::Precompile(args) => {
@@ -220,7 +240,7 @@ fn tune(ctx: &NetContext<'_>, args: NetTuneArgs) -> anyhow::Result<ExitCode> {
     let io = parse_format(&args.io).with_context(|| format!("--io `{}`: expected DTYPE/LAYOUT such as f32/NCHW", args.io))?;
     let method = match args.by.as_str() {
         "tune" => Method::Tune(strategy.as_deref().expect("made above for --by tune")),
-        "model" => Method::Model,
+        "model" => Method::Model { top_k: args.top_k as usize },
         _ => Method::Find,
     };
     let opts = NetTuneOptions {
@@ -249,8 +269,9 @@ fn tune(ctx: &NetContext<'_>, args: NetTuneArgs) -> anyhow::Result<ExitCode> {
     })?;
     bar.finish_and_clear();
     file.write(&args.out)?;
-    report(&file, None)?;
-    println!("written:   {} (tuned in {:.1} s)", args.out.display(), file.tuning_s);
+    report(&file, None, None)?;
+    let phases: Vec<String> = file.phases.iter().map(|(phase, s)| format!("{phase} {s:.1} s")).collect();
+    println!("written:   {} (tuned in {:.1} s: {})", args.out.display(), file.tuning_s, phases.join(", "));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -275,29 +296,49 @@ fn run(ctx: &NetContext<'_>, args: NetRunArgs) -> anyhow::Result<ExitCode> {
     for (p, reason) in fast.iter().take(10) {
         println!("  fast:    {} -> {} ({reason})", p.problem.key(), p.solver);
     }
-    println!("first iteration: {:.2} ms wall (builds included)", report.first_ms);
-    println!("warm iteration:  {:.2} ms wall, median of {} (each layer run and synchronised in turn)", report.warm_ms, args.iter);
-    println!("first / warm:    {:.2}x", report.first_ms / report.warm_ms);
+    println!("prepare:         {:.2} ms wall (kernels built or loaded, vendor plans made, workspaces allocated)", report.prepare_ms);
     if let Some(b) = report.builds {
         println!("builds:          {} compiled ({:.0} ms of NVRTC), {} from the disk cache, {} shared", b.builds, b.build_ms, b.disk_hits, b.memory_hits);
     }
+    println!("first iteration: {:.3} ms wall (every layer enqueued back to back, one wait)", report.first_ms);
+    println!("warm iteration:  {:.3} ms wall, median of {}", report.warm_ms, args.iter);
+    println!("first / warm:    {:.2}x", report.first_ms / report.warm_ms);
     println!("tuned time:      {:.3} ms (the file's measured per-layer times of these choices, summed; conversions apart)", report.tuned_ms);
     Ok(ExitCode::SUCCESS)
 }
 
-fn report(file: &TuningFile, plots: Option<&Path>) -> anyhow::Result<ExitCode> {
+fn report(file: &TuningFile, plots: Option<&Path>, torch: Option<&HashMap<String, f64>>) -> anyhow::Result<ExitCode> {
     println!("network:   {} (batch {}, {} layers), device {}, gconv {}", file.network.name, file.network.batch, file.network.layers.len(), file.device, file.gconv_version);
     println!("tuned:     by {}, directions {}, io {}, {:.1} s", file.method, file.directions.join(","), file.io, file.tuning_s);
     println!();
-    println!("  {:12} {:>12} {:>14} {:>12}", "setting", "layers ms", "conversions ms", "total ms");
-    for s in &file.settings {
-        let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
-        println!("  {:12} {:>12} {:>14.3} {:>12}", s.setting, ms(s.layers_ms), s.conversions_ms, ms(s.total_ms));
+    let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+    let torch_ms = |key: &str| torch.and_then(|t| t.get(key).copied());
+    let torch_settings = file.settings_by(torch_ms);
+    let torch_column = if torch.is_some() { format!(" {:>12} {:>8}", "PyTorch ms", "vs PyTorch") } else { String::new() };
+    println!("  {:12} {:>12} {:>14} {:>12}{torch_column}", "setting", "layers ms", "conversions ms", "total ms");
+    for (s, torch_layers) in file.settings.iter().zip(&torch_settings) {
+        let versus = match (torch, s.layers_ms, torch_layers) {
+            (None, ..) => String::new(),
+            (Some(_), Some(own), Some(t)) => format!(" {t:>12.3} {:>7.2}x", own / t),
+            (Some(_), ..) => format!(" {:>12} {:>8}", ms(*torch_layers), "-"),
+        };
+        println!("  {:12} {:>12} {:>14.3} {:>12}{versus}", s.setting, ms(s.layers_ms), s.conversions_ms, ms(s.total_ms));
     }
     let winner = &file.winner;
     match (&winner.setting, winner.per_layer) {
         (Some(s), _) => println!("\nwinner:    {s} for the whole network, {:.3} ms", winner.total_ms),
         (None, _) => println!("\nwinner:    per layer, {:.3} ms", winner.total_ms),
+    }
+    if torch.is_some() {
+        match (file.winner_layers_ms(), file.winner_channels_last_by(torch_ms)) {
+            (Some(own), Some(t)) => println!(
+                "vs PyTorch: winner's layers {own:.3} ms (with conversions {:.3} ms), PyTorch channels-last in the same dtypes {t:.3} ms: {:.2}x ({:.2}x with conversions)",
+                winner.total_ms,
+                own / t,
+                winner.total_ms / t
+            ),
+            _ => println!("vs PyTorch: not every winner layer has both times (see the table)"),
+        }
     }
     println!();
     println!("  {:28} {:10} {:11} {:>10} {:>10}  solver config", "layer", "setting", "direction", "ms", "error");

@@ -69,6 +69,15 @@ pub trait Timer {
 pub trait Workload {
     /// Runs the solution once, synchronously.
     fn run(&mut self, s: &Solution) -> Result<()>;
+    /// Makes ready what running `s` on this data needs (its workspace) without running it.
+    fn reserve(&mut self, _s: &Solution) -> Result<()> {
+        Ok(())
+    }
+    /// Runs the solution once without waiting for it where the backend queues work (then
+    /// [`Runtime::synchronize`] waits); a backend with no queue runs it synchronously.
+    fn enqueue(&mut self, s: &Solution) -> Result<()> {
+        self.run(s)
+    }
     /// A timer for `s` on this data. Making it runs one call, the timer's one-call estimate;
     /// that may be the solution's first call (find's warm-up), so a backend whose first call
     /// costs extra host time must time it again.
@@ -148,6 +157,10 @@ pub trait Runtime: Send + Sync {
     fn build(&self, id: &str, p: &ConvProblem, config: Config) -> Result<Solution>;
     /// Places the host tensors where the backend's solutions read them.
     fn upload(&self, p: &ConvProblem, tensors: &ConvTensors) -> Result<Box<dyn Workload>>;
+    /// Waits for everything enqueued on the device ([`Workload::enqueue`]).
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
     /// Measured arithmetic and memory peaks for `dtype`, where the backend measures them.
     /// Converts an activation tensor between two network layers' formats on this device.
     fn convert(&self, c: &Conversion, _input: &Tensor) -> Result<Tensor> {
@@ -163,6 +176,11 @@ pub trait Runtime: Send + Sync {
     /// The vendor library this backend is judged against, if any.
     fn yardstick(&self, _p: &ConvProblem) -> Result<Option<Yardstick>> {
         Ok(None)
+    }
+    /// The vendor library's own heuristic pick (solver id and config), where it has one: the
+    /// yardstick's, which a backend may ask for without listing everything the yardstick lists.
+    fn vendor_pick(&self, p: &ConvProblem) -> Result<Option<(&'static str, Config)>> {
+        Ok(self.yardstick(p)?.map(|y| (y.solver, y.heuristic)))
     }
 }
 

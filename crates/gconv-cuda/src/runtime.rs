@@ -111,6 +111,10 @@ impl Runtime for CudaRuntime {
         self.registry.build(id, p, config)
     }
 
+    fn synchronize(&self) -> Result<()> {
+        self.device.stream()?.synchronize().map_err(|e| driver_error("run on the GPU", e))
+    }
+
     fn upload(&self, p: &ConvProblem, tensors: &ConvTensors) -> Result<Box<dyn Workload>> {
         Ok(Box::new(CudaWorkload {
             device: self.device.clone(),
@@ -136,6 +140,13 @@ impl Runtime for CudaRuntime {
         let measured = crate::roofline::measure_peaks(&self.device, dtype)?;
         self.peaks.lock().unwrap().insert(dtype, measured);
         Ok(Some(measured))
+    }
+
+    fn vendor_pick(&self, p: &ConvProblem) -> Result<Option<(&'static str, Config)>> {
+        if self.cudnn.version().is_none() || self.cudnn.supports(p).is_err() {
+            return Ok(None);
+        }
+        Ok(self.cudnn.heuristic_pick(p)?.map(|config| ("cuda.cudnn", config)))
     }
 
     fn yardstick(&self, p: &ConvProblem) -> Result<Option<Yardstick>> {
@@ -173,6 +184,14 @@ impl Workload for CudaWorkload {
         let mut buffers = buffers_for(&mut self.gpu, &self.device, &self.problem, s)?;
         s.invoker::<Cuda>()?.run(&mut buffers)?;
         buffers.stream().synchronize().map_err(|e| driver_error("run on the GPU", e))
+    }
+
+    fn reserve(&mut self, s: &Solution) -> Result<()> {
+        buffers_for(&mut self.gpu, &self.device, &self.problem, s).map(drop)
+    }
+
+    fn enqueue(&mut self, s: &Solution) -> Result<()> {
+        s.invoker::<Cuda>()?.run(&mut buffers_for(&mut self.gpu, &self.device, &self.problem, s)?)
     }
 
     fn timer<'a>(&'a mut self, s: &'a Solution, options: TimingOptions) -> Result<Box<dyn Timer + 'a>> {

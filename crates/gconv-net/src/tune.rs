@@ -2,18 +2,19 @@
 //! runtime (by find, tuning or the model's pick, each pick's time measured the same way), the
 //! conversions between settings measured, the totals and the winner written as a tuning file.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
-use gconv_core::{Conversion, ConvProblem, ConvTensors, DataType, Direction, Format, Runtime};
+use gconv_core::{Config, Conversion, ConvProblem, ConvTensors, DataType, Direction, Format, Runtime, Solution, Solver};
 use gconv_tune::db::{Db, GCONV_VERSION};
-use gconv_tune::find::{measure, FindOptions, TestBed, DATA_SEED};
+use gconv_tune::find::{find_among, guided_candidates, measure, FindOptions, TestBed, DATA_SEED};
 use gconv_tune::heuristic::Heuristic;
 use gconv_tune::measure::median_ms;
 use gconv_tune::search::SearchStrategy;
-use gconv_tune::select::{select, FindMode, Source as Picked};
+use gconv_tune::prebuild::{build_threads, prepare_in_parallel, unbuilt};
+use gconv_tune::select::{select, FindMode, Source};
 
-use crate::network::{Network, Source};
+use crate::network::{Network, Source as Feeds};
 use crate::plan::{Edge, Graph};
 use crate::tuning::{Choice, ConversionRecord, LayerChoice, NetworkRecord, SettingRecord, ShapeRecord, TuningFile, Winner, TUNING_FORMAT};
 use crate::Result;
@@ -24,8 +25,9 @@ pub enum Method<'a> {
     Find,
     /// Search each tunable solver's configs with the strategy, then find.
     Tune(&'a dyn SearchStrategy),
-    /// The model's pick (or the find-db's), nothing benchmarked but the pick.
-    Model,
+    /// The model's `top_k` fastest predicted candidates (over every solver, vendor engines
+    /// included) measured, the fastest kept; a find where no model covers the problem.
+    Model { top_k: usize },
 }
 
 impl Method<'_> {
@@ -33,7 +35,7 @@ impl Method<'_> {
         match self {
             Method::Find => "find".into(),
             Method::Tune(s) => format!("tune:{}", s.describe()),
-            Method::Model => "model".into(),
+            Method::Model { top_k } => format!("model(top_k={top_k})"),
         }
     }
 }
@@ -104,30 +106,36 @@ fn tensor(p: &ConvProblem, output: bool, from: Format, to: Format) -> Conversion
 pub fn tune_network(rt: &dyn Runtime, db: &mut Db, net: &Network, opts: &NetTuneOptions<'_>, progress: &mut dyn FnMut(Progress<'_>)) -> Result<TuningFile> {
     let started = Instant::now();
     let distinct = net.distinct();
-    let total = distinct.len() * opts.settings.len() * opts.directions.len();
-    // choices[setting][shape][direction]
-    let mut choices: Vec<Vec<Vec<Choice>>> = Vec::new();
-    let mut done = 0;
+    let mut problems = Vec::new();
     for &format in &opts.settings {
-        let mut by_shape = Vec::new();
         for (shape, _) in &distinct {
-            let mut by_direction = Vec::new();
             for &direction in &opts.directions {
-                let p = ConvProblem { direction, dtype: format.dtype, layout: format.layout, ..shape.clone() };
-                progress(Progress { problem: &p, done, total });
-                by_direction.push(choose(rt, db, &p, opts)?);
-                done += 1;
+                problems.push(ConvProblem { direction, dtype: format.dtype, layout: format.layout, ..shape.clone() });
             }
-            by_shape.push(by_direction);
         }
-        choices.push(by_shape);
     }
+    let mut phases = Phases::default();
+    let guided = guided_candidates_of(rt, db, &problems, opts, &mut phases)?;
+    let mut picked = Vec::with_capacity(problems.len());
+    for (done, (p, candidates)) in problems.iter().zip(&guided).enumerate() {
+        progress(Progress { problem: p, done, total: problems.len() });
+        picked.push(choose(rt, db, p, opts, candidates.as_deref(), &mut phases)?);
+    }
+    // choices[setting][shape][direction]
+    let mut picked = picked.into_iter();
+    let choices: Vec<Vec<Vec<Choice>>> = opts
+        .settings
+        .iter()
+        .map(|_| distinct.iter().map(|_| picked.by_ref().take(opts.directions.len()).collect()).collect())
+        .collect();
     let mut shape_of = vec![0; net.layers.len()];
     for (shape, (_, layers)) in distinct.iter().enumerate() {
         layers.iter().for_each(|&i| shape_of[i] = shape);
     }
     let mut conversions = Conversions::default();
+    let converting = Instant::now();
     let graph = graph(rt, net, opts, &choices, &shape_of, &mut conversions)?;
+    phases.conversions_s += converting.elapsed().as_secs_f64();
     let settings: Vec<SettingRecord> = opts
         .settings
         .iter()
@@ -167,6 +175,7 @@ pub fn tune_network(rt: &dyn Runtime, db: &mut Db, net: &Network, opts: &NetTune
         conversions: conversions.records(),
         winner: Winner { per_layer: opts.per_layer, setting, total_ms, layers },
         tuning_s: started.elapsed().as_secs_f64(),
+        phases: phases.record(),
     })
 }
 
@@ -183,7 +192,7 @@ fn graph(rt: &dyn Runtime, net: &Network, opts: &NetTuneOptions<'_>, choices: &[
         let mut costs = Vec::new();
         for (s, &format) in settings.iter().enumerate() {
             let mut ms = choices[s][shape].iter().map(|c| c.ms).sum::<Option<f64>>().unwrap_or(f64::INFINITY);
-            if layer.inputs.contains(&Source::Input) && forward {
+            if layer.inputs.contains(&Feeds::Input) && forward {
                 ms += conversions.ms(rt, tensor(&layer.shape, false, opts.io, format), &opts.find)?;
             }
             if net.outputs.contains(&i) {
@@ -198,7 +207,7 @@ fn graph(rt: &dyn Runtime, net: &Network, opts: &NetTuneOptions<'_>, choices: &[
         }
         nodes.push(costs);
         for source in &layer.inputs {
-            let Source::Layer(from) = *source else { continue };
+            let Feeds::Layer(from) = *source else { continue };
             let mut cost = vec![vec![0.0; settings.len()]; settings.len()];
             // A global setting never converts between layers; per layer, every pair may.
             if opts.per_layer {
@@ -219,44 +228,116 @@ fn graph(rt: &dyn Runtime, net: &Network, opts: &NetTuneOptions<'_>, choices: &[
     Ok(Graph { settings: settings.len(), nodes, edges })
 }
 
-/// One problem's pick by the method, timed (and its error measured where asked).
-fn choose(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &NetTuneOptions<'_>) -> Result<Choice> {
-    let mut choice = Choice { direction: p.direction.to_string(), problem: p.key(), solver: None, config: None, ms: None, error: None, failure: None };
-    if let Method::Tune(strategy) = opts.method {
-        gconv_tune::tune::tune(rt, db, p, strategy, &opts.find, &mut |_| {})?;
+/// Where the tuning's wall time went, in seconds.
+#[derive(Default)]
+struct Phases {
+    /// Ranking every problem's candidates by the model (and listing the vendor's).
+    ranking_s: f64,
+    /// Building the own kernels those candidates need, in parallel.
+    builds_s: f64,
+    /// Tuning, finds and measuring the picks.
+    measuring_s: f64,
+    /// The fp32 references of the low-precision layers' errors.
+    errors_s: f64,
+    conversions_s: f64,
+}
+
+impl Phases {
+    fn record(&self) -> BTreeMap<String, f64> {
+        let phases = [("model ranking", self.ranking_s), ("builds", self.builds_s), ("measuring", self.measuring_s), ("errors", self.errors_s), ("conversions", self.conversions_s)];
+        phases.into_iter().filter(|(_, s)| *s > 0.0).map(|(name, s)| (name.to_string(), s)).collect()
     }
-    let mode = match opts.method {
-        Method::Model => FindMode::Fast,
-        _ => FindMode::Hybrid,
+}
+
+/// Candidates a model-guided find measures.
+type Candidates<'r> = Vec<(&'r dyn Solver, Config)>;
+
+/// For the model-guided method, each problem's candidates (`None` where no model covers it),
+/// with every own kernel they need built first, all problems' builds in one parallel batch.
+fn guided_candidates_of<'r>(rt: &'r dyn Runtime, db: &Db, problems: &[ConvProblem], opts: &NetTuneOptions<'_>, phases: &mut Phases) -> Result<Vec<Option<Candidates<'r>>>> {
+    let (Method::Model { top_k }, Some(model)) = (&opts.method, opts.heuristic) else {
+        return Ok(vec![None; problems.len()]);
     };
+    let started = Instant::now();
+    let mut guided = Vec::with_capacity(problems.len());
+    for p in problems {
+        guided.push(match model.rank(rt, p) {
+            Some(ranking) => Some(guided_candidates(rt, db, p, &ranking.candidates, *top_k, &opts.find)?),
+            None => None,
+        });
+    }
+    phases.ranking_s += started.elapsed().as_secs_f64();
+    let building = Instant::now();
+    let jobs: Vec<_> = problems.iter().zip(&guided).flat_map(|(p, c)| c.iter().flatten().flat_map(move |(s, c)| unbuilt(*s, p, [c.clone()]))).collect();
+    prepare_in_parallel(&jobs, build_threads());
+    phases.builds_s += building.elapsed().as_secs_f64();
+    Ok(guided)
+}
+
+/// One problem's pick by the method, timed (and its error measured where asked): among the
+/// model-guided `candidates` where given, else by tuning and find.
+fn choose(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &NetTuneOptions<'_>, candidates: Option<&[(&dyn Solver, Config)]>, phases: &mut Phases) -> Result<Choice> {
+    let mut choice = Choice { direction: p.direction.to_string(), problem: p.key(), solver: None, config: None, ms: None, error: None, failure: None };
+    let measuring = Instant::now();
     let mut bed = TestBed::new(rt, p);
-    let selection = match select(rt, db, &mut bed, p, mode, &opts.find, opts.heuristic) {
-        Ok(s) => s,
-        Err(e) => {
-            choice.failure = Some(e.to_string());
-            return Ok(choice);
-        }
+    let picked = match candidates {
+        Some(candidates) => pick_among(rt, &mut bed, p, candidates, &opts.find)?,
+        None => pick_by_find(rt, db, &mut bed, p, opts)?,
     };
-    let solution = &selection.solution;
-    let found = selection.find.as_ref().filter(|_| selection.source == Picked::Find).and_then(|rows| rows.iter().find_map(|r| r.outcome.timed_ms()));
-    let ms = match found {
-        Some(ms) => Some(ms),
-        None => {
-            let solver = rt.solver(solution.solver_id)?;
-            let (outcome, _) = measure(rt, &mut bed, solver, &solution.config, &opts.find, None, true)?;
-            if outcome.timed_ms().is_none() {
-                choice.failure = Some(outcome.status());
-            }
-            outcome.timed_ms()
+    phases.measuring_s += measuring.elapsed().as_secs_f64();
+    let (solution, ms) = match picked {
+        Ok(picked) => picked,
+        Err(failure) => {
+            choice.failure = Some(failure);
+            return Ok(choice);
         }
     };
     choice.solver = Some(solution.solver_id.to_string());
     choice.config = Some(solution.config.to_string());
     choice.ms = ms;
     if opts.errors && p.dtype != DataType::F32 && ms.is_some() {
-        choice.error = Some(error_against_fp32(rt, &mut bed, p, solution)?);
+        let errors = Instant::now();
+        choice.error = Some(error_against_fp32(rt, &mut bed, p, &solution)?);
+        phases.errors_s += errors.elapsed().as_secs_f64();
     }
     Ok(choice)
+}
+
+/// A pick and its time, or why there is none.
+type Picked = std::result::Result<(Solution, Option<f64>), String>;
+
+/// The fastest of the model-guided candidates; a failure where none ran.
+fn pick_among(rt: &dyn Runtime, bed: &mut TestBed<'_>, p: &ConvProblem, candidates: &[(&dyn Solver, Config)], find: &FindOptions) -> Result<Picked> {
+    let rows = find_among(rt, bed, candidates, find)?;
+    let Some(best) = rows.iter().find(|r| r.outcome.timed_ms().is_some()) else {
+        let reasons: Vec<String> = rows.iter().map(|r| format!("{} {}: {}", r.solver, r.config, r.outcome.status())).collect();
+        return Ok(Err(format!("none of the model's {} candidates ran ({})", rows.len(), reasons.join("; "))));
+    };
+    Ok(Ok((rt.build(best.solver, p, best.config.clone())?, best.outcome.timed_ms())))
+}
+
+/// The pick of a find (after tuning, for the tune method), its time that find's or measured.
+fn pick_by_find(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, p: &ConvProblem, opts: &NetTuneOptions<'_>) -> Result<Picked> {
+    if let Method::Tune(strategy) = opts.method {
+        gconv_tune::tune::tune(rt, db, p, strategy, &opts.find, &mut |_| {})?;
+    }
+    let selection = match select(rt, db, bed, p, FindMode::Hybrid, &opts.find, opts.heuristic) {
+        Ok(s) => s,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    let found = selection.find.as_ref().filter(|_| selection.source == Source::Find).and_then(|rows| rows.iter().find_map(|r| r.outcome.timed_ms()));
+    let ms = match found {
+        Some(ms) => Some(ms),
+        None => {
+            let solver = rt.solver(selection.solution.solver_id)?;
+            let (outcome, _) = measure(rt, bed, solver, &selection.solution.config, &opts.find, None, true)?;
+            if outcome.timed_ms().is_none() {
+                return Ok(Err(outcome.status()));
+            }
+            outcome.timed_ms()
+        }
+    };
+    Ok(Ok((selection.solution, ms)))
 }
 
 /// max |out - out_fp32| / max |out_fp32|: the solution on the problem's data against the

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use gconv_core::{ConvProblem, Format};
+use gconv_core::{ConvProblem, Format, Layout};
 use serde::{Deserialize, Serialize};
 
 use crate::knobs::parse_format;
@@ -33,6 +33,9 @@ pub struct TuningFile {
     pub winner: Winner,
     /// Wall time of the tuning, in seconds.
     pub tuning_s: f64,
+    /// Where that time went, in seconds by phase.
+    #[serde(default)]
+    pub phases: BTreeMap<String, f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -177,4 +180,45 @@ impl TuningFile {
     pub fn io_format(&self) -> Option<Format> {
         parse_format(&self.io)
     }
+
+    /// Every problem key the file timed, and each one's channels-last twin: what another
+    /// library is timed on to compare (`net report --keys`).
+    pub fn comparison_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = Vec::new();
+        for choice in self.settings.iter().flat_map(|s| &s.shapes).flat_map(|shape| &shape.choices) {
+            for key in [Some(choice.problem.clone()), channels_last(&choice.problem)].into_iter().flatten() {
+                if !keys.contains(&key) {
+                    keys.push(key);
+                }
+            }
+        }
+        keys
+    }
+
+    /// Each setting's layers timed by `time` (a problem key's milliseconds): the sum of each
+    /// shape's time times its count; `None` where a key has no time.
+    pub fn settings_by(&self, time: impl Fn(&str) -> Option<f64>) -> Vec<Option<f64>> {
+        let time = &time;
+        self.settings
+            .iter()
+            .map(|s| s.shapes.iter().flat_map(|shape| shape.choices.iter().map(move |c| Some(time(&c.problem)? * shape.count as f64))).sum())
+            .collect()
+    }
+
+    /// The winner's layers (conversions apart), by their own measured times.
+    pub fn winner_layers_ms(&self) -> Option<f64> {
+        self.winner.layers.iter().flat_map(|l| &l.choices).map(|c| c.ms).sum()
+    }
+
+    /// The winner's layers timed by `time` on each layer's problem in channels-last layout and
+    /// the dtype the winner chose for it: the same layers as another library would run them.
+    pub fn winner_channels_last_by(&self, time: impl Fn(&str) -> Option<f64>) -> Option<f64> {
+        self.winner.layers.iter().flat_map(|l| &l.choices).map(|c| time(&channels_last(&c.problem)?)).sum()
+    }
+}
+
+/// The key with its layout changed to channels-last (NHWC, NDHWC, ...); `None` for a bad key.
+fn channels_last(key: &str) -> Option<String> {
+    let problem = ConvProblem::from_key(key).ok()?;
+    Some(ConvProblem { layout: Layout::Nhwc, ..problem }.key())
 }

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use gconv_core::{Config, ConvProblem, ConvTensors, Result as CoreResult, Runtime, Solver, SolverKind, TimingOptions, Workload};
 
 use crate::db::{Db, FindRecord, RecordKey, Warning, GCONV_VERSION};
-use crate::known::known_config;
+use crate::heuristic::Predicted;
+use crate::known::{known_config, ConfigOrigin};
 use crate::measure::{evaluate, Sampling};
 use crate::outcome::{Outcome, Skip};
 use crate::prebuild::{build_threads, prepare_in_parallel, unbuilt};
@@ -171,6 +172,55 @@ pub fn find_reusing(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: 
     let records: Vec<FindRecord> = rows.iter().enumerate().map(|(i, r)| r.record(&key, i)).collect();
     db.put_find(&key, &records)?;
     Ok(Ranking { rows, warnings })
+}
+
+/// The first `k` candidates of a model's ranking (`ranked`, fastest predicted first) that apply
+/// to `p` and that find would run, and the vendor library's own heuristic pick where the
+/// runtime has one (it costs nothing to ask and covers the shapes the model ranks badly): what
+/// a model-guided find measures. Where tuning stored a config for a solver, that config stands
+/// in for the predicted one: measured beats predicted.
+pub fn guided_candidates<'r>(rt: &'r dyn Runtime, db: &Db, p: &ConvProblem, ranked: &[Predicted], k: usize, opts: &FindOptions) -> Result<Vec<(&'r dyn Solver, Config)>> {
+    let mut chosen: Vec<(&dyn Solver, Config)> = Vec::new();
+    for candidate in ranked {
+        if chosen.len() >= k {
+            break;
+        }
+        let Ok(solver) = rt.solver(&candidate.solver) else { continue };
+        if solver.is_oracle() || solver.applicable(p).is_err() {
+            continue;
+        }
+        let known = known_config(db, rt.device_key(), solver, p)?;
+        let config = if known.origin == ConfigOrigin::Tuned { known.config } else { candidate.config.clone() };
+        if solver.check_config(p, &config).is_err() || skip(solver, p, &config, opts).is_some() {
+            continue;
+        }
+        if !chosen.iter().any(|(s, c)| s.id() == solver.id() && *c == config) {
+            chosen.push((solver, config));
+        }
+    }
+    if let Some((id, config)) = rt.vendor_pick(p)? {
+        let solver = rt.solver(id)?;
+        if skip(solver, p, &config, opts).is_none() && !chosen.iter().any(|(s, c)| s.id() == id && *c == config) {
+            chosen.push((solver, config));
+        }
+    }
+    Ok(chosen)
+}
+
+/// Measures `candidates` (verified) and ranks them like find; nothing is stored, since a
+/// ranking of a few candidates is not a find's.
+pub fn find_among(rt: &dyn Runtime, bed: &mut TestBed<'_>, candidates: &[(&dyn Solver, Config)], opts: &FindOptions) -> Result<Vec<Ranked>> {
+    let mut rows = Vec::new();
+    let mut best: Option<f64> = None;
+    for (solver, config) in candidates {
+        let (outcome, spent) = measure(rt, bed, *solver, config, opts, best, true)?;
+        if let Some(t) = outcome.timed_ms() {
+            best = Some(best.map_or(t, |b| b.min(t)));
+        }
+        rows.push(Ranked { solver: solver.id(), kind: solver.kind(), config: config.clone(), workspace_bytes: solver.workspace_bytes(&bed.p, config), outcome, spent });
+    }
+    rank(&mut rows);
+    Ok(rows)
 }
 
 /// Why find lists a candidate without running it, if it does.

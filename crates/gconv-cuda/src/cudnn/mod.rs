@@ -50,6 +50,8 @@ pub struct Candidates {
 struct Problem {
     graph: Arc<OpGraph>,
     candidates: Option<Arc<Candidates>>,
+    /// Heuristic mode A's first usable config, asked alone (`None` until asked).
+    heuristic: Option<Option<Config>>,
 }
 
 struct State {
@@ -121,6 +123,24 @@ impl Cudnn {
         })
     }
 
+    /// cuDNN's heuristic pick (mode A's first usable config) without listing every engine:
+    /// what a guided find adds to a model's candidates, for a fraction of a listing's cost.
+    pub fn heuristic_pick(&self, p: &ConvProblem) -> Result<Option<Config>> {
+        self.with_state(|state| {
+            let entry = problem(state, p)?;
+            if let Some(candidates) = &entry.candidates {
+                return Ok(candidates.heuristic.clone());
+            }
+            if entry.heuristic.is_none() {
+                let configs = entry.graph.heuristic(Mode::CUDNN_HEUR_MODE_A).unwrap_or_default();
+                let usable = configs.into_iter().filter_map(|c| EngineConfig::from_heuristic(c).ok());
+                let pick = usable.filter(|c| p.dtype != DataType::F32 || c.exact_fp32()).find_map(|c| c.tag.to_config().ok());
+                entry.heuristic = Some(pick);
+            }
+            Ok(entry.heuristic.clone().flatten())
+        })
+    }
+
     /// The candidates when they are already listed, without asking cuDNN.
     pub fn known_candidates(&self, p: &ConvProblem) -> Option<Arc<Candidates>> {
         let guard = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -146,7 +166,7 @@ impl Cudnn {
 fn problem<'s>(state: &'s mut State, p: &ConvProblem) -> Result<&'s mut Problem> {
     if !state.problems.contains_key(p) {
         let graph = OpGraph::new(&state.handle, p)?;
-        state.problems.insert(p.clone(), Problem { graph, candidates: None });
+        state.problems.insert(p.clone(), Problem { graph, candidates: None, heuristic: None });
     }
     Ok(state.problems.get_mut(p).expect("inserted"))
 }
