@@ -6,9 +6,13 @@ mod common;
 
 use common::{stderr, stdout, Scratch};
 
-/// The test data, found from the crate (cargo test) or the repository root (packed tests).
+/// A test data file, found from the crate (cargo test) or the repository root (packed tests).
+fn data(name: &str) -> String {
+    [format!("tests/data/{name}"), format!("crates/gconv-cli/tests/data/{name}")].into_iter().find(|p| std::path::Path::new(p).exists()).expect("the test data").to_string()
+}
+
 fn tiny_net() -> String {
-    ["tests/data/tiny-net.txt", "crates/gconv-cli/tests/data/tiny-net.txt"].into_iter().find(|p| std::path::Path::new(p).exists()).expect("the tiny network").to_string()
+    data("tiny-net.txt")
 }
 
 #[test]
@@ -65,6 +69,55 @@ fn bad_network_input_is_refused_with_a_message() {
         (&["net", "tune", "squeezenet1_1", "--knobs", "dtype=f64"], "--knobs `dtype=f64`"),
         (&["net", "tune", "squeezenet1_1", "--dir", "sideways"], "--dir"),
         (&["net", "report", bad_net.to_str().unwrap()], "not a gconv tuning file"),
+    ];
+    for (args, message) in cases {
+        let out = s.run(args);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
+    }
+}
+
+/// tiny-net.onnx (tests/data/make_onnx.py): a symbolic batch and no recorded intermediate
+/// shapes, so every layer's shape is inferred; tuned, run and reported like a built-in network.
+#[cfg(feature = "onnx")]
+#[test]
+fn an_onnx_model_is_tuned_run_and_reported() {
+    let s = Scratch::new("net-onnx");
+    let (model, json) = (data("tiny-net.onnx"), s.path("onnx.json"));
+    let json = json.to_str().unwrap();
+    let tuned = s.run(&["net", "tune", "--onnx", &model, "--batch", "2", "--knobs", "dtype=f32", "--knobs", "layout=NCHW", "--by", "model", "-o", json, "--db", &s.db()]);
+    assert!(tuned.status.success(), "{}", stderr(&tuned));
+    let file: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let layers: Vec<(String, String, Vec<String>)> = file["network"]["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["name"].as_str().unwrap().to_string(), l["key"].as_str().unwrap().to_string(), l["inputs"].as_array().unwrap().iter().map(|i| i.as_str().unwrap().to_string()).collect()))
+        .collect();
+    let expected = [
+        ("stem", "v1:fwd:f32:NCHW:n2:c3:k8:i16x16:f3x3:s1x1:p1x1:d1x1", vec!["input"]),
+        ("grouped", "v1:fwd:f32:NCHW:n2:c8:k16:i16x16:f3x3:s2x2:p1x1:d1x1:g4", vec!["stem"]),
+        ("branch", "v1:fwd:f32:NCHW:n2:c16:k16:i8x8:f1x1:s1x1:p0x0:d1x1", vec!["grouped"]),
+        ("depthwise", "v1:fwd:f32:NCHW:n2:c16:k16:i8x8:f3x3:s1x1:p1x1:d1x1:g16", vec!["grouped", "branch"]),
+        ("head", "v1:fwd:f32:NCHW:n2:c16:k10:i8x8:f1x1:s1x1:p0x0:d1x1", vec!["depthwise"]),
+    ];
+    assert_eq!(layers.len(), expected.len(), "{layers:?}");
+    for ((name, key, inputs), (want_name, want_key, want_inputs)) in layers.iter().zip(expected) {
+        assert_eq!((name.as_str(), key.as_str()), (want_name, want_key));
+        assert_eq!(inputs, &want_inputs, "{name}");
+    }
+    assert_eq!(file["network"]["outputs"], serde_json::json!(["head"]));
+
+    let run = s.run(&["net", "run", &model, "--batch", "2", "--tuning", json, "--iter", "1", "--db", &s.db()]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert!(stdout(&run).contains("0 picked in fast mode"), "{}", stdout(&run));
+    let report = s.run(&["net", "report", json]);
+    assert!(report.status.success() && stdout(&report).contains("depthwise"), "{}", stderr(&report));
+
+    let cases: [(&[&str], &str); 3] = [
+        (&["net", "tune", "--onnx", &model], "the batch is symbolic (N): give --batch"),
+        (&["net", "tune", "--onnx", &data("asymmetric-pad.onnx")], "convolution `padded`: padding 0 before and 1 after"),
+        (&["net", "tune", "--onnx", &data("tiny-net.txt")], "tiny-net.txt"),
     ];
     for (args, message) in cases {
         let out = s.run(args);

@@ -69,10 +69,6 @@ pub trait Timer {
 pub trait Workload {
     /// Runs the solution once, synchronously.
     fn run(&mut self, s: &Solution) -> Result<()>;
-    /// Makes ready what running `s` on this data needs (its workspace) without running it.
-    fn reserve(&mut self, _s: &Solution) -> Result<()> {
-        Ok(())
-    }
     /// Runs the solution once without waiting for it where the backend queues work (then
     /// [`Runtime::synchronize`] waits); a backend with no queue runs it synchronously.
     fn enqueue(&mut self, s: &Solution) -> Result<()> {

@@ -186,10 +186,6 @@ impl Workload for CudaWorkload {
         buffers.stream().synchronize().map_err(|e| driver_error("run on the GPU", e))
     }
 
-    fn reserve(&mut self, s: &Solution) -> Result<()> {
-        buffers_for(&mut self.gpu, &self.device, &self.problem, s).map(drop)
-    }
-
     fn enqueue(&mut self, s: &Solution) -> Result<()> {
         s.invoker::<Cuda>()?.run(&mut buffers_for(&mut self.gpu, &self.device, &self.problem, s)?)
     }

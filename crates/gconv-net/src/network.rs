@@ -132,6 +132,35 @@ impl Network {
         Ok(net)
     }
 
+    /// A network from layers made elsewhere (an imported model): every shape valid, names
+    /// distinct, every layer fed by the input or earlier layers; outputs default to the layers
+    /// that feed none.
+    pub fn from_layers(name: &str, layers: Vec<Layer>, outputs: Vec<usize>) -> Result<Network> {
+        let bad = |reason: String| Error::BadNetwork { origin: name.to_string(), line: 0, reason };
+        if layers.is_empty() {
+            return Err(bad("no convolution layers".into()));
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, layer) in layers.iter().enumerate() {
+            layer.shape.validate().map_err(|e| bad(format!("layer `{}`: {e}", layer.name)))?;
+            if layer.name.is_empty() || layer.name == "input" || layer.name == "output" || !names.insert(layer.name.as_str()) {
+                return Err(bad(format!("layer name `{}` is empty, reserved or used twice", layer.name)));
+            }
+            if layer.inputs.is_empty() || layer.inputs.iter().any(|s| matches!(s, Source::Layer(j) if *j >= i)) {
+                return Err(bad(format!("layer `{}` is not fed by the input or earlier layers", layer.name)));
+            }
+        }
+        if outputs.iter().any(|&o| o >= layers.len()) {
+            return Err(bad("an output names no layer".into()));
+        }
+        let layers = layers.into_iter().map(|l| Layer { shape: canonical(&l.shape), ..l }).collect();
+        let mut net = Network { name: name.to_string(), layers, outputs };
+        if net.outputs.is_empty() {
+            net.outputs = net.sinks();
+        }
+        Ok(net)
+    }
+
     /// Problems in order, each fed by the one before (a file of driver lines); the last one's
     /// output is the network's.
     pub fn chain(name: &str, shapes: &[ConvProblem]) -> Result<Network> {

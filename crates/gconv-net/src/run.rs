@@ -43,7 +43,8 @@ pub struct Planned {
 
 pub struct RunReport {
     pub planned: Vec<Planned>,
-    /// Wall time of making ready what the solutions need (builds, plans, workspaces), in ms.
+    /// Wall time of making ready what the solutions need (builds, plans, workspaces, a first
+    /// run of each), in ms.
     pub prepare_ms: f64,
     /// Wall time of the first iteration, in ms.
     pub first_ms: f64,
@@ -133,8 +134,9 @@ fn fastest_setting(file: &TuningFile) -> Option<&str> {
 }
 
 /// Runs the planned problems in order, as a network would: everything the solutions need made
-/// ready first (kernels built or loaded, vendor plans made, workspaces allocated), then a first
-/// iteration and `warm` more, each enqueued back to back and waited for once.
+/// ready first (kernels built or loaded, vendor plans made, workspaces allocated, and one run of
+/// each, which is when the driver and the vendor libraries load what they load on first use),
+/// then a first iteration and `warm` more, each enqueued back to back and waited for once.
 pub fn run(rt: &dyn Runtime, file: &TuningFile, planned: Vec<Planned>, warm: u32) -> Result<RunReport> {
     let mut workloads: HashMap<String, Box<dyn Workload>> = HashMap::new();
     for p in planned.iter().map(|p| &p.problem) {
@@ -147,7 +149,7 @@ pub fn run(rt: &dyn Runtime, file: &TuningFile, planned: Vec<Planned>, warm: u32
     let mut solutions: Vec<Solution> = Vec::with_capacity(planned.len());
     for plan in &planned {
         let solution = rt.build(&plan.solver, &plan.problem, plan.config.clone())?;
-        workloads.get_mut(&plan.problem.key()).expect("uploaded").reserve(&solution)?;
+        workloads.get_mut(&plan.problem.key()).expect("uploaded").run(&solution)?;
         solutions.push(solution);
     }
     rt.synchronize()?;
