@@ -5,13 +5,16 @@ use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use gconv_core::{ConvProblem, DataType, Direction, Runtime, TimingOptions};
 use gconv_net::knobs::parse_format;
 use gconv_net::run::{mismatch_reason, Mismatch, Origin};
-use gconv_net::tune::{Method, NetTuneOptions, Progress};
+use gconv_net::tune::{Method, NetTuneOptions, Phases, Progress};
+use gconv_net::tuning::Choice;
+use serde::{Deserialize, Serialize};
 use gconv_net::{Knobs, Network, TuningFile};
 use gconv_tune::heuristic::Heuristic;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -84,6 +87,13 @@ pub struct NetTuneArgs {
     /// Where to write the tuning JSON
     #[arg(long, short = 'o', default_value = "tuning.json")]
     out: PathBuf,
+    /// CUDA_VISIBLE_DEVICES of each worker process, comma-separated (`0,1,2,3`): the problems
+    /// are shared among them and one JSON is merged [default: one worker per GPU seen]
+    #[arg(long, value_delimiter = ',')]
+    devices: Vec<String>,
+    /// A worker's share, I/W, for the process that started it
+    #[arg(long = "worker-part", hide = true)]
+    worker_part: Option<String>,
     #[command(flatten)]
     find: crate::FindArgs,
     #[command(flatten)]
@@ -273,26 +283,96 @@ fn tune(ctx: &NetContext<'_>, args: NetTuneArgs) -> anyhow::Result<ExitCode> {
         heuristic: model.as_ref().map(|m| m as &dyn Heuristic),
         errors: !args.no_errors,
     };
+    let started = Instant::now();
+    let problems = gconv_net::tune::problems(&net, &opts);
+    if let Some(part) = &args.worker_part {
+        return tune_worker(ctx.rt, &mut db, &problems, &opts, part);
+    }
     println!("device:    {}", ctx.device_line);
     println!("network:   {} ({} layers, {} distinct shapes, batch {})", net.name, net.layers.len(), net.distinct().len(), net.batch());
     let settings: Vec<String> = opts.settings.iter().map(|s| s.to_string()).collect();
     println!("tuning:    by {} over {}, directions {:?}", opts.method.label(), settings.join(", "), args.directions);
-    let bar = ProgressBar::new(0);
-    match std::io::stderr().is_terminal() {
-        true => bar.set_style(ProgressStyle::with_template("[{bar:30}] {pos}/{len} problems, {elapsed}, ETA {eta}  {msg}").expect("valid template").progress_chars("=> ")),
-        false => bar.set_draw_target(indicatif::ProgressDrawTarget::hidden()),
-    }
-    let file = gconv_net::tune::tune_network(ctx.rt, &mut db, &net, &opts, &mut |p: Progress<'_>| {
-        bar.set_length(p.total as u64);
-        bar.set_position(p.done as u64);
-        bar.set_message(p.problem.key());
-    })?;
-    bar.finish_and_clear();
+    let devices = if args.devices.is_empty() { ctx.rt.worker_devices() } else { args.devices.clone() };
+    anyhow::ensure!(args.devices.is_empty() || !ctx.rt.worker_devices().is_empty(), "--devices shares the tuning among GPUs, and the device is {}", ctx.device_line);
+    let distinct: std::collections::HashSet<&String> = devices.iter().collect();
+    anyhow::ensure!(distinct.len() == devices.len(), "--devices names a GPU twice; each worker needs one of its own for honest timings");
+    let (choices, phases) = if devices.len() > 1 {
+        println!("workers:   one per device, CUDA_VISIBLE_DEVICES {}", devices.join(" / "));
+        tune_on_workers(&devices, problems.len())?
+    } else {
+        let bar = ProgressBar::new(0);
+        match std::io::stderr().is_terminal() {
+            true => bar.set_style(ProgressStyle::with_template("[{bar:30}] {pos}/{len} problems, {elapsed}, ETA {eta}  {msg}").expect("valid template").progress_chars("=> ")),
+            false => bar.set_draw_target(indicatif::ProgressDrawTarget::hidden()),
+        }
+        let measured = gconv_net::tune::measure_problems(ctx.rt, &mut db, &problems, &opts, &mut |p: Progress<'_>| {
+            bar.set_length(p.total as u64);
+            bar.set_position(p.done as u64);
+            bar.set_message(p.problem.key());
+        })?;
+        bar.finish_and_clear();
+        measured
+    };
+    let file = gconv_net::tune::assemble(ctx.rt, &net, &opts, choices, phases, started)?;
     file.write(&args.out)?;
     report(&file, None, None)?;
     let phases: Vec<String> = file.phases.iter().map(|(phase, s)| format!("{phase} {s:.1} s")).collect();
     println!("written:   {} (tuned in {:.1} s: {})", args.out.display(), file.tuning_s, phases.join(", "));
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a worker prints: its share's choices by problem index, and its phases.
+#[derive(Serialize, Deserialize)]
+struct WorkerShare {
+    choices: Vec<(usize, Choice)>,
+    phases: Phases,
+}
+
+/// `net tune --worker-part I/W`: the problems whose index is I modulo W, measured here, the
+/// choices printed as one JSON line for the process that started this one.
+fn tune_worker(rt: &dyn Runtime, db: &mut gconv_tune::db::Db, problems: &[ConvProblem], opts: &NetTuneOptions<'_>, part: &str) -> anyhow::Result<ExitCode> {
+    let parsed = part.split_once('/').and_then(|(i, w)| Some((i.parse::<usize>().ok()?, w.parse::<usize>().ok()?)));
+    let (index, workers) = parsed.filter(|(i, w)| i < w).with_context(|| format!("--worker-part `{part}`: expected I/W with I < W"))?;
+    let mine: Vec<usize> = (index..problems.len()).step_by(workers).collect();
+    let share: Vec<ConvProblem> = mine.iter().map(|&i| problems[i].clone()).collect();
+    let (choices, phases) = gconv_net::tune::measure_problems(rt, db, &share, opts, &mut |_| {})?;
+    let line = serde_json::to_string(&WorkerShare { choices: mine.into_iter().zip(choices).collect(), phases })?;
+    println!("{line}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// This command again, once per device, each process seeing only its own GPU and measuring
+/// every W-th problem; their choices merged in the problems' order, their phases summed.
+fn tune_on_workers(devices: &[String], problems: usize) -> anyhow::Result<(Vec<Choice>, Phases)> {
+    let exe = std::env::current_exe().context("cannot find the gconv binary to start tuning workers")?;
+    let mut children = Vec::new();
+    for (i, device) in devices.iter().enumerate() {
+        let child = std::process::Command::new(&exe)
+            .args(std::env::args_os().skip(1))
+            .args(["--worker-part", &format!("{i}/{}", devices.len())])
+            .env("CUDA_VISIBLE_DEVICES", device)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .with_context(|| format!("cannot start the tuning worker for device {device}"))?;
+        children.push((device, child));
+    }
+    let mut merged: Vec<Option<Choice>> = vec![None; problems];
+    let mut phases = Phases::default();
+    let mut failures = Vec::new();
+    for (device, child) in children {
+        let output = child.wait_with_output().with_context(|| format!("the tuning worker for device {device} was lost"))?;
+        let share = output.status.success().then(|| serde_json::from_slice::<WorkerShare>(&output.stdout).ok()).flatten();
+        match share {
+            Some(share) => {
+                phases.add(&share.phases);
+                share.choices.into_iter().filter(|(i, _)| *i < problems).for_each(|(i, c)| merged[i] = Some(c));
+            }
+            None => failures.push(format!("device {device}: {}", output.status)),
+        }
+    }
+    anyhow::ensure!(failures.is_empty(), "tuning workers failed ({}); their errors are above", failures.join("; "));
+    let choices: Option<Vec<Choice>> = merged.into_iter().collect();
+    Ok((choices.context("the workers left problems unmeasured")?, phases))
 }
 
 fn run(ctx: &NetContext<'_>, args: NetRunArgs) -> anyhow::Result<ExitCode> {

@@ -125,3 +125,25 @@ fn an_onnx_model_is_tuned_run_and_reported() {
         assert!(stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
     }
 }
+
+/// A tuning worker (what `net tune` starts per GPU) measures every W-th problem and prints its
+/// share as one JSON line; the shares of all workers cover every problem once.
+#[test]
+fn tuning_workers_share_the_problems() {
+    let s = Scratch::new("net-workers");
+    let net = tiny_net();
+    let mut seen = Vec::new();
+    for part in ["0/2", "1/2"] {
+        let out = s.run(&["net", "tune", &net, "--knobs", "dtype=f32", "--knobs", "layout=NCHW", "--by", "model", "--worker-part", part, "--db", &s.db()]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let share: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+        for choice in share["choices"].as_array().unwrap() {
+            seen.push(choice[0].as_u64().unwrap());
+            assert!(choice[1]["ms"].as_f64().unwrap() > 0.0, "{choice}");
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, (0..seen.len() as u64).collect::<Vec<_>>());
+    let cpu = s.run(&["net", "tune", &net, "--devices", "0,1"]);
+    assert!(!cpu.status.success() && stderr(&cpu).contains("--devices shares the tuning among GPUs"), "{}", stderr(&cpu));
+}

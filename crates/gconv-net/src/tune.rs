@@ -5,6 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
+use serde::{Deserialize, Serialize};
+
 use gconv_core::{Config, Conversion, ConvProblem, ConvTensors, DataType, Direction, Format, Runtime, Solution, Solver};
 use gconv_tune::db::{Db, GCONV_VERSION};
 use gconv_tune::find::{find_among, guided_candidates, measure, FindOptions, TestBed, DATA_SEED};
@@ -105,24 +107,47 @@ fn tensor(p: &ConvProblem, output: bool, from: Format, to: Format) -> Conversion
 
 pub fn tune_network(rt: &dyn Runtime, db: &mut Db, net: &Network, opts: &NetTuneOptions<'_>, progress: &mut dyn FnMut(Progress<'_>)) -> Result<TuningFile> {
     let started = Instant::now();
-    let distinct = net.distinct();
+    let problems = problems(net, opts);
+    let (choices, phases) = measure_problems(rt, db, &problems, opts, progress)?;
+    assemble(rt, net, opts, choices, phases, started)
+}
+
+/// Every problem a network tuning measures, in order: settings, then distinct shapes, then
+/// directions. Several workers each take a share of them ([`measure_problems`]) and one
+/// [`assemble`]s their choices.
+pub fn problems(net: &Network, opts: &NetTuneOptions<'_>) -> Vec<ConvProblem> {
     let mut problems = Vec::new();
     for &format in &opts.settings {
-        for (shape, _) in &distinct {
+        for (shape, _) in net.distinct() {
             for &direction in &opts.directions {
                 problems.push(ConvProblem { direction, dtype: format.dtype, layout: format.layout, ..shape.clone() });
             }
         }
     }
+    problems
+}
+
+/// Each problem's pick by the method, timed, in the order given.
+pub fn measure_problems(rt: &dyn Runtime, db: &mut Db, problems: &[ConvProblem], opts: &NetTuneOptions<'_>, progress: &mut dyn FnMut(Progress<'_>)) -> Result<(Vec<Choice>, Phases)> {
     let mut phases = Phases::default();
-    let guided = guided_candidates_of(rt, db, &problems, opts, &mut phases)?;
+    let guided = guided_candidates_of(rt, db, problems, opts, &mut phases)?;
     let mut picked = Vec::with_capacity(problems.len());
     for (done, (p, candidates)) in problems.iter().zip(&guided).enumerate() {
         progress(Progress { problem: p, done, total: problems.len() });
         picked.push(choose(rt, db, p, opts, candidates.as_deref(), &mut phases)?);
     }
+    Ok((picked, phases))
+}
+
+/// The tuning file from every problem's choice ([`problems`]' order): the conversions
+/// measured on `rt`, each setting's totals, the winner.
+pub fn assemble(rt: &dyn Runtime, net: &Network, opts: &NetTuneOptions<'_>, choices: Vec<Choice>, mut phases: Phases, started: Instant) -> Result<TuningFile> {
+    let distinct = net.distinct();
+    if choices.len() != opts.settings.len() * distinct.len() * opts.directions.len() {
+        return Err(gconv_core::GconvError::Backend(format!("{} choices for {} problems", choices.len(), opts.settings.len() * distinct.len() * opts.directions.len())).into());
+    }
     // choices[setting][shape][direction]
-    let mut picked = picked.into_iter();
+    let mut picked = choices.into_iter();
     let choices: Vec<Vec<Vec<Choice>>> = opts
         .settings
         .iter()
@@ -228,9 +253,9 @@ fn graph(rt: &dyn Runtime, net: &Network, opts: &NetTuneOptions<'_>, choices: &[
     Ok(Graph { settings: settings.len(), nodes, edges })
 }
 
-/// Where the tuning's wall time went, in seconds.
-#[derive(Default)]
-struct Phases {
+/// Where the tuning's time went, in seconds (summed over the workers where several tuned).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Phases {
     /// Ranking every problem's candidates by the model (and listing the vendor's).
     ranking_s: f64,
     /// Building the own kernels those candidates need, in parallel.
@@ -243,6 +268,15 @@ struct Phases {
 }
 
 impl Phases {
+    /// Adds another worker's phases.
+    pub fn add(&mut self, other: &Phases) {
+        self.ranking_s += other.ranking_s;
+        self.builds_s += other.builds_s;
+        self.measuring_s += other.measuring_s;
+        self.errors_s += other.errors_s;
+        self.conversions_s += other.conversions_s;
+    }
+
     fn record(&self) -> BTreeMap<String, f64> {
         let phases = [("model ranking", self.ranking_s), ("builds", self.builds_s), ("measuring", self.measuring_s), ("errors", self.errors_s), ("conversions", self.conversions_s)];
         phases.into_iter().filter(|(_, s)| *s > 0.0).map(|(name, s)| (name.to_string(), s)).collect()
