@@ -361,7 +361,9 @@ fn tune_on_workers(devices: &[String], problems: usize) -> anyhow::Result<(Vec<C
     let mut failures = Vec::new();
     for (device, child) in children {
         let output = child.wait_with_output().with_context(|| format!("the tuning worker for device {device} was lost"))?;
-        let share = output.status.success().then(|| serde_json::from_slice::<WorkerShare>(&output.stdout).ok()).flatten();
+        // The share is the worker's last line; anything a library printed before it is not.
+        let last = String::from_utf8_lossy(&output.stdout).lines().rev().find(|l| !l.trim().is_empty()).map(str::to_string);
+        let share = last.filter(|_| output.status.success()).and_then(|line| serde_json::from_str::<WorkerShare>(&line).ok());
         match share {
             Some(share) => {
                 phases.add(&share.phases);
