@@ -286,7 +286,7 @@ impl Phases {
 /// Candidates a model-guided find measures.
 type Candidates<'r> = Vec<(&'r dyn Solver, Config)>;
 
-/// For the model-guided method, each problem's candidates (`None` where no model covers it),
+/// For the model-guided method, each problem's candidates (`None` where the model gives none),
 /// with every own kernel they need built first, all problems' builds in one parallel batch.
 fn guided_candidates_of<'r>(rt: &'r dyn Runtime, db: &Db, problems: &[ConvProblem], opts: &NetTuneOptions<'_>, phases: &mut Phases) -> Result<Vec<Option<Candidates<'r>>>> {
     let (Method::Model { top_k }, Some(model)) = (&opts.method, opts.heuristic) else {
@@ -295,8 +295,9 @@ fn guided_candidates_of<'r>(rt: &'r dyn Runtime, db: &Db, problems: &[ConvProble
     let started = Instant::now();
     let mut guided = Vec::with_capacity(problems.len());
     for p in problems {
+        // A problem with nothing to measure from the model is found instead.
         guided.push(match model.rank(rt, p) {
-            Some(ranking) => Some(guided_candidates(rt, db, p, &ranking.candidates, *top_k, &opts.find)?),
+            Some(ranking) => Some(guided_candidates(rt, db, p, &ranking.candidates, *top_k, &opts.find)?).filter(|c| !c.is_empty()),
             None => None,
         });
     }

@@ -174,11 +174,11 @@ pub fn find_reusing(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: 
     Ok(Ranking { rows, warnings })
 }
 
-/// The first `k` candidates of a model's ranking (`ranked`, fastest predicted first; of its
-/// first 4k) that apply to `p` and that find would run, and the vendor library's own heuristic pick where the
-/// runtime has one (it costs nothing to ask and covers the shapes the model ranks badly): what
-/// a model-guided find measures. Where tuning stored a config for a solver, that config stands
-/// in for the predicted one: measured beats predicted.
+/// What a model-guided find measures: the first `k` candidates of a model's ranking (`ranked`,
+/// fastest predicted first; looked for among its first 4k) that apply to `p` and that find
+/// would run, and the vendor library's own heuristic pick where the runtime has one (cheap to
+/// ask, and it covers shapes the model ranks badly). Where tuning stored a config for a
+/// solver, that config stands in for the predicted one: measured beats predicted.
 pub fn guided_candidates<'r>(rt: &'r dyn Runtime, db: &Db, p: &ConvProblem, ranked: &[Predicted], k: usize, opts: &FindOptions) -> Result<Vec<(&'r dyn Solver, Config)>> {
     let mut chosen: Vec<(&dyn Solver, Config)> = Vec::new();
     // Checking a vendor config plans it, which may compile; a shape the model's first picks do
