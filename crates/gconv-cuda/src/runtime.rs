@@ -34,6 +34,7 @@ fn registry(device: &Arc<CudaDevice>, cudnn: &Arc<Cudnn>) -> Registry<Cuda> {
     Registry::new(vec![
         Box::new(gemm_blas::GemmBlas::new(device.clone())),
         Box::new(depthwise::Depthwise { device: device.clone() }),
+        Box::new(depthwise_tiled::DepthwiseTiled { device: device.clone() }),
         Box::new(grouped_direct::GroupedDirect { device: device.clone() }),
         Box::new(igemm::Igemm::tensor_cores(device.clone())),
         Box::new(igemm::Igemm::simt(device.clone())),

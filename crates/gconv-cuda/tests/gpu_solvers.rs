@@ -156,6 +156,26 @@ fn gpu_every_solver_kind_is_timed_by_graph_replay() {
     }
 }
 
+/// cuda.depthwise_tiled on problems larger than its tiles: several row, column and channel
+/// blocks, channel counts that leave a block's lanes partly idle, strides, dilation, pads over
+/// the filter's span, 5x5 and 7x7 filters and 3D, in every direction and data type it takes.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_depthwise_tiles_on_medium_problems() {
+    let rt = runtime();
+    let shapes = [
+        "n2:c72:k72:i19x23:f3x3:s1x1:p1x1:d1x1:g72",
+        "n2:c40:k40:i17x17:f5x5:s2x2:p2x2:d1x1:g40",
+        "n1:c96:k96:i15x13:f7x7:s1x1:p3x3:d1x1:g96",
+        "n3:c34:k34:i12x12:f3x3:s1x1:p2x2:d2x2:g34",
+        "n2:c2:k2:i9x30:f3x5:s1x1:p0x3:d1x1:g2",
+        "n1:c24:k24:i5x9x9:f3x3x3:s1x1x1:p1x1x1:d1x1x1:g24",
+    ];
+    for p in shapes.into_iter().flat_map(channels_last_variants) {
+        check_solvers(&*rt, &p, 6, |s| s.id() == "cuda.depthwise_tiled").unwrap();
+    }
+}
+
 /// cuda.igemm_tc and cuda.igemm_simt on problems with many reduction tiles, several row and column
 /// tiles and real split-K, which the small random problems rarely reach.
 #[test]

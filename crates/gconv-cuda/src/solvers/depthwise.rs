@@ -11,6 +11,7 @@ use gconv_core::{Config, ConvProblem, Direction, GconvError, Invoker, Layout, No
 use super::direct::{self, check_filter, filter_hw, DirectInvoker, Kernels, THREADS};
 use super::{builds_from_kernel, BuiltFrom};
 use crate::device::CudaDevice;
+use crate::launch::flat;
 use crate::{ConvParams, Cuda, KernelSource};
 
 const SOURCE: &str = include_str!("../kernels/depthwise.cu");
@@ -148,7 +149,7 @@ impl Solve<Cuda> for Depthwise {
                     * (dst[2] as u64).div_ceil(u64::from(tile.tw))
                     * u64::from(lanes);
                 let blocks = threads.div_ceil(u64::from(THREADS)).clamp(1, u64::from(sms) * 32) as u32;
-                Kernels::Gather { function: function(name)?, blocks }
+                Kernels::Gather { function: function(name)?, launch: flat(blocks, THREADS) }
             }
             Direction::BackwardWeight => {
                 let lanes = if p.layout == Layout::Nhwc { p.c / tile.vec } else { p.c };

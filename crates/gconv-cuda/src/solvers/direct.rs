@@ -38,8 +38,8 @@ pub fn workspace_bytes(p: &ConvProblem) -> u64 {
 }
 
 pub enum Kernels {
-    /// `(params, src, w, dst)` over a flat grid.
-    Gather { function: CudaFunction, blocks: u32 },
+    /// `(params, src, w, dst)` on its grid.
+    Gather { function: CudaFunction, launch: LaunchConfig },
     /// `sums` fp32 sums zeroed in the workspace, then `partial(params, x, dy, ws)`,
     /// `store(params, ws, dw)`.
     Weight { partial: CudaFunction, store: CudaFunction, grid: (u32, u32), block: (u32, u32), sums: u64, blocks: u32 },
@@ -57,12 +57,12 @@ impl Invoker<Cuda> for DirectInvoker {
         let what = format!("launch {}", self.solver);
         let params = Arg::Params(&self.params);
         match &self.kernels {
-            Kernels::Gather { function, blocks } => {
+            Kernels::Gather { function, launch } => {
                 let (src, dst) = match self.direction {
                     Direction::Forward => (b.x, b.y),
                     _ => (b.y, b.x),
                 };
-                launch::kernel(b, function, flat(*blocks, THREADS), &[params, Arg::Buffer(src), Arg::Buffer(b.w), Arg::Buffer(dst)], &what)
+                launch::kernel(b, function, *launch, &[params, Arg::Buffer(src), Arg::Buffer(b.w), Arg::Buffer(dst)], &what)
             }
             Kernels::Weight { partial, store, grid, block, sums, blocks } => {
                 b.zero_workspace(sums * 4)?;

@@ -12,6 +12,7 @@ use gconv_core::{require, Config, ConvProblem, Direction, GconvError, Invoker, L
 use super::direct::{self, check_filter, filter_hw, DirectInvoker, Kernels, THREADS};
 use super::{builds_from_kernel, BuiltFrom};
 use crate::device::CudaDevice;
+use crate::launch::flat;
 use crate::{ConvParams, Cuda, KernelSource};
 
 const SOURCE: &str = include_str!("../kernels/grouped.cu");
@@ -119,7 +120,7 @@ impl Solve<Cuda> for GroupedDirect {
                 };
                 let threads = u64::from(p.n) * dst[0] as u64 * dst[1] as u64 * (dst[2] as u64).div_ceil(u64::from(tw)) * u64::from(groups);
                 let blocks = threads.div_ceil(u64::from(THREADS)).clamp(1, u64::from(sms) * 32) as u32;
-                Kernels::Gather { function: function(name)?, blocks }
+                Kernels::Gather { function: function(name)?, launch: flat(blocks, THREADS) }
             }
             Direction::BackwardWeight => {
                 // Lanes are groups; with few groups the spare threads of a block take rows.

@@ -2,6 +2,7 @@
 
 pub mod cudnn;
 pub mod depthwise;
+pub mod depthwise_tiled;
 mod direct;
 pub mod gemm_blas;
 pub mod grouped_direct;
