@@ -49,6 +49,26 @@ fn a_network_is_tuned_run_and_reported_from_its_tuning_json() {
     assert!(report.status.success(), "{}", stderr(&report));
     assert!(plots.join("layers-by-setting.png").exists() && plots.join("layers-by-setting.svg").exists());
 
+    // Against another library's times of the same keys (bench/torch_conv.py's CSV): every
+    // problem key and its channels-last twin listed once; at 1 ms a key, each setting's
+    // library total is its problem count, and the winner is set against it.
+    let keys = s.run(&["net", "report", json, "--keys"]);
+    assert!(keys.status.success(), "{}", stderr(&keys));
+    let keys: Vec<String> = stdout(&keys).lines().map(str::to_string).collect();
+    assert!(keys.iter().all(|k| k.starts_with("v1:")) && keys.iter().any(|k| k.contains(":NHWC:")), "{keys:?}");
+    let mut unique = keys.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), keys.len(), "{keys:?}");
+    let torch_csv = s.path("torch.csv");
+    let rows: String = keys.iter().map(|k| format!("{k},1.0\n")).collect();
+    std::fs::write(&torch_csv, format!("key,torch_ms\n{rows}")).unwrap();
+    let against = s.run(&["net", "report", json, "--torch-csv", torch_csv.to_str().unwrap()]);
+    assert!(against.status.success(), "{}", stderr(&against));
+    let out = stdout(&against);
+    assert!(out.contains("PyTorch ms") && out.contains("vs PyTorch: winner's layers"), "{out}");
+    assert!(out.lines().any(|l| l.trim_start().starts_with("f32/NCHW") && l.contains(" 15.000 ")), "{out}");
+
     // Another batch is another network: refused with the reason, or used layer by layer.
     let other = s.run(&["net", "run", &net, "--batch", "3", "--tuning", json, "--db", &s.db()]);
     assert!(!other.status.success());
