@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::LaunchConfig;
+use gconv_core::geometry::Geometry;
 use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
 
 use super::direct::{check_filter, filter_hw, DirectInvoker, Kernels};
@@ -35,16 +36,11 @@ struct Tile {
     tw: u32,
 }
 
-/// Every tile, in config order.
-fn tiles() -> impl Iterator<Item = Tile> {
-    WARPS.into_iter().flat_map(|th| ROWS.into_iter().flat_map(move |rh| COLUMNS.into_iter().map(move |tw| Tile { th, rh, tw })))
-}
-
-/// The destination's (rows, columns).
-fn destination(p: &ConvProblem) -> (u32, u32) {
-    let params = ConvParams::new(p);
-    let dst = if p.direction == Direction::Forward { params.output } else { params.input };
-    (dst[1] as u32, dst[2] as u32)
+/// The destination's extents (depth, rows, columns), outer ones 1 below 3D: the output
+/// forward, the input's gradient backward.
+fn destination(p: &ConvProblem) -> [u32; 3] {
+    let g = Geometry::new(p);
+    (if p.direction == Direction::Forward { g.output } else { g.input }).map(|v| v as u32)
 }
 
 /// Channels per thread: a 4-byte pair of 16-bit values, or one fp32.
@@ -52,10 +48,15 @@ fn channels_per_thread(p: &ConvProblem) -> u32 {
     if p.dtype.size_bytes() == 2 { 2 } else { 1 }
 }
 
-/// The problem's (stride, dilation) along H and W, innermost last.
+/// The problem's (stride, dilation) along H and W.
 fn hw(p: &ConvProblem) -> [(u32, u32); 2] {
-    let d = |i: usize| p.dims.get(p.dims.len().wrapping_sub(i)).map_or((1, 1), |d| (d.stride, d.dilation));
-    [d(2), d(1)]
+    let g = Geometry::new(p);
+    [1, 2].map(|i| (g.stride[i] as u32, g.dilation[i] as u32))
+}
+
+/// Every tile, in config order.
+fn tiles() -> impl Iterator<Item = Tile> {
+    WARPS.into_iter().flat_map(|th| ROWS.into_iter().flat_map(move |rh| COLUMNS.into_iter().map(move |tw| Tile { th, rh, tw })))
 }
 
 impl Tile {
@@ -117,12 +118,7 @@ impl Solver for DepthwiseTiled {
             "backward-data only at stride 1 (strided backward-data is cuda.depthwise's)"
         );
         // One block row per image and destination depth.
-        let depth = match (p.rank(), p.direction) {
-            (3, Direction::Forward) => p.output_dims()[0],
-            (3, _) => p.dims[0].input,
-            _ => 1,
-        };
-        let images = u64::from(p.n) * u64::from(depth);
+        let images = u64::from(p.n) * u64::from(destination(p)[0]);
         require!(images <= u64::from(MAX_GRID_Z), "N x depth {images} is over the grid's {MAX_GRID_Z}");
         require!(self.configs(p).next().is_some(), "no tile's halo fits in {MAX_STAGED_BYTES} bytes of shared memory");
         Ok(())
@@ -135,7 +131,7 @@ impl Solver for DepthwiseTiled {
     fn default_config(&self, p: &ConvProblem) -> Config {
         // The largest tile the destination fills: more rows and columns per thread where it is
         // large, less idle tile where it is small (7 x 7 layers).
-        let (rows, cols) = destination(p);
+        let [_, rows, cols] = destination(p);
         let rh = match rows {
             32.. => 4,
             16.. => 2,
@@ -172,9 +168,7 @@ impl Solve<Cuda> for DepthwiseTiled {
         let tile = Tile::from_config(p, config)?;
         let function = self.device.function(&tile.source(p), "dw_tiled")?;
         let params = ConvParams::new(p);
-        // The destination: the output forward, the input's gradient backward.
-        let dst = if p.direction == Direction::Forward { params.output } else { params.input };
-        let (depth, rows, cols) = (dst[0] as u32, dst[1] as u32, dst[2] as u32);
+        let [depth, rows, cols] = destination(p);
         let lanes = p.c / channels_per_thread(p);
         let launch = LaunchConfig {
             grid_dim: (rows.div_ceil(tile.th * tile.rh) * cols.div_ceil(tile.tw), lanes.div_ceil(32), p.n * depth),
