@@ -5,11 +5,26 @@
 
 use std::sync::Arc;
 
+use cudarc::driver::sys::CUfunction_attribute as FuncAttr;
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use gconv_core::{ConvProblem, Direction, GconvError, Result};
 
 use crate::device::{backend_error, driver_error};
 use crate::ConvParams;
+
+/// Dynamic shared memory a kernel may take without opting in to more.
+pub const DEFAULT_SHARED_BYTES: u32 = 48 * 1024;
+
+/// Lets `function` (of `solver`) take `bytes` of dynamic shared memory: an opt-in above
+/// [`DEFAULT_SHARED_BYTES`], nothing to do below.
+pub fn allow_shared(function: &CudaFunction, bytes: u32, solver: &str) -> Result<()> {
+    if bytes <= DEFAULT_SHARED_BYTES {
+        return Ok(());
+    }
+    function
+        .set_attribute(FuncAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32)
+        .map_err(|e| backend_error(&format!("allow {solver}'s shared memory"), e))
+}
 
 /// A device allocation as a kernel sees it: its address and length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -36,6 +36,13 @@ __device__ __forceinline__ elem_t from_f32(float v) { return f32_to_bf16(v); }
 #error "define one of GCONV_F32, GCONV_F16, GCONV_BF16"
 #endif
 
+// A shared-memory pointer as the 32-bit address PTX's shared-state-space instructions take.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
 // The problem in index form, as gconv_core::Geometry: three spatial dimensions (outer ones of
 // size 1 when the rank is lower) and element strides of each tensor. Must match ConvParams in
 // params.rs field for field.

@@ -176,17 +176,3 @@ extern "C" __global__ void dw_bwd_weight_partial(ConvParams p, const elem_t* x, 
             for (int v = 0; v < VEC; ++v)
                 atomicAdd(&ws[((fd * FH + fh) * FW + fw) * C + c + v], acc[fh][fw][v]);
 }
-
-// Backward-weight, stage 2: the fp32 sums, rounded once into dw's layout and type.
-extern "C" __global__ void dw_bwd_weight_store(ConvParams p, const float* ws, elem_t* dw) {
-    const int C = p.g;
-    const int total = C * p.fil[0] * FH * FW;
-    for (int idx = blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += gridDim.x * blockDim.x) {
-        const int c = idx % C;
-        int r = idx / C;
-        const int fw = r % FW; r /= FW;
-        const int fh = r % FH;
-        const int fd = r / FH;
-        dw[offset(p.ws, c, 0, fd, fh, fw)] = from_f32(ws[idx]);
-    }
-}

@@ -1,13 +1,18 @@
-// cuda.depthwise_tiled: G = C = K in the channels-last layouts. A block computes a tile of
-// TH x RH destination rows x TW columns for 32 x CPT channels of one image and depth: the
-// source rows and columns it reads (its halo included) are staged once in shared memory, channels
-// innermost, so each lane reads its own CPT channels without bank conflicts and every global
-// load and store is a warp-wide contiguous run. Each thread keeps its channels' weights of one
-// depth tap in registers and sums RH rows x TW columns of destinations in fp32.
+// cuda.depthwise_tiled: G = C = K in the channels-last layouts. Forward and stride-1
+// backward-data: a block computes a tile of TH x RH destination rows x TW columns for 32 x CPT
+// channels of one image and depth; the source rows and columns it reads (its halo included)
+// are staged once in shared memory, channels innermost, so each lane reads its own CPT
+// channels without bank conflicts and every global load and store is a warp-wide contiguous
+// run. Each thread keeps its channels' weights of one depth tap in registers and sums RH rows
+// x TW columns of destinations in fp32. Backward-weight stages the same x rectangle and the dy
+// tile it meets, each thread sums its RH x TW dy values times x into per-tap sums, a block
+// walks many tiles, and only then are its warps' sums reduced in shared memory and added to
+// the fp32 workspace once per block.
 //
 // Compile-time: FH, FW (filter height and width), CPT (channels per thread: 2 for 16-bit
 // types, 1 for fp32), TH (warps per block, each a band of RH rows), RH (rows per thread), TW
-// (columns per thread), UNIT (stride and dilation 1 along H and W: each staged source value a
+// (columns per thread), COPY (bytes per staging copy: 16 where C is a multiple of a 16-byte
+// vector, else 4), UNIT (stride and dilation 1 along H and W: each staged source value a
 // thread needs is loaded once and serves every tap and row it reaches) and
 // BACKWARD_DATA (backward-data at stride 1: a forward pass over dy with the taps flipped).
 // Sizes, pads and the depth are run-time.
@@ -40,6 +45,83 @@ __device__ __forceinline__ chunk_t pack(const float* in) { return from_f32(in[0]
 __device__ __forceinline__ chunk_t zero_chunk() { return from_f32(0.0f); }
 #endif
 
+// Stages rows x cols pixels of one (image n, depth d) plane of `src`, from row h0 and column w0
+// on, into `tile`, 128 bytes (32 chunks) per pixel: COPY-byte cp.async copies, 128 / COPY lanes
+// to a pixel, so a warp moves whole consecutive pixels. cp.async zero-fills what lies outside
+// the tensor (the padding), so every copy is in flight before any is waited on. A pixel's row
+// comes from a float reciprocal, exact for the few hundred pixels a tile has, where an integer
+// division would cost more than the copy. The caller waits (cp.async.wait_all) and syncs.
+__device__ __forceinline__ void stage(const elem_t* src, const int* strides, const int* extents, int C, int n, int d, int h0, int w0,
+                                      int rows, int cols, chunk_t* tile) {
+    constexpr int LANES_PER_PIXEL = 128 / COPY, PIXELS_PER_STEP = 32 / LANES_PER_PIXEL;
+    constexpr int COPY_CHANNELS = COPY / sizeof(elem_t);
+    const int lane = threadIdx.x;
+    const int part = lane % LANES_PER_PIXEL;
+    const int ch = blockIdx.y * 32 * CPT + part * COPY_CHANNELS;
+    const bool channels_in = ch < C;
+    const elem_t* plane = src + n * strides[0] + d * strides[2] + (channels_in ? ch : 0) * strides[1];
+    const float per_row = 1.0f / cols;
+    const unsigned tile_at = smem_addr(tile) + part * COPY;
+#pragma unroll 4
+    for (int pix = threadIdx.y * PIXELS_PER_STEP + lane / LANES_PER_PIXEL; pix < rows * cols; pix += TH * PIXELS_PER_STEP) {
+        const int r = static_cast<int>((pix + 0.5f) * per_row);
+        const int y = h0 + r, x = w0 + pix - r * cols;
+        const bool inside = channels_in && y >= 0 && y < extents[1] && x >= 0 && x < extents[2];
+        const elem_t* from = inside ? plane + y * strides[3] + x * strides[4] : src;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(tile_at + pix * 128), "l"(from), "n"(COPY), "r"(inside ? COPY : 0));
+    }
+}
+
+__device__ __forceinline__ void staged_wait() {
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+}
+
+// Calls f(r, t, fh, fw, v, x) for each destination row r < RH and column t < TW of the
+// thread's band, each tap (fh, fw) and channel v < CPT, x being the staged source value they
+// meet (tile: the staged rectangle, cols_in pixels wide, the band at row threadIdx.y * RH).
+template <class F>
+__device__ __forceinline__ void for_each_product(const chunk_t* tile, int cols_in, int sh, int sw, int dh, int dw, F&& f) {
+    const chunk_t* band = tile + threadIdx.y * RH * sh * cols_in * 32 + threadIdx.x;
+#if UNIT
+    // Stride and dilation 1: the thread's RH + FH - 1 source rows, TW + FW - 1 values of each
+    // loaded once; source row j meets destination row r through tap row j - r.
+#pragma unroll
+    for (int j = 0; j < RH + FH - 1; ++j) {
+        float xs[TW + FW - 1][CPT];
+#pragma unroll
+        for (int k = 0; k < TW + FW - 1; ++k) unpack(band[(j * cols_in + k) * 32], xs[k]);
+#pragma unroll
+        for (int r = 0; r < RH; ++r) {
+            const int fh = j - r;
+            if (fh < 0 || fh >= FH) continue;
+#pragma unroll
+            for (int t = 0; t < TW; ++t)
+#pragma unroll
+                for (int fw = 0; fw < FW; ++fw)
+#pragma unroll
+                    for (int v = 0; v < CPT; ++v) f(r, t, fh, fw, v, xs[t + fw][v]);
+        }
+    }
+#else
+#pragma unroll
+    for (int r = 0; r < RH; ++r)
+#pragma unroll
+        for (int fh = 0; fh < FH; ++fh) {
+            const chunk_t* row = band + ((r * sh + fh * dh) * cols_in) * 32;
+#pragma unroll
+            for (int t = 0; t < TW; ++t)
+#pragma unroll
+                for (int fw = 0; fw < FW; ++fw) {
+                    float xv[CPT];
+                    unpack(row[(t * sw + fw * dw) * 32], xv);
+#pragma unroll
+                    for (int v = 0; v < CPT; ++v) f(r, t, fh, fw, v, xv[v]);
+                }
+        }
+#endif
+}
+
 extern "C" __global__ void __launch_bounds__(32 * TH) dw_tiled(ConvParams p, const elem_t* src, const elem_t* w, elem_t* dst) {
     extern __shared__ unsigned char staged[];
     chunk_t* tile = reinterpret_cast<chunk_t*>(staged);
@@ -70,8 +152,7 @@ extern "C" __global__ void __launch_bounds__(32 * TH) dw_tiled(ConvParams p, con
     const int col0 = (blockIdx.x % col_tiles) * TW;
     const int n = blockIdx.z / de[0];
     const int od = blockIdx.z % de[0];
-    const int lane = threadIdx.x, ty = threadIdx.y;
-    const int c = (blockIdx.y * 32 + lane) * CPT;
+    const int c = (blockIdx.y * 32 + threadIdx.x) * CPT;
     const bool live = c < C;
     // The staged source rectangle: rows and columns the tile's taps read.
     const int rows_in = (TH * RH - 1) * sh + (FH - 1) * dh + 1;
@@ -84,23 +165,11 @@ extern "C" __global__ void __launch_bounds__(32 * TH) dw_tiled(ConvParams p, con
         for (int t = 0; t < TW; ++t)
 #pragma unroll
             for (int v = 0; v < CPT; ++v) acc[r][t][v] = 0.0f;
-    const int threads = 32 * TH;
-    const int tid = ty * 32 + lane;
     for (int fd = 0; fd < p.fil[0]; ++fd) {
         const int sd = od * p.stride[0] + fd * p.dil[0] - pad_d;
         if (sd < 0 || sd >= se[0]) continue;  // the same for every thread of the block
-        // Stage the rectangle: lane-major, so a warp loads 32 consecutive chunks of a pixel.
-        for (int i = tid; i < rows_in * cols_in * 32; i += threads) {
-            const int l = i & 31, pix = i >> 5;
-            const int r = pix / cols_in, col = pix % cols_in;
-            const int sh_ = h0 + r, sw_ = w0 + col;
-            const int ch = (blockIdx.y * 32 + l) * CPT;
-            chunk_t v = zero_chunk();
-            if (ch < C && sh_ >= 0 && sh_ < se[1] && sw_ >= 0 && sw_ < se[2])
-                v = *reinterpret_cast<const chunk_t*>(src + offset(ss, n, ch, sd, sh_, sw_));
-            tile[pix * 32 + l] = v;
-        }
-        __syncthreads();
+        stage(src, ss, se, C, n, sd, h0, w0, rows_in, cols_in, tile);
+        staged_wait();
         // This depth tap's weights for the thread's channels (K x 1 x filter, C/G = 1).
         const int wd = BACKWARD_DATA ? p.fil[0] - 1 - fd : fd;
         float wv[FH][FW][CPT];
@@ -111,55 +180,77 @@ extern "C" __global__ void __launch_bounds__(32 * TH) dw_tiled(ConvParams p, con
 #pragma unroll
                 for (int v = 0; v < CPT; ++v)
                     wv[fh][fw][v] = live ? to_f32(w[offset(p.ws, c + v, 0, wd, BACKWARD_DATA ? FH - 1 - fh : fh, BACKWARD_DATA ? FW - 1 - fw : fw)]) : 0.0f;
-#if UNIT
-        // Stride and dilation 1: the thread's RH + FH - 1 source rows, TW + FW - 1 values of
-        // each loaded once; source row j feeds destination row r through tap row j - r.
-#pragma unroll
-        for (int j = 0; j < RH + FH - 1; ++j) {
-            const chunk_t* row = tile + ((ty * RH + j) * cols_in) * 32 + lane;
-            float xs[TW + FW - 1][CPT];
-#pragma unroll
-            for (int k = 0; k < TW + FW - 1; ++k) unpack(row[k * 32], xs[k]);
-#pragma unroll
-            for (int r = 0; r < RH; ++r) {
-                const int fh = j - r;
-                if (fh < 0 || fh >= FH) continue;
-#pragma unroll
-                for (int t = 0; t < TW; ++t)
-#pragma unroll
-                    for (int fw = 0; fw < FW; ++fw)
-#pragma unroll
-                        for (int v = 0; v < CPT; ++v) acc[r][t][v] += xs[t + fw][v] * wv[fh][fw][v];
-            }
-        }
-#else
-#pragma unroll
-        for (int r = 0; r < RH; ++r)
-#pragma unroll
-            for (int fh = 0; fh < FH; ++fh) {
-                const chunk_t* row = tile + (((ty * RH + r) * sh + fh * dh) * cols_in) * 32 + lane;
-#pragma unroll
-                for (int t = 0; t < TW; ++t)
-#pragma unroll
-                    for (int fw = 0; fw < FW; ++fw) {
-                        float xv[CPT];
-                        unpack(row[(t * sw + fw * dw) * 32], xv);
-#pragma unroll
-                        for (int v = 0; v < CPT; ++v) acc[r][t][v] += xv[v] * wv[fh][fw][v];
-                    }
-            }
-#endif
+        for_each_product(tile, cols_in, sh, sw, dh, dw, [&](int r, int t, int fh, int fw, int v, float x) { acc[r][t][v] += x * wv[fh][fw][v]; });
         __syncthreads();
     }
     if (!live) return;
 #pragma unroll
     for (int r = 0; r < RH; ++r) {
-        const int oh = row0 + ty * RH + r;
+        const int oh = row0 + threadIdx.y * RH + r;
         if (oh >= de[1]) return;
+        elem_t* row = dst + offset(ds, n, c, od, oh, col0);
 #pragma unroll
-        for (int t = 0; t < TW; ++t) {
-            const int ow = col0 + t;
-            if (ow < de[2]) *reinterpret_cast<chunk_t*>(dst + offset(ds, n, c, od, oh, ow)) = pack(acc[r][t]);
-        }
+        for (int t = 0; t < TW; ++t)
+            if (col0 + t < de[2]) *reinterpret_cast<chunk_t*>(row + t * ds[4]) = pack(acc[r][t]);
+    }
+}
+
+// Backward-weight, stage 1, for depth tap blockIdx.z: blocks stride over the tiles (image,
+// output depth, row block, column block) of dy; each stages the tile's dy values and the x
+// rectangle they meet, and each thread adds dy x x into its per-tap sums. At the end the
+// block's warps reduce their sums in shared memory and the block adds them into the fp32
+// workspace [fd][fh][fw][C]: one atomic per tap and channel per block.
+extern "C" __global__ void __launch_bounds__(32 * TH) dw_tiled_bwd_weight(ConvParams p, const elem_t* x, const elem_t* dy, float* ws) {
+    extern __shared__ unsigned char staged[];
+    const int C = p.g;
+    const int sh = p.stride[1], sw = p.stride[2], dh = p.dil[1], dw = p.dil[2];
+    const int rows_in = (TH * RH - 1) * sh + (FH - 1) * dh + 1;
+    const int cols_in = (TW - 1) * sw + (FW - 1) * dw + 1;
+    chunk_t* x_tile = reinterpret_cast<chunk_t*>(staged);
+    chunk_t* dy_tile = x_tile + rows_in * cols_in * 32;
+    float* sums = reinterpret_cast<float*>(dy_tile + TH * RH * TW * 32);
+    const int fd = blockIdx.z;
+    const int col_tiles = (p.out[2] + TW - 1) / TW, row_tiles = (p.out[1] + TH * RH - 1) / (TH * RH);
+    const int tiles = p.n * p.out[0] * row_tiles * col_tiles;
+    float acc[FH][FW][CPT];
+#pragma unroll
+    for (int fh = 0; fh < FH; ++fh)
+#pragma unroll
+        for (int fw = 0; fw < FW; ++fw)
+#pragma unroll
+            for (int v = 0; v < CPT; ++v) acc[fh][fw][v] = 0.0f;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int col0 = (tile % col_tiles) * TW;
+        const int row0 = (tile / col_tiles % row_tiles) * (TH * RH);
+        const int od = tile / (col_tiles * row_tiles) % p.out[0];
+        const int n = tile / (col_tiles * row_tiles * p.out[0]);
+        const int sd = od * p.stride[0] + fd * p.dil[0] - p.pad[0];
+        if (sd < 0 || sd >= p.in[0]) continue;  // the same for every thread of the block
+        stage(x, p.xs, p.in, C, n, sd, row0 * sh - p.pad[1], col0 * sw - p.pad[2], rows_in, cols_in, x_tile);
+        stage(dy, p.ys, p.out, C, n, od, row0, col0, TH * RH, TW, dy_tile);
+        staged_wait();
+        // Outside dy the staged values are zeros: they add nothing.
+        float g[RH][TW][CPT];
+#pragma unroll
+        for (int r = 0; r < RH; ++r)
+#pragma unroll
+            for (int t = 0; t < TW; ++t) unpack(dy_tile[((threadIdx.y * RH + r) * TW + t) * 32 + threadIdx.x], g[r][t]);
+        for_each_product(x_tile, cols_in, sh, sw, dh, dw, [&](int r, int t, int fh, int fw, int v, float xv) { acc[fh][fw][v] += xv * g[r][t][v]; });
+        __syncthreads();
+    }
+    const int tid = threadIdx.y * 32 + threadIdx.x;
+    constexpr int SUMS = FH * FW * 32 * CPT;
+    for (int i = tid; i < SUMS; i += 32 * TH) sums[i] = 0.0f;
+    __syncthreads();
+#pragma unroll
+    for (int fh = 0; fh < FH; ++fh)
+#pragma unroll
+        for (int fw = 0; fw < FW; ++fw)
+#pragma unroll
+            for (int v = 0; v < CPT; ++v) atomicAdd(&sums[((fh * FW + fw) * 32 + threadIdx.x) * CPT + v], acc[fh][fw][v]);
+    __syncthreads();
+    for (int i = tid; i < SUMS; i += 32 * TH) {
+        const int tap = i / (32 * CPT), c = blockIdx.y * 32 * CPT + i % (32 * CPT);
+        if (c < C) atomicAdd(&ws[(fd * FH * FW + tap) * C + c], sums[i]);
     }
 }

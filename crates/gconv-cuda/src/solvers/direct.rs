@@ -40,9 +40,9 @@ pub fn workspace_bytes(p: &ConvProblem) -> u64 {
 pub enum Kernels {
     /// `(params, src, w, dst)` on its grid.
     Gather { function: CudaFunction, launch: LaunchConfig },
-    /// `sums` fp32 sums zeroed in the workspace, then `partial(params, x, dy, ws)`,
-    /// `store(params, ws, dw)`.
-    Weight { partial: CudaFunction, store: CudaFunction, grid: (u32, u32), block: (u32, u32), sums: u64, blocks: u32 },
+    /// `sums` fp32 sums zeroed in the workspace, then `partial(params, x, dy, ws)` on its
+    /// launch shape, `store(params, ws, dw)` on `blocks` blocks.
+    Weight { partial: CudaFunction, partial_launch: LaunchConfig, store: CudaFunction, sums: u64, blocks: u32 },
 }
 
 pub struct DirectInvoker {
@@ -64,10 +64,9 @@ impl Invoker<Cuda> for DirectInvoker {
                 };
                 launch::kernel(b, function, *launch, &[params, Arg::Buffer(src), Arg::Buffer(b.w), Arg::Buffer(dst)], &what)
             }
-            Kernels::Weight { partial, store, grid, block, sums, blocks } => {
+            Kernels::Weight { partial, partial_launch, store, sums, blocks } => {
                 b.zero_workspace(sums * 4)?;
-                let cfg = LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (block.0, block.1, 1), shared_mem_bytes: 0 };
-                launch::kernel(b, partial, cfg, &[Arg::Params(&self.params), Arg::Buffer(b.x), Arg::Buffer(b.y), Arg::Buffer(b.workspace)], &what)?;
+                launch::kernel(b, partial, *partial_launch, &[Arg::Params(&self.params), Arg::Buffer(b.x), Arg::Buffer(b.y), Arg::Buffer(b.workspace)], &what)?;
                 launch::kernel(b, store, flat(*blocks, THREADS), &[params, Arg::Buffer(b.workspace), Arg::Buffer(b.w)], &what)
             }
         }

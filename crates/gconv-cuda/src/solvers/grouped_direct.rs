@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use cudarc::driver::LaunchConfig;
 use gconv_core::{require, Config, ConvProblem, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
 
 use super::direct::{self, check_filter, filter_hw, DirectInvoker, Kernels, THREADS};
@@ -135,8 +136,7 @@ impl Solve<Cuda> for GroupedDirect {
                 Kernels::Weight {
                     partial: function("gd_bwd_weight_partial")?,
                     store: function("gd_bwd_weight_store")?,
-                    grid: (group_blocks * row_blocks, taps),
-                    block: (block_x, block_y),
+                    partial_launch: LaunchConfig { grid_dim: (group_blocks * row_blocks, taps, 1), block_dim: (block_x, block_y, 1), shared_mem_bytes: 0 },
                     sums: p.weight_elements(),
                     blocks: weights.div_ceil(THREADS).clamp(1, sms * 8),
                 }

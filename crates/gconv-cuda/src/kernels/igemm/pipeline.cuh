@@ -2,12 +2,6 @@
 // cuda.igemm, pipeline: global->shared copies by cp.async (plain loads for narrow
 // chunks) and the commit/wait of its stages.
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    unsigned a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
-
 // Copies W elements, or writes zeros when !valid (src must then still be a mapped address).
 template <int W>
 __device__ __forceinline__ void copy_chunk(elem_t* dst, const elem_t* src, bool valid) {

@@ -39,8 +39,6 @@ const SOURCE: &str = concat!(
     include_str!("../../kernels/igemm/mainloop.cuh"),
     include_str!("../../kernels/igemm/kernel.cu"),
 );
-/// Shared memory a block gets without opting in.
-const DEFAULT_SHARED_BYTES: u32 = 48 * 1024;
 const SPLIT_THREADS: u32 = 256;
 /// Gathered rows keep one bit per tap along each dimension: at most 21 in 64 bits.
 const MAX_FILTER_TAPS: u32 = 21;
@@ -151,10 +149,7 @@ impl Solve<Cuda> for Igemm {
         let src = tile.source(&self.plan, p);
         let main = self.device.function(&src, "igemm")?;
         let shared = tile.shared_bytes(p);
-        if shared > DEFAULT_SHARED_BYTES {
-            main.set_attribute(FuncAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared as i32)
-                .map_err(|e| backend_error("allow cuda.igemm's shared memory", e))?;
-        }
+        launch::allow_shared(&main, shared, "cuda.igemm")?;
         let registers = main
             .get_attribute(FuncAttr::CU_FUNC_ATTRIBUTE_NUM_REGS)
             .map_err(|e| backend_error("read cuda.igemm's register count", e))?;
