@@ -18,6 +18,9 @@ fn main() {
             }
         }
     }
+    // The repository always ships models; none found means a broken checkout, and a binary
+    // built from it would silently select by rule everywhere.
+    assert!(!files.is_empty(), "no trained models (*.json) under {}", root.display());
     files.sort();
     let mut out = String::from("/// The models in data/models: (device folder, file name, contents).\npub static EMBEDDED: &[(&str, &str, &str)] = &[\n");
     for path in files {
