@@ -32,17 +32,10 @@ __device__ __forceinline__ chunk_t pack(const float* in) {
     c.v[1] = from_f32(in[1]);
     return c;
 }
-__device__ __forceinline__ chunk_t zero_chunk() {
-    chunk_t c;
-    c.v[0] = from_f32(0.0f);
-    c.v[1] = from_f32(0.0f);
-    return c;
-}
 #else
 typedef elem_t chunk_t;
 __device__ __forceinline__ void unpack(chunk_t c, float* out) { out[0] = to_f32(c); }
 __device__ __forceinline__ chunk_t pack(const float* in) { return from_f32(in[0]); }
-__device__ __forceinline__ chunk_t zero_chunk() { return from_f32(0.0f); }
 #endif
 
 // Stages rows x cols pixels of one (image n, depth d) plane of `src`, from row h0 and column w0
@@ -71,6 +64,9 @@ __device__ __forceinline__ void stage(const elem_t* src, const int* strides, con
         asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(tile_at + pix * 128), "l"(from), "n"(COPY), "r"(inside ? COPY : 0));
     }
 }
+
+// Source pixels along one dimension that `outputs` destinations read through `taps` taps.
+__device__ __forceinline__ int staged_span(int outputs, int taps, int stride, int dil) { return (outputs - 1) * stride + (taps - 1) * dil + 1; }
 
 __device__ __forceinline__ void staged_wait() {
     asm volatile("cp.async.wait_all;" ::: "memory");
@@ -155,16 +151,9 @@ extern "C" __global__ void __launch_bounds__(32 * TH) dw_tiled(ConvParams p, con
     const int c = (blockIdx.y * 32 + threadIdx.x) * CPT;
     const bool live = c < C;
     // The staged source rectangle: rows and columns the tile's taps read.
-    const int rows_in = (TH * RH - 1) * sh + (FH - 1) * dh + 1;
-    const int cols_in = (TW - 1) * sw + (FW - 1) * dw + 1;
+    const int rows_in = staged_span(TH * RH, FH, sh, dh), cols_in = staged_span(TW, FW, sw, dw);
     const int h0 = row0 * sh - pad_h, w0 = col0 * sw - pad_w;
-    float acc[RH][TW][CPT];
-#pragma unroll
-    for (int r = 0; r < RH; ++r)
-#pragma unroll
-        for (int t = 0; t < TW; ++t)
-#pragma unroll
-            for (int v = 0; v < CPT; ++v) acc[r][t][v] = 0.0f;
+    float acc[RH][TW][CPT] = {};
     for (int fd = 0; fd < p.fil[0]; ++fd) {
         const int sd = od * p.stride[0] + fd * p.dil[0] - pad_d;
         if (sd < 0 || sd >= se[0]) continue;  // the same for every thread of the block
@@ -204,21 +193,14 @@ extern "C" __global__ void __launch_bounds__(32 * TH) dw_tiled_bwd_weight(ConvPa
     extern __shared__ unsigned char staged[];
     const int C = p.g;
     const int sh = p.stride[1], sw = p.stride[2], dh = p.dil[1], dw = p.dil[2];
-    const int rows_in = (TH * RH - 1) * sh + (FH - 1) * dh + 1;
-    const int cols_in = (TW - 1) * sw + (FW - 1) * dw + 1;
+    const int rows_in = staged_span(TH * RH, FH, sh, dh), cols_in = staged_span(TW, FW, sw, dw);
     chunk_t* x_tile = reinterpret_cast<chunk_t*>(staged);
     chunk_t* dy_tile = x_tile + rows_in * cols_in * 32;
     float* sums = reinterpret_cast<float*>(dy_tile + TH * RH * TW * 32);
     const int fd = blockIdx.z;
     const int col_tiles = (p.out[2] + TW - 1) / TW, row_tiles = (p.out[1] + TH * RH - 1) / (TH * RH);
     const int tiles = p.n * p.out[0] * row_tiles * col_tiles;
-    float acc[FH][FW][CPT];
-#pragma unroll
-    for (int fh = 0; fh < FH; ++fh)
-#pragma unroll
-        for (int fw = 0; fw < FW; ++fw)
-#pragma unroll
-            for (int v = 0; v < CPT; ++v) acc[fh][fw][v] = 0.0f;
+    float acc[FH][FW][CPT] = {};
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const int col0 = (tile % col_tiles) * TW;
         const int row0 = (tile / col_tiles % row_tiles) * (TH * RH);

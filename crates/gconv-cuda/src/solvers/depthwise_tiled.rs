@@ -142,7 +142,7 @@ impl Solver for DepthwiseTiled {
             "backward-data only at stride 1 (strided backward-data is cuda.depthwise's)"
         );
         // One block row per image and destination depth (backward-weight: per depth tap).
-        let rows = u64::from(if p.direction == Direction::BackwardWeight { Geometry::new(p).filter[0] as u32 } else { p.n * tiled(p)[0] });
+        let rows = if p.direction == Direction::BackwardWeight { Geometry::new(p).filter[0] as u64 } else { u64::from(p.n) * u64::from(tiled(p)[0]) };
         require!(rows <= u64::from(MAX_GRID_Z), "{rows} block rows (N x depth, or depth taps) are over the grid's {MAX_GRID_Z}");
         require!(self.configs(p).next().is_some(), "no tile's halo fits in {MAX_STAGED_BYTES} bytes of shared memory");
         Ok(())
