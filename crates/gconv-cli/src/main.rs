@@ -346,6 +346,9 @@ struct TuneCmd {
     /// Seed of the random strategy
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Search only this solver's space (repeatable; default: every tunable solver)
+    #[arg(long = "solver", value_name = "ID")]
+    solvers: Vec<String>,
     #[command(flatten)]
     find: FindArgs,
     #[command(flatten)]
@@ -503,7 +506,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let mut db = open_db(&cmd.db)?;
             let progress = std::io::stderr().is_terminal();
             let jobs = cmd.problems.jobs(tf32)?;
-            tuning::tune(rt, &mut db, jobs, strategy.as_ref(), &cmd.find.options(timing), progress)
+            tuning::tune(rt, &mut db, jobs, strategy.as_ref(), &cmd.solvers, &cmd.find.options(timing), progress)
         }
         Command::Select(cmd) => {
             let mut db = open_db(&cmd.db)?;

@@ -14,7 +14,7 @@ use gconv_tune::search::{Exhaustive, Random, SearchStrategy};
 use gconv_tune::heuristic::Heuristic;
 use gconv_tune::select::{select, FindMode};
 use gconv_heuristic::rank::{ModelGuided, ModelHeuristic};
-use gconv_tune::tune::{tune as run_tune, Progress};
+use gconv_tune::tune::{tune as run_tune, why_untunable, Progress, Searched};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::driver::Job;
@@ -105,11 +105,26 @@ pub fn tune(
     db: &mut Db,
     jobs: Vec<Job>,
     strategy: &dyn SearchStrategy,
+    named: &[String],
     opts: &FindOptions,
     show_bar: bool,
 ) -> anyhow::Result<ExitCode> {
+    let named_solvers = named.iter().map(|id| rt.solver(id)).collect::<gconv_core::Result<Vec<_>>>()?;
+    let searched = if named.is_empty() { Searched::All } else { Searched::Only(named) };
     println!("tune:      strategy {} on {}\n", strategy.describe(), rt.describe());
-    Ok(for_each_problem(jobs, |p, _| {
+    let mut searched_problems = 0;
+    let code = for_each_problem(jobs, |p, _| {
+        println!("problem:   {}", p.key());
+        let untunable: Vec<String> = named_solvers.iter().filter_map(|s| Some(format!("{}: {}", s.id(), why_untunable(*s, p)?))).collect();
+        for line in &untunable {
+            println!("  not searched, {line}");
+        }
+        // A named solver that does not apply here is no failure; one that applies nowhere is.
+        if !named.is_empty() && untunable.len() == named.len() {
+            println!();
+            return Ok(true);
+        }
+        searched_problems += 1;
         let bar = show_bar.then(|| {
             let bar = ProgressBar::new(0);
             bar.set_style(
@@ -128,8 +143,7 @@ pub fn tune(
             None if progress.done == 0 => println!("  {}: {} configs scheduled", progress.solver, progress.total),
             None => {}
         };
-        println!("problem:   {}", p.key());
-        let outcome = run_tune(rt, db, p, strategy, opts, &mut report_progress);
+        let outcome = run_tune(rt, db, p, strategy, searched, opts, &mut report_progress);
         if let Some(bar) = bar {
             bar.finish_and_clear();
         }
@@ -149,7 +163,11 @@ pub fn tune(
         print_ranking(&outcome.find, opts, None);
         println!();
         Ok(outcome.solvers.iter().all(|s| s.winner.is_some()))
-    }))
+    });
+    if !named.is_empty() && searched_problems == 0 {
+        bail!("none of the problems has a space to search for {}", named.join(", "));
+    }
+    Ok(code)
 }
 
 pub fn select_bench(

@@ -242,3 +242,30 @@ fn fast_mode_uses_tuned_configs_without_benchmarking() {
     }
     assert_eq!(count(&db, "SELECT COUNT(*) FROM find"), finds, "fast mode must not run a find");
 }
+
+#[test]
+fn tune_searches_only_the_named_solvers_and_says_why_others_are_not() {
+    let s = Scratch::new("named");
+    let db = s.db();
+    let problem = small_problem(0);
+    let tune = |solvers: &[&str]| {
+        let mut args = vec!["tune", "--db", &db, "--find-iter", "1"];
+        args.extend(solvers.iter().flat_map(|id| ["--solver", id]));
+        args.extend(problem.iter().map(String::as_str));
+        s.run(&args)
+    };
+    let o = tune(&["cpu.direct_blocked", "cpu.gemm_1x1"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("not searched, cpu.gemm_1x1: not applicable: needs a 1x1 filter"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("cpu.direct_blocked: "), "{}", stdout(&o));
+    assert_eq!(count(&db, "SELECT COUNT(DISTINCT solver) FROM trial"), 1);
+
+    let o = tune(&["cpu.im2col_gemm"]);
+    assert!(!o.status.success());
+    assert!(stdout(&o).contains("cpu.im2col_gemm: it has no configs to search"), "{}", stdout(&o));
+    assert!(stderr(&o).contains("none of the problems has a space to search for cpu.im2col_gemm"), "{}", stderr(&o));
+
+    let o = tune(&["cpu.nope"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("unknown solver `cpu.nope`"), "{}", stderr(&o));
+}

@@ -15,6 +15,7 @@ use gconv_tune::measure::median_ms;
 use gconv_tune::search::SearchStrategy;
 use gconv_tune::prebuild::{build_threads, prepare_in_parallel, unbuilt};
 use gconv_tune::select::{select, FindMode, Source};
+use gconv_tune::tune::Searched;
 
 use crate::network::{Network, Source as Feeds};
 use crate::plan::{Edge, Graph};
@@ -354,7 +355,7 @@ fn pick_among(rt: &dyn Runtime, bed: &mut TestBed<'_>, p: &ConvProblem, candidat
 /// The pick of a find (after tuning, for the tune method), its time that find's or measured.
 fn pick_by_find(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, p: &ConvProblem, opts: &NetTuneOptions<'_>) -> Result<Picked> {
     if let Method::Tune(strategy) = opts.method {
-        gconv_tune::tune::tune(rt, db, p, strategy, &opts.find, &mut |_| {})?;
+        gconv_tune::tune::tune(rt, db, p, strategy, Searched::All, &opts.find, &mut |_| {})?;
     }
     let selection = match select(rt, db, bed, p, FindMode::Hybrid, &opts.find, opts.heuristic) {
         Ok(s) => s,

@@ -46,11 +46,28 @@ pub struct Progress<'a> {
     pub total: usize,
 }
 
-/// Whether every tunable solver has a perf-db record from this gconv version and the problem
-/// has a find result: then tuning it again would redo finished work.
-pub fn is_tuned(rt: &dyn Runtime, db: &Db, p: &ConvProblem) -> Result<bool> {
+/// The solvers a tuning run searches: every tunable one, or only those named.
+#[derive(Debug, Clone, Copy, Default)]
+pub enum Searched<'a> {
+    #[default]
+    All,
+    Only(&'a [String]),
+}
+
+impl Searched<'_> {
+    fn admits(&self, id: &str) -> bool {
+        match self {
+            Searched::All => true,
+            Searched::Only(ids) => ids.iter().any(|i| i == id),
+        }
+    }
+}
+
+/// Whether every searched tunable solver has a perf-db record from this gconv version and the
+/// problem has a find result: then tuning it again would redo finished work.
+pub fn is_tuned(rt: &dyn Runtime, db: &Db, p: &ConvProblem, searched: Searched<'_>) -> Result<bool> {
     let key = RecordKey::new(p, rt.device_key());
-    for solver in tunable(rt, p) {
+    for solver in tunable(rt, p, searched) {
         match db.perf(&key, solver.id())? {
             Some(r) if r.gconv_version == GCONV_VERSION => {}
             _ => return Ok(false),
@@ -59,12 +76,27 @@ pub fn is_tuned(rt: &dyn Runtime, db: &Db, p: &ConvProblem) -> Result<bool> {
     Ok(db.find(&key)?.is_some())
 }
 
-/// Solvers with a space to search. Those whose every config find times already (a vendor
-/// library's list) gain nothing from tuning.
-fn tunable<'a>(rt: &'a dyn Runtime, p: &'a ConvProblem) -> impl Iterator<Item = &'a dyn Solver> + 'a {
-    rt.solvers().into_iter().filter(move |s| {
-        !s.is_oracle() && !s.find_times_every_config() && s.applicable(p).is_ok() && s.configs(p).next().is_some()
-    })
+/// Searched solvers with a space to search. Those whose every config find times already (a
+/// vendor library's list) gain nothing from tuning.
+fn tunable<'a>(rt: &'a dyn Runtime, p: &'a ConvProblem, searched: Searched<'a>) -> impl Iterator<Item = &'a dyn Solver> + 'a {
+    rt.solvers().into_iter().filter(move |s| searched.admits(s.id()) && why_untunable(*s, p).is_none())
+}
+
+/// Why a solver has nothing to tune on the problem, if so.
+pub fn why_untunable(solver: &dyn Solver, p: &ConvProblem) -> Option<String> {
+    if solver.is_oracle() {
+        return Some("it is the reference, timed only when nothing else runs".into());
+    }
+    if solver.find_times_every_config() {
+        return Some("find already times every config it offers".into());
+    }
+    if let Err(reason) = solver.applicable(p) {
+        return Some(format!("not applicable: {reason}"));
+    }
+    if solver.configs(p).next().is_none() {
+        return Some("it has no configs to search".into());
+    }
+    None
 }
 
 /// Keeps the fastest fully timed config.
@@ -81,17 +113,18 @@ pub fn tune(
     db: &mut Db,
     p: &ConvProblem,
     strategy: &dyn SearchStrategy,
+    searched: Searched<'_>,
     opts: &FindOptions,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<TuneOutcome> {
     let key = p.key();
-    if is_tuned(rt, db, p)? {
+    if is_tuned(rt, db, p, searched)? {
         return Ok(TuneOutcome { problem: key, skipped: true, solvers: vec![], find: vec![], warnings: vec![] });
     }
     let record_key = RecordKey::new(p, rt.device_key());
     let mut bed = TestBed::new(rt, p);
     let mut solvers = Vec::new();
-    for solver in tunable(rt, p) {
+    for solver in tunable(rt, p, searched) {
         let id = solver.id();
         let space: Vec<Config> = solver.configs(p).collect();
         let schedule = strategy.schedule(p, solver, space);
