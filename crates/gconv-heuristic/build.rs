@@ -5,7 +5,10 @@ use std::fmt::Write;
 use std::path::Path;
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/models");
+    // Read at run time: a build script binary is reused across checkouts at other paths of the
+    // same target directory, and env!() would keep the path of the one that compiled it.
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR for build scripts");
+    let root = Path::new(&manifest_dir).join("../../data/models");
     println!("cargo:rerun-if-changed={}", root.display());
     let mut files = Vec::new();
     if let Ok(devices) = std::fs::read_dir(&root) {
