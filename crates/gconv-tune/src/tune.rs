@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use gconv_core::{Config, ConvProblem, Runtime, Solver};
+use gconv_core::{Config, ConvProblem, NotApplicable, Runtime, Solver};
 use serde::Serialize;
 
 use crate::db::{Db, PerfRecord, RecordKey, TrialRecord, Warning, FORMAT_VERSION, GCONV_VERSION};
@@ -47,9 +47,8 @@ pub struct Progress<'a> {
 }
 
 /// The solvers a tuning run searches: every tunable one, or only those named.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub enum Searched<'a> {
-    #[default]
     All,
     Only(&'a [String]),
 }
@@ -82,19 +81,40 @@ fn tunable<'a>(rt: &'a dyn Runtime, p: &'a ConvProblem, searched: Searched<'a>) 
     rt.solvers().into_iter().filter(move |s| searched.admits(s.id()) && why_untunable(*s, p).is_none())
 }
 
+/// Why a solver has nothing to tune on a problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Untunable {
+    Oracle,
+    /// Find times every config it offers (a vendor library's list).
+    ListTimedByFind,
+    NotApplicable(NotApplicable),
+    NoConfigs,
+}
+
+impl std::fmt::Display for Untunable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Untunable::Oracle => write!(f, "it is the reference, timed only when nothing else runs"),
+            Untunable::ListTimedByFind => write!(f, "find already times every config it offers"),
+            Untunable::NotApplicable(reason) => write!(f, "not applicable: {reason}"),
+            Untunable::NoConfigs => write!(f, "it has no configs to search"),
+        }
+    }
+}
+
 /// Why a solver has nothing to tune on the problem, if so.
-pub fn why_untunable(solver: &dyn Solver, p: &ConvProblem) -> Option<String> {
+pub fn why_untunable(solver: &dyn Solver, p: &ConvProblem) -> Option<Untunable> {
     if solver.is_oracle() {
-        return Some("it is the reference, timed only when nothing else runs".into());
+        return Some(Untunable::Oracle);
     }
     if solver.find_times_every_config() {
-        return Some("find already times every config it offers".into());
+        return Some(Untunable::ListTimedByFind);
     }
     if let Err(reason) = solver.applicable(p) {
-        return Some(format!("not applicable: {reason}"));
+        return Some(Untunable::NotApplicable(reason));
     }
     if solver.configs(p).next().is_none() {
-        return Some("it has no configs to search".into());
+        return Some(Untunable::NoConfigs);
     }
     None
 }
