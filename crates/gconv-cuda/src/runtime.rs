@@ -182,9 +182,8 @@ fn buffers_for<'d>(gpu: &mut DeviceTensors, device: &'d CudaDevice, problem: &Co
 
 impl Workload for CudaWorkload {
     fn run(&mut self, s: &Solution) -> Result<()> {
-        let mut buffers = buffers_for(&mut self.gpu, &self.device, &self.problem, s)?;
-        s.invoker::<Cuda>()?.run(&mut buffers)?;
-        buffers.stream().synchronize().map_err(|e| driver_error("run on the GPU", e))
+        self.enqueue(s)?;
+        self.device.stream()?.synchronize().map_err(|e| driver_error("run on the GPU", e))
     }
 
     fn enqueue(&mut self, s: &Solution) -> Result<()> {
