@@ -21,6 +21,9 @@ pub struct KernelSource {
     pub text: &'static str,
     /// Preprocessor definitions (`NAME` or `NAME=VALUE`).
     pub defines: Vec<String>,
+    /// Built for the architecture's specific features (`sm_90a`: wgmma, setmaxnreg), which
+    /// run on that architecture alone.
+    pub arch_specific: bool,
 }
 
 impl KernelSource {
@@ -32,11 +35,17 @@ impl KernelSource {
             DataType::Bf16 => &["GCONV_BF16"],
             DataType::Tf32 => &["GCONV_F32", "GCONV_TF32"],
         };
-        KernelSource { file, text, defines: defines.iter().map(|d| d.to_string()).collect() }
+        KernelSource { file, text, defines: defines.iter().map(|d| d.to_string()).collect(), arch_specific: false }
     }
 
     pub fn define(mut self, name: &str, value: impl std::fmt::Display) -> Self {
         self.defines.push(format!("{name}={value}"));
+        self
+    }
+
+    /// This source, built for the device architecture's specific features.
+    pub fn arch_specific(mut self) -> Self {
+        self.arch_specific = true;
         self
     }
 
@@ -63,7 +72,8 @@ impl Compiler {
     }
 
     fn options(&self, src: &KernelSource) -> Vec<String> {
-        let mut options = vec![format!("--gpu-architecture={}", self.arch), "-std=c++17".into(), "--use_fast_math".into()];
+        let suffix = if src.arch_specific { "a" } else { "" };
+        let mut options = vec![format!("--gpu-architecture={}{suffix}", self.arch), "-std=c++17".into(), "--use_fast_math".into()];
         options.extend(src.defines.iter().map(|d| format!("-D{d}")));
         options
     }

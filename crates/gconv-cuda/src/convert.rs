@@ -34,6 +34,7 @@ impl DeviceConversion {
             text: SOURCE,
             // Every build starts with common.cuh, which wants a storage type of its own.
             defines: vec!["GCONV_F32".into(), format!("SRC_{}", token(c.from.dtype)), format!("DST_{}", token(c.to.dtype))],
+            arch_specific: false,
         };
         let too_large = || gconv_core::GconvError::Backend(format!("a conversion of {} elements is too large for one launch", c.elements()));
         let (pixels, channels) = (u32::try_from(c.pixels()).map_err(|_| too_large())?, c.c);

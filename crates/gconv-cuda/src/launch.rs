@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::sys::CUfunction_attribute as FuncAttr;
-use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
-use gconv_core::{ConvProblem, Direction, GconvError, Result};
+use cudarc::driver::sys::{self as cu, CUfunction_attribute as FuncAttr};
+use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use gconv_core::{ConvProblem, DataType, Direction, GconvError, Result};
 
 use crate::device::{backend_error, driver_error};
 use crate::ConvParams;
@@ -99,11 +99,122 @@ impl<'a> CudaBuffers<'a> {
     }
 }
 
+/// A TMA tensor map over one of a solution's buffers, passed to a kernel by value (a
+/// `const __grid_constant__` parameter). The TMA unit reads only inside the dimensions it was
+/// encoded with, which lie inside the buffer.
+#[repr(transparent)]
+pub struct TensorMap(cu::CUtensorMap);
+
+// SAFETY: a plain 128-byte-aligned #[repr(C)] array of u64, as the driver defines it.
+unsafe impl DeviceRepr for TensorMap {}
+
+/// A rank-4 channels-last (NHWC) tensor read in TMA im2col mode: `pixels` pixels of
+/// `channels` channels per load, walking the output positions of a convolution whose window,
+/// at tap offset zero, runs from `lower` to the extent plus `upper` (W then H) in steps of
+/// `strides` (W then H). Loads are 128-byte swizzled; what lies outside the tensor reads as
+/// zeros.
+pub struct Im2col {
+    /// Channels, width, height, images.
+    pub extents: [u64; 4],
+    pub lower: [i32; 2],
+    pub upper: [i32; 2],
+    pub strides: [u32; 2],
+    pub channels: u32,
+    pub pixels: u32,
+}
+
+fn tma_type(dtype: DataType) -> Result<cu::CUtensorMapDataType> {
+    use cu::CUtensorMapDataType as T;
+    match dtype {
+        DataType::Bf16 => Ok(T::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16),
+        DataType::F16 => Ok(T::CU_TENSOR_MAP_DATA_TYPE_FLOAT16),
+        other => Err(GconvError::Backend(format!("no TMA tensor map for {other} here"))),
+    }
+}
+
+/// The settings every map here shares: no interleave, 128-byte swizzle (what the wgmma
+/// descriptors expect), 128-byte L2 promotion, zeros outside the tensor.
+const SWIZZLE: cu::CUtensorMapSwizzle = cu::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B;
+const INTERLEAVE: cu::CUtensorMapInterleave = cu::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE;
+const L2_PROMOTION: cu::CUtensorMapL2promotion = cu::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+const ZERO_FILL: cu::CUtensorMapFloatOOBfill = cu::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE;
+
+impl TensorMap {
+    /// A map written by `encode` (one of the driver's encoders), checked.
+    fn encoded(what: &str, encode: impl FnOnce(*mut cu::CUtensorMap) -> cu::CUresult) -> Result<Self> {
+        let mut map = std::mem::MaybeUninit::<cu::CUtensorMap>::uninit();
+        encode(map.as_mut_ptr()).result().map_err(|e| driver_error(what, e))?;
+        // SAFETY: the encoder succeeded, so it wrote the whole map.
+        Ok(TensorMap(unsafe { map.assume_init() }))
+    }
+
+    /// The im2col map of `buffer`, elements of `dtype` packed in `shape.extents`.
+    pub fn im2col(buffer: Buffer, dtype: DataType, shape: &Im2col) -> Result<Self> {
+        let elem = dtype.size_bytes() as u64;
+        let [c, w, h, n] = shape.extents;
+        if c * w * h * n * elem > buffer.bytes {
+            return Err(GconvError::Backend(format!("an im2col map of {:?} reaches past its {}-byte buffer", shape.extents, buffer.bytes)));
+        }
+        let strides = [c * elem, c * w * elem, c * w * h * elem];
+        let element_strides = [1, shape.strides[0], shape.strides[1], 1];
+        let data_type = tma_type(dtype)?;
+        // SAFETY: every pointer is to a live local array of the length rank 4 implies.
+        Self::encoded("encode an im2col tensor map", |map| unsafe {
+            cu::cuTensorMapEncodeIm2col(
+                map,
+                data_type,
+                4,
+                buffer.ptr as *mut std::ffi::c_void,
+                shape.extents.as_ptr(),
+                strides.as_ptr(),
+                shape.lower.as_ptr(),
+                shape.upper.as_ptr(),
+                shape.channels,
+                shape.pixels,
+                element_strides.as_ptr(),
+                INTERLEAVE,
+                SWIZZLE,
+                L2_PROMOTION,
+                ZERO_FILL,
+            )
+        })
+    }
+
+    /// The tiled map of a row-major `rows` x `columns` matrix of `dtype` in `buffer`, read in
+    /// boxes of `box_rows` x `box_columns`.
+    pub fn tiled(buffer: Buffer, dtype: DataType, rows: u64, columns: u64, box_rows: u32, box_columns: u32) -> Result<Self> {
+        let elem = dtype.size_bytes() as u64;
+        if rows * columns * elem > buffer.bytes {
+            return Err(GconvError::Backend(format!("a {rows} x {columns} tiled map reaches past its {}-byte buffer", buffer.bytes)));
+        }
+        let (extents, strides, boxes, element_strides) = ([columns, rows], [columns * elem], [box_columns, box_rows], [1u32, 1]);
+        let data_type = tma_type(dtype)?;
+        // SAFETY: as in `im2col`, for rank 2.
+        Self::encoded("encode a tiled tensor map", |map| unsafe {
+            cu::cuTensorMapEncodeTiled(
+                map,
+                data_type,
+                2,
+                buffer.ptr as *mut std::ffi::c_void,
+                extents.as_ptr(),
+                strides.as_ptr(),
+                boxes.as_ptr(),
+                element_strides.as_ptr(),
+                INTERLEAVE,
+                SWIZZLE,
+                L2_PROMOTION,
+                ZERO_FILL,
+            )
+        })
+    }
+}
+
 /// One argument of a kernel, in the order of its parameter list.
 pub enum Arg<'a> {
     Params(&'a ConvParams),
     Buffer(Buffer),
     Int(i32),
+    TensorMap(&'a TensorMap),
 }
 
 /// Launches `function` on the buffers' stream. `args` follow the kernel's parameter list as
@@ -116,6 +227,7 @@ pub fn kernel(b: &CudaBuffers<'_>, function: &CudaFunction, config: LaunchConfig
             Arg::Params(params) => launch.arg(*params),
             Arg::Buffer(buffer) => launch.arg(&buffer.ptr),
             Arg::Int(value) => launch.arg(value),
+            Arg::TensorMap(map) => launch.arg(*map),
         };
     }
     // SAFETY: the arguments are the kernel's parameters in order (above), and the buffers hold

@@ -176,6 +176,25 @@ fn gpu_depthwise_tiles_on_medium_problems() {
     }
 }
 
+/// cuda.igemm_wgmma (sm_90 only) on problems its channel rule admits: row tiles crossing
+/// images, column tiles past K/G, strides, dilation, pads, groups, a 1x1 and a wide 1x3.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_wgmma_implicit_gemm_on_medium_problems() {
+    let rt = runtime();
+    let shapes = [
+        "n2:c64:k64:i9x11:f3x3:s1x1:p1x1:d1x1",
+        "n1:c128:k72:i15x13:f3x3:s2x2:p1x1:d1x1",
+        "n2:c128:k128:i8x8:f1x1:s1x1:p0x0:d1x1:g2",
+        "n1:c64:k136:i12x12:f5x5:s1x1:p2x2:d2x2",
+        "n3:c192:k256:i7x7:f3x3:s1x1:p1x1:d1x1",
+        "n1:c64:k64:i3x300:f1x3:s1x1:p0x1:d1x1",
+    ];
+    for p in shapes.into_iter().flat_map(channels_last_variants) {
+        check_solvers(&*rt, &p, 3, |s| s.id() == "cuda.igemm_wgmma").unwrap();
+    }
+}
+
 /// cuda.igemm_tc and cuda.igemm_simt on problems with many reduction tiles, several row and column
 /// tiles and real split-K, which the small random problems rarely reach.
 #[test]

@@ -7,6 +7,7 @@ mod direct;
 pub mod gemm_blas;
 pub mod grouped_direct;
 pub mod igemm;
+pub mod igemm_wgmma;
 pub mod naive;
 
 use gconv_core::{Config, ConvProblem, Result};
