@@ -1,21 +1,25 @@
-// cuda.igemm_wgmma (sm_90a): forward implicit GEMM, channels-last 2D, on the warpgroup MMA fed
-// by the tensor memory accelerator. Per group g (blockIdx.z), GEMM rows are output pixels
-// (M = N x OH x OW), columns output channels of the group (Kg), the reduction runs over taps x
-// input channels of the group (FH x FW x Cg) in blocks of 64 channels of one tap.
+// cuda.igemm_wgmma (sm_90a): implicit GEMM over a channels-last 2D source, on the warpgroup
+// MMA fed by the tensor memory accelerator. Per group g (blockIdx.z), GEMM rows are the
+// destination's pixels (M = images x height x width), columns its channels of the group, and the
+// reduction runs over taps x source channels of the group in blocks of 64 channels of one tap.
+// Forward reads x with the filter; backward-data at unit stride is the same product over dy
+// with the filter flipped and transposed (flip_filter below) and the padding mirrored.
 //
 // One producer warpgroup (one elected thread) issues, per reduction block, a TMA im2col load
-// of the BM x 64 activation tile (the tap as the im2col offset, padding zero-filled by the
-// TMA unit) and a tiled load of the BN x 64 filter tile, both 128-byte swizzled, onto the
-// stage's full barrier. Two consumer warpgroups each multiply a 64-row half of the tile with
-// wgmma m64nBNk16 (4 per block), then release the stage on its empty barrier. STAGES stages.
-// Accumulators are fp32; the epilogue rounds and stores them straight from registers.
+// of the BM x 64 source tile (the tap as the im2col offset, padding zero-filled by the TMA
+// unit) and a tiled load of the BN x 64 filter tile, both 128-byte swizzled, onto the stage's
+// full barrier. CONSUMERS warpgroups each multiply a 64-row slice of the tile with wgmma
+// m64nBNk16 (4 per block), keep one block's MMAs in flight and release the stage before it on
+// its empty barrier. Accumulators are fp32; the epilogue rounds and stores them from registers.
 //
-// Compile-time: BN (128), STAGES, IN_F16 (fp16 operands, else bf16). Run-time: the problem
-// (ConvParams) and the two tensor maps, made on the host (cuTensorMapEncodeIm2col / Tiled).
+// Compile-time: BN (64, 128, 256), CONSUMERS (1, 2), STAGES, IN_F16 (fp16 operands, else
+// bf16). Run-time: the problem as a forward convolution of src into dst (ConvParams: for
+// backward-data the host passes dy's extents as the input's, dx's as the output's, the groups'
+// channel counts swapped and the padding mirrored) and the two tensor maps, made on the host.
 
-#define BM 128
 #define BK 64
-#define CONSUMERS 2
+#define BM (64 * CONSUMERS)
+#define THREADS (128 * (CONSUMERS + 1))
 
 struct __align__(128) TensorMap {
     unsigned long long opaque[16];
@@ -44,10 +48,10 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
     } while (!done);
 }
 
-// The activation tile: BM pixels of the im2col window from input position (w, h, n) on (the
-// tile's first output pixel times the stride, less the pad), 64 channels from c, shifted by
-// the tap's offset (ow, oh); pixels wrap across rows and images, and those outside the tensor
-// read as zeros.
+// The source tile: BM pixels of the im2col window from source position (w, h, n) on (the
+// tile's first destination pixel times the stride, less the pad), 64 channels from c, shifted
+// by the tap's offset (ow, oh); pixels wrap across rows and images, and those outside the
+// tensor read as zeros.
 __device__ __forceinline__ void load_im2col(unsigned dst, const TensorMap* map, int c, int w, int h, int n, unsigned short ow, unsigned short oh, unsigned bar) {
     asm volatile(
         "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};"
@@ -55,7 +59,7 @@ __device__ __forceinline__ void load_im2col(unsigned dst, const TensorMap* map, 
         : "memory");
 }
 
-// The filter tile: BN filters from row k on, 64 reduction elements from column r.
+// The filter tile: BN filter rows from row k on, 64 reduction elements from column r.
 __device__ __forceinline__ void load_tile(unsigned dst, const TensorMap* map, int r, int k, unsigned bar) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
@@ -69,31 +73,56 @@ __device__ __forceinline__ unsigned long long smem_desc(unsigned addr) {
     return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
 }
 
-__device__ __forceinline__ void wgmma_n128(float* d, unsigned long long a, unsigned long long b, int accumulate) {
-    asm volatile(
-        "{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
-#if IN_F16
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+// wgmma m64nBNk16's operand list: BN / 2 accumulators per thread, then the two descriptors and
+// the flag that adds to the accumulators (zero: overwrite them).
+#define P10(t) "%" #t "0, %" #t "1, %" #t "2, %" #t "3, %" #t "4, %" #t "5, %" #t "6, %" #t "7, %" #t "8, %" #t "9, "
+#define ACC8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define ACC32(i) ACC8(i), ACC8(i + 8), ACC8(i + 16), ACC8(i + 24)
+#if BN == 64
+#define WGMMA_D P10() P10(1) P10(2) "%30, %31"
+#define WGMMA_AB "%32, %33"
+#define WGMMA_FLAG "%34"
+#define WGMMA_ACC ACC32(0)
+#elif BN == 128
+#define WGMMA_D P10() P10(1) P10(2) P10(3) P10(4) P10(5) "%60, %61, %62, %63"
+#define WGMMA_AB "%64, %65"
+#define WGMMA_FLAG "%66"
+#define WGMMA_ACC ACC32(0), ACC32(32)
+#elif BN == 256
+#define WGMMA_D P10() P10(1) P10(2) P10(3) P10(4) P10(5) P10(6) P10(7) P10(8) P10(9) P10(10) P10(11) "%120, %121, %122, %123, %124, %125, %126, %127"
+#define WGMMA_AB "%128, %129"
+#define WGMMA_FLAG "%130"
+#define WGMMA_ACC ACC32(0), ACC32(32), ACC32(64), ACC32(96)
 #else
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+#error "BN must be 64, 128 or 256"
 #endif
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0; }"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#if IN_F16
+#define WGMMA_TYPES "f32.f16.f16"
+#else
+#define WGMMA_TYPES "f32.bf16.bf16"
+#endif
+
+__device__ __forceinline__ void wgmma(float* d, unsigned long long a, unsigned long long b, int accumulate) {
+    asm volatile(
+        "{ .reg .pred p; setp.ne.b32 p, " WGMMA_FLAG ", 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n" STR(BN) "k16." WGMMA_TYPES " {" WGMMA_D "}, " WGMMA_AB ", p, 1, 1, 0, 0; }"
+        : WGMMA_ACC
         : "l"(a), "l"(b), "r"(accumulate));
 }
 
-extern "C" __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
-    igemm_wgmma(const __grid_constant__ TensorMap x_map, const __grid_constant__ TensorMap w_map, ConvParams p, elem_t* y) {
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    igemm_wgmma(const __grid_constant__ TensorMap src_map, const __grid_constant__ TensorMap filter_map, ConvParams p, elem_t* dst) {
     extern __shared__ unsigned char raw[];
     // 128-byte swizzled tiles want 1024-byte alignment.
     const unsigned base = (smem_addr(raw) + 1023) & ~1023u;
     constexpr unsigned A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
     const unsigned bars = base + STAGES * STAGE_BYTES;  // full[STAGES], then empty[STAGES]
-    const int Cg = p.cg, Kg = p.kg, g = blockIdx.z;
-    const int chunks = Cg / BK, taps = FH * FW, blocks = taps * chunks;
+    const int chunks = p.cg / BK, blocks = p.fil[1] * p.fil[2] * chunks;
     const int pixels = p.out[1] * p.out[2];
     const int m_total = p.n * pixels;
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN, g = blockIdx.z;
     const int wg = threadIdx.x / 128;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -106,9 +135,9 @@ extern "C" __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (threadIdx.x != 0) return;
-        asm volatile("prefetch.tensormap [%0];" ::"l"(&x_map) : "memory");
-        asm volatile("prefetch.tensormap [%0];" ::"l"(&w_map) : "memory");
-        // The tile's first pixel, as the input position its first tap starts from.
+        asm volatile("prefetch.tensormap [%0];" ::"l"(&src_map) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(&filter_map) : "memory");
+        // The tile's first pixel, as the source position its first tap starts from.
         const int n = m0 / pixels, oh = m0 % pixels / p.out[2], ow = m0 % p.out[2];
         const int h = oh * p.stride[1] - p.pad[1], w = ow * p.stride[2] - p.pad[2];
         for (int it = 0; it < blocks; ++it) {
@@ -116,10 +145,10 @@ extern "C" __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
             if (it >= STAGES) mbar_wait(bars + 8 * (STAGES + s), (it / STAGES - 1) & 1);
             const unsigned full = bars + 8 * s, a = base + s * STAGE_BYTES;
             const int tap = it / chunks, c0 = (it % chunks) * BK;
-            const int fh = tap / FW, fw = tap % FW;
+            const int th = tap / p.fil[2], tw = tap % p.fil[2];
             mbar_expect_tx(full, STAGE_BYTES);
-            load_im2col(a, &x_map, g * Cg + c0, w, h, n, (unsigned short)(fw * p.dil[2]), (unsigned short)(fh * p.dil[1]), full);
-            load_tile(a + A_BYTES, &w_map, tap * Cg + c0, g * Kg + n0, full);
+            load_im2col(a, &src_map, g * p.cg + c0, w, h, n, (unsigned short)(tw * p.dil[2]), (unsigned short)(th * p.dil[1]), full);
+            load_tile(a + A_BYTES, &filter_map, tap * p.cg + c0, g * p.kg + n0, full);
         }
         return;
     }
@@ -127,33 +156,53 @@ extern "C" __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     float d[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
-    const int half = wg - 1;
+    const int slice = wg - 1;
     for (int it = 0; it < blocks; ++it) {
         const int s = it % STAGES;
         mbar_wait(bars + 8 * s, (it / STAGES) & 1);
-        const unsigned a = base + s * STAGE_BYTES + half * 64 * BK * 2, b = base + s * STAGE_BYTES + A_BYTES;
+        const unsigned a = base + s * STAGE_BYTES + slice * 64 * BK * 2, b = base + s * STAGE_BYTES + A_BYTES;
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk) wgmma_n128(d, smem_desc(a + kk * 32), smem_desc(b + kk * 32), it > 0 || kk > 0);
+        for (int kk = 0; kk < BK / 16; ++kk) wgmma(d, smem_desc(a + kk * 32), smem_desc(b + kk * 32), it > 0 || kk > 0);
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        if (threadIdx.x % 128 == 0) mbar_arrive(bars + 8 * (STAGES + s));
+        // This block's MMAs stay in flight; the previous block's are done, so its stage is free.
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        if (it > 0 && threadIdx.x % 128 == 0) mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
     }
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     // Accumulator layout of m64nN: warp w of the warpgroup holds rows 16w + lane/4 and + 8;
     // register 4j + {0, 1} columns 8j + 2 (lane % 4) + {0, 1} of the first row, + {2, 3} of
     // the second.
     const int lane = threadIdx.x % 32, warp = threadIdx.x % 128 / 32;
 #pragma unroll
     for (int half_row = 0; half_row < 2; ++half_row) {
-        const int m = m0 + half * 64 + warp * 16 + lane / 4 + half_row * 8;
+        const int m = m0 + slice * 64 + warp * 16 + lane / 4 + half_row * 8;
         if (m >= m_total) continue;
-        elem_t* row = y + (long long)m * p.ys[4] + (long long)g * Kg;
+        elem_t* row = dst + (long long)m * p.ys[4] + (long long)g * p.kg;
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
             const int n = n0 + j * 8 + (lane % 4) * 2;
-            if (n >= Kg) continue;
+            if (n >= p.kg) continue;
             elem_t pair[2] = {from_f32(d[4 * j + 2 * half_row]), from_f32(d[4 * j + 2 * half_row + 1])};
             *reinterpret_cast<unsigned*>(row + n) = *reinterpret_cast<unsigned*>(pair);
         }
+    }
+}
+
+// Backward-data's filter: w[g][k][tap][c] (KRSC per group) to wt[g][c][taps - 1 - tap][k], the
+// filter of the forward convolution that maps dy to dx at unit stride. A 32 x 32 tile of (k, c)
+// per block and tap, through shared memory so both sides are read and written along rows.
+extern "C" __global__ void flip_filter(const elem_t* w, elem_t* wt, int kg, int cg, int taps) {
+    __shared__ elem_t tile[32][33];
+    const int g = blockIdx.z / taps, tap = blockIdx.z % taps;
+    const int c0 = blockIdx.x * 32, k0 = blockIdx.y * 32;
+    for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+        const int k = k0 + i, c = c0 + threadIdx.x;
+        if (k < kg && c < cg) tile[i][threadIdx.x] = w[((long long)(g * kg + k) * taps + tap) * cg + c];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+        const int c = c0 + i, k = k0 + threadIdx.x;
+        if (k < kg && c < cg) wt[((long long)(g * cg + c) * taps + (taps - 1 - tap)) * kg + k] = tile[threadIdx.x][i];
     }
 }
