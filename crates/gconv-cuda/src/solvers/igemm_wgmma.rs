@@ -35,8 +35,9 @@ const MAX_SHARED_BYTES: u32 = 227 * 1024;
 const CORNER: std::ops::RangeInclusive<i64> = -128..=127;
 /// TMA element strides (the convolution stride) go up to 8.
 const MAX_STRIDE: usize = 8;
-/// Im2col offsets (the tap times the dilation) are 16-bit.
-const MAX_OFFSET: usize = u16::MAX as usize;
+/// Im2col offsets (the tap times the dilation) of a rank-4 tensor go up to 255 (PTX ISA,
+/// im2col mode's bounding box).
+const MAX_OFFSET: usize = 255;
 const MAX_GRID_YZ: u64 = 65_535;
 /// The filter transpose of backward-data: 32 x 32 tiles, 8 rows of threads.
 const FLIP_TILE: u32 = 32;
@@ -210,7 +211,7 @@ impl Solver for IgemmWgmma {
         require!(g.stride[1..].iter().all(|&s| s <= MAX_STRIDE), "strides over {MAX_STRIDE} are beyond TMA's element strides");
         require!(
             (1..3).all(|i| (g.filter[i] - 1) * g.dilation[i] <= MAX_OFFSET),
-            "taps reach further than TMA's 16-bit im2col offsets"
+            "taps reach further than TMA's im2col offsets (up to {MAX_OFFSET} for 2D)"
         );
         let (lower, upper) = (product.lower, product.upper);
         require!(lower.iter().chain(&upper).all(|c| CORNER.contains(c)), "the im2col window's corners {lower:?} / {upper:?} leave TMA's {CORNER:?}");
