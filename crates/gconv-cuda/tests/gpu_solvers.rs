@@ -181,14 +181,12 @@ fn gpu_depthwise_tiles_on_medium_problems() {
 /// Where a solution's output misses the reference, by destination channel and pixel
 /// (channels-last): whole pixels wrong point at the source tile, whole channels at the filter
 /// tile or the epilogue, everything at the MMA's operand layout. `None` when it matches.
-fn misses(rt: &dyn Runtime, p: &ConvProblem, config: &Config, solver: &str) -> Result<Option<String>, String> {
-    let inputs = ConvTensors::random(p, 11);
-    let exact = reference(p, &inputs);
+fn misses(rt: &dyn Runtime, p: &ConvProblem, (inputs, exact): (&ConvTensors, &[f64]), config: &Config, solver: &str) -> Result<Option<String>, String> {
     let solution = rt.build(solver, p, config.clone()).map_err(|e| e.to_string())?;
-    let mut data = rt.upload(p, &inputs).map_err(|e| e.to_string())?;
+    let mut data = rt.upload(p, inputs).map_err(|e| e.to_string())?;
     data.run(&solution).map_err(|e| e.to_string())?;
     let got = data.output().map_err(|e| e.to_string())?;
-    let check = verify(p, &got, &exact, error_scale_floor(p, &inputs));
+    let check = verify(p, &got, exact, error_scale_floor(p, inputs));
     if check.passed {
         return Ok(None);
     }
@@ -197,9 +195,9 @@ fn misses(rt: &dyn Runtime, p: &ConvProblem, config: &Config, solver: &str) -> R
         Direction::BackwardData => p.c,
         Direction::BackwardWeight => p.c / p.g,
     } as usize;
-    let scale = exact.iter().fold(error_scale_floor(p, &inputs), |m, r| m.max(r.abs()));
+    let scale = exact.iter().fold(error_scale_floor(p, inputs), |m, r| m.max(r.abs()));
     let error = |g: f32, r: f64| if g.is_finite() { (f64::from(g) - r).abs() / scale } else { f64::INFINITY };
-    let wrong: Vec<usize> = got.to_f32().iter().zip(&exact).enumerate().filter(|(_, (&g, &r))| error(g, r) > check.tolerance).map(|(i, _)| i).collect();
+    let wrong: Vec<usize> = got.to_f32().iter().zip(exact).enumerate().filter(|(_, (&g, &r))| error(g, r) > check.tolerance).map(|(i, _)| i).collect();
     let ranges = |mut v: Vec<usize>| {
         v.sort_unstable();
         v.dedup();
@@ -247,9 +245,11 @@ fn gpu_wgmma_implicit_gemm_on_medium_problems() {
     ];
     let (mut failures, mut runs) = (Vec::new(), 0);
     for p in shapes.into_iter().flat_map(channels_last_variants).filter(|p| solver.applicable(p).is_ok()) {
+        let inputs = ConvTensors::random(&p, 11);
+        let exact = reference(&p, &inputs);
         for config in solver.configs(&p) {
             runs += 1;
-            match misses(&*rt, &p, &config, solver.id()) {
+            match misses(&*rt, &p, (&inputs, &exact), &config, solver.id()) {
                 Ok(None) => {}
                 Ok(Some(miss)) => failures.push(format!("{config} on {}: {miss}", p.key())),
                 Err(e) => failures.push(format!("{config} on {}: {e}", p.key())),
