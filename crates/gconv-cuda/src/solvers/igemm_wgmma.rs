@@ -202,7 +202,7 @@ impl Solver for IgemmWgmma {
         match p.direction {
             Direction::Forward => {}
             Direction::BackwardData => require!(g.stride[1..].iter().all(|&s| s == 1), "backward-data at unit stride only (sub-pixel phases are to come)"),
-            Direction::BackwardWeight => require!(false, "forward and backward-data only (backward-weight is to come)"),
+            Direction::BackwardWeight => return Err(NotApplicable::because("forward and backward-data only (backward-weight is to come)")),
         }
         let product = Product::new(p);
         let (src, dst) = product.channels();
