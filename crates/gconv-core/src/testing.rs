@@ -52,7 +52,11 @@ pub fn small_problem() -> impl Strategy<Value = ConvProblem> {
 /// One shape (a problem key's fields after the layout, such as `n2:c8:k8:i9x9:f3x3:s1x1:p1x1:d1x1`)
 /// in every direction and data type, channels-last (NHWC, or NDHWC for a 3D shape).
 pub fn channels_last_variants(shape: &str) -> Vec<ConvProblem> {
-    let layout = if shape.matches('x').count() > 6 { "NDHWC" } else { "NHWC" };
+    let layout = match shape.matches('x').count() {
+        0 => "NWC",
+        x if x > 6 => "NDHWC",
+        _ => "NHWC",
+    };
     let mut problems = Vec::new();
     for direction in Direction::ALL {
         for dtype in DataType::ALL {

@@ -33,6 +33,14 @@ pub struct Buffer {
     pub bytes: u64,
 }
 
+impl Buffer {
+    /// The part of this buffer from `bytes` on (empty past its end).
+    pub fn from_byte(self, bytes: u64) -> Buffer {
+        let skipped = bytes.min(self.bytes);
+        Buffer { ptr: self.ptr + skipped, bytes: self.bytes - skipped }
+    }
+}
+
 /// The buffers one run of a solution reads and writes, on the stream to launch on.
 pub struct CudaBuffers<'a> {
     pub x: Buffer,
@@ -108,17 +116,17 @@ pub struct TensorMap(cu::CUtensorMap);
 // SAFETY: a plain 128-byte-aligned #[repr(C)] array of u64, as the driver defines it.
 unsafe impl DeviceRepr for TensorMap {}
 
-/// A rank-4 channels-last (NHWC) tensor read in TMA im2col mode: `pixels` pixels of
-/// `channels` channels per load, walking the output positions of a convolution whose window,
-/// at tap offset zero, runs from `lower` to the extent plus `upper` (W then H) in steps of
-/// `strides` (W then H). Loads are 128-byte swizzled; what lies outside the tensor reads as
-/// zeros.
+/// A channels-last tensor (NWC, NHWC or NDHWC: rank 3 to 5) read in TMA im2col mode: `pixels`
+/// pixels of `channels` channels per load, walking the output positions of a convolution whose
+/// window, at tap offset zero, runs from `lower` to the extent plus `upper` in steps of
+/// `strides`. Loads are 128-byte swizzled; what lies outside the tensor reads as zeros.
 pub struct Im2col {
-    /// Channels, width, height, images.
-    pub extents: [u64; 4],
-    pub lower: [i32; 2],
-    pub upper: [i32; 2],
-    pub strides: [u32; 2],
+    /// Channels, the spatial extents innermost first (W, H, D), images.
+    pub extents: Vec<u64>,
+    /// Per spatial dimension, innermost first.
+    pub lower: Vec<i32>,
+    pub upper: Vec<i32>,
+    pub strides: Vec<u32>,
     pub channels: u32,
     pub pixels: u32,
 }
@@ -150,20 +158,25 @@ impl TensorMap {
 
     /// The im2col map of `buffer`, elements of `dtype` packed in `shape.extents`.
     pub fn im2col(buffer: Buffer, dtype: DataType, shape: &Im2col) -> Result<Self> {
+        let rank = shape.extents.len();
+        let spatial = rank.saturating_sub(2);
+        if !(3..=5).contains(&rank) || [shape.lower.len(), shape.upper.len(), shape.strides.len()] != [spatial; 3] {
+            return Err(GconvError::Backend(format!("an im2col map wants rank 3 to 5 and corners and strides per spatial dimension, got extents {:?}", shape.extents)));
+        }
         let elem = dtype.size_bytes() as u64;
-        let [c, w, h, n] = shape.extents;
-        if c * w * h * n * elem > buffer.bytes {
+        if shape.extents.iter().product::<u64>() * elem > buffer.bytes {
             return Err(GconvError::Backend(format!("an im2col map of {:?} reaches past its {}-byte buffer", shape.extents, buffer.bytes)));
         }
-        let strides = [c * elem, c * w * elem, c * w * h * elem];
-        let element_strides = [1, shape.strides[0], shape.strides[1], 1];
+        let strides: Vec<u64> = (1..rank).map(|i| shape.extents[..i].iter().product::<u64>() * elem).collect();
+        let element_strides: Vec<u32> = std::iter::once(1).chain(shape.strides.iter().copied()).chain([1]).collect();
         let data_type = tma_type(dtype)?;
-        // SAFETY: every pointer is to a live local array of the length rank 4 implies.
+        // SAFETY: every pointer is to a live local vector of the length `rank` implies
+        // (checked above).
         Self::encoded("encode an im2col tensor map", |map| unsafe {
             cu::cuTensorMapEncodeIm2col(
                 map,
                 data_type,
-                4,
+                rank as u32,
                 buffer.ptr as *mut std::ffi::c_void,
                 shape.extents.as_ptr(),
                 strides.as_ptr(),

@@ -225,8 +225,10 @@ fn misses(rt: &dyn Runtime, p: &ConvProblem, (inputs, exact): (&ConvTensors, &[f
 }
 
 /// cuda.igemm_wgmma (sm_90 only), every config, on problems its channel rules admit: row
-/// tiles crossing images, column tiles past K/G, strides, dilation, pads (wider than the
-/// filter reaches too), groups, a 1x1 and a wide 1x3; failures listed with where they miss.
+/// tiles crossing images, column tiles past K/G, strides (backward-data's sub-pixel phases,
+/// phases no tap reaches, a stride with a dilation that shares a factor), dilation, pads
+/// (wider than the filter reaches too), groups, a 1x1 and a wide 1x3, 1D and 3D; failures
+/// listed with where they miss.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_wgmma_implicit_gemm_on_medium_problems() {
@@ -242,6 +244,13 @@ fn gpu_wgmma_implicit_gemm_on_medium_problems() {
         "n1:c64:k64:i3x300:f1x3:s1x1:p0x1:d1x1",
         "n1:c72:k128:i6x7:f1x1:s1x1:p1x1:d1x1",
         "n2:c256:k512:i10x10:f3x3:s1x1:p1x1:d1x1:g2",
+        "n2:c64:k64:i15x13:f3x3:s2x2:p1x1:d1x1",
+        "n2:c64:k128:i9x10:f1x1:s2x2:p0x0:d1x1",
+        "n1:c72:k64:i16x14:f3x3:s3x3:p2x2:d2x2",
+        "n2:c128:k128:i13x13:f4x4:s2x2:p1x1:d1x1:g2",
+        "n2:c64:k64:i50:f5:s2:p2:d1",
+        "n2:c64:k64:i5x9x9:f3x3x3:s1x1x1:p1x1x1:d1x1x1",
+        "n1:c64:k128:i6x7x7:f3x3x3:s2x2x2:p1x1x1:d1x1x1",
     ];
     let (mut failures, mut runs) = (Vec::new(), 0);
     for p in shapes.into_iter().flat_map(channels_last_variants).filter(|p| solver.applicable(p).is_ok()) {

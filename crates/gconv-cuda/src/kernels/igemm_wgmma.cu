@@ -1,9 +1,12 @@
-// cuda.igemm_wgmma (sm_90a): implicit GEMM over a channels-last 2D source, on the warpgroup
-// MMA fed by the tensor memory accelerator. Per group g (blockIdx.z), GEMM rows are the
-// destination's pixels (M = images x height x width), columns its channels of the group, and the
-// reduction runs over taps x source channels of the group in blocks of 64 channels of one tap.
-// Forward reads x with the filter; backward-data at unit stride is the same product over dy
-// with the filter flipped and transposed (flip_filter below) and the padding mirrored.
+// cuda.igemm_wgmma (sm_90a): implicit GEMM over a channels-last 1D, 2D or 3D source, on the
+// warpgroup MMA fed by the tensor memory accelerator. Per group g (blockIdx.z), GEMM rows are
+// the destination's pixels (M = images x depth x height x width), columns its channels of the
+// group, and the reduction runs over taps x source channels of the group in blocks of 64
+// channels of one tap. Forward reads x with the filter; backward-data is the same product over
+// dy with the filter flipped and transposed (flip_filter below), once per sub-pixel phase of a
+// strided convolution (the destination pixels one residue class of taps reaches, written with
+// the stride: the host passes dx's pointer moved to the phase's first pixel and its strides
+// multiplied by the convolution's).
 //
 // One producer warpgroup (one elected thread) issues, per reduction block, a TMA im2col load
 // of the BM x 64 source tile (the tap as the im2col offset, padding zero-filled by the TMA
@@ -11,11 +14,14 @@
 // full barrier. CONSUMERS warpgroups each multiply a 64-row slice of the tile with wgmma
 // m64nBNk16 (4 per block), keep one block's MMAs in flight and release the stage before it on
 // its empty barrier. Accumulators are fp32; the epilogue rounds and stores them from registers.
+// A product without taps (a phase no tap reaches) stores zeros.
 //
-// Compile-time: BN (64, 128, 256), CONSUMERS (1, 2), STAGES, IN_F16 (fp16 operands, else
-// bf16). Run-time: the problem as a forward convolution of src into dst (ConvParams: for
-// backward-data the host passes dy's extents as the input's, dx's as the output's, the groups'
-// channel counts swapped and the padding mirrored) and the two tensor maps, made on the host.
+// Compile-time: SPATIAL (1, 2, 3: the tensor maps' rank less two), BN (64, 128, 256),
+// CONSUMERS (1, 2), STAGES, IN_F16 (fp16 operands, else bf16). Run-time: the problem as a
+// forward convolution of src into dst (ConvParams: for backward-data the host passes dy's
+// extents as the input's, the phase's dx pixels as the output, the groups' channel counts
+// swapped and the phase's taps, padding and dilation) and the two tensor maps, made on the
+// host.
 
 #define BK 64
 #define BM (64 * CONSUMERS)
@@ -48,15 +54,30 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
     } while (!done);
 }
 
-// The source tile: BM pixels of the im2col window from source position (w, h, n) on (the
+// The source tile: BM pixels of the im2col window from source position (w, h, d, n) on (the
 // tile's first destination pixel times the stride, less the pad), 64 channels from c, shifted
-// by the tap's offset (ow, oh); pixels wrap across rows and images, and those outside the
-// tensor read as zeros.
-__device__ __forceinline__ void load_im2col(unsigned dst, const TensorMap* map, int c, int w, int h, int n, unsigned short ow, unsigned short oh, unsigned bar) {
+// by the tap's offsets (ow, oh, od); pixels wrap across rows, planes and images, and those
+// outside the tensor read as zeros. Coordinates and offsets go innermost first, as many as the
+// map's rank wants.
+__device__ __forceinline__ void load_im2col(unsigned dst, const TensorMap* map, int c, const int* pos, int n, const unsigned short* off, unsigned bar) {
+#if SPATIAL == 1
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5], {%6};"
+        ::"r"(dst), "l"(map), "r"(c), "r"(pos[2]), "r"(n), "r"(bar), "h"(off[2])
+        : "memory");
+#elif SPATIAL == 2
     asm volatile(
         "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};"
-        ::"r"(dst), "l"(map), "r"(c), "r"(w), "r"(h), "r"(n), "r"(bar), "h"(ow), "h"(oh)
+        ::"r"(dst), "l"(map), "r"(c), "r"(pos[2]), "r"(pos[1]), "r"(n), "r"(bar), "h"(off[2]), "h"(off[1])
         : "memory");
+#elif SPATIAL == 3
+    asm volatile(
+        "cp.async.bulk.tensor.5d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7], {%8, %9, %10};"
+        ::"r"(dst), "l"(map), "r"(c), "r"(pos[2]), "r"(pos[1]), "r"(pos[0]), "r"(n), "r"(bar), "h"(off[2]), "h"(off[1]), "h"(off[0])
+        : "memory");
+#else
+#error "SPATIAL must be 1, 2 or 3"
+#endif
 }
 
 // The filter tile: BN filter rows from row k on, 64 reduction elements from column r.
@@ -119,8 +140,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const unsigned base = (smem_addr(raw) + 1023) & ~1023u;
     constexpr unsigned A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
     const unsigned bars = base + STAGES * STAGE_BYTES;  // full[STAGES], then empty[STAGES]
-    const int chunks = p.cg / BK, blocks = p.fil[1] * p.fil[2] * chunks;
-    const int pixels = p.out[1] * p.out[2];
+    const int chunks = p.cg / BK, blocks = p.fil[0] * p.fil[1] * p.fil[2] * chunks;
+    const int pixels = p.out[0] * p.out[1] * p.out[2];
     const int m_total = p.n * pixels;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN, g = blockIdx.z;
     const int wg = threadIdx.x / 128;
@@ -138,16 +159,22 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         asm volatile("prefetch.tensormap [%0];" ::"l"(&src_map) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"(&filter_map) : "memory");
         // The tile's first pixel, as the source position its first tap starts from.
-        const int n = m0 / pixels, oh = m0 % pixels / p.out[2], ow = m0 % p.out[2];
-        const int h = oh * p.stride[1] - p.pad[1], w = ow * p.stride[2] - p.pad[2];
+        const int n = m0 / pixels;
+        const int dst_pos[3] = {m0 % pixels / (p.out[1] * p.out[2]), m0 / p.out[2] % p.out[1], m0 % p.out[2]};
+        int pos[3];
+#pragma unroll
+        for (int i = 0; i < 3; ++i) pos[i] = dst_pos[i] * p.stride[i] - p.pad[i];
         for (int it = 0; it < blocks; ++it) {
             const int s = it % STAGES;
             if (it >= STAGES) mbar_wait(bars + 8 * (STAGES + s), (it / STAGES - 1) & 1);
             const unsigned full = bars + 8 * s, a = base + s * STAGE_BYTES;
             const int tap = it / chunks, c0 = (it % chunks) * BK;
-            const int th = tap / p.fil[2], tw = tap % p.fil[2];
+            const int tap_pos[3] = {tap / (p.fil[1] * p.fil[2]), tap / p.fil[2] % p.fil[1], tap % p.fil[2]};
+            unsigned short off[3];
+#pragma unroll
+            for (int i = 0; i < 3; ++i) off[i] = (unsigned short)(tap_pos[i] * p.dil[i]);
             mbar_expect_tx(full, STAGE_BYTES);
-            load_im2col(a, &src_map, g * p.cg + c0, w, h, n, (unsigned short)(tw * p.dil[2]), (unsigned short)(th * p.dil[1]), full);
+            load_im2col(a, &src_map, g * p.cg + c0, pos, n, off, full);
             load_tile(a + A_BYTES, &filter_map, tap * p.cg + c0, g * p.kg + n0, full);
         }
         return;
@@ -178,7 +205,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     for (int half_row = 0; half_row < 2; ++half_row) {
         const int m = m0 + slice * 64 + warp * 16 + lane / 4 + half_row * 8;
         if (m >= m_total) continue;
-        elem_t* row = dst + (long long)m * p.ys[4] + (long long)g * p.kg;
+        const int pixel = m % pixels;
+        elem_t* row = dst + offset(p.ys, m / pixels, g * p.kg, pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]);
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
             const int n = n0 + j * 8 + (lane % 4) * 2;
@@ -189,20 +217,51 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     }
 }
 
-// Backward-data's filter: w[g][k][tap][c] (KRSC per group) to wt[g][c][taps - 1 - tap][k], the
-// filter of the forward convolution that maps dy to dx at unit stride. A 32 x 32 tile of (k, c)
-// per block and tap, through shared memory so both sides are read and written along rows.
-extern "C" __global__ void flip_filter(const elem_t* w, elem_t* wt, int kg, int cg, int taps) {
+// Where backward-data puts tap f of one dimension: dx positions h take the taps whose
+// f * dil = h + pad (mod stride), so the taps fall into phases by f * dil % stride. `before`:
+// the taps of the phases before f's; `count`: the taps of f's phase; `flipped`: f's place in
+// its phase counted from the last (the product walks them in reverse).
+struct PhaseTap {
+    int before, count, flipped;
+};
+
+__device__ __forceinline__ PhaseTap phase_tap(int f, int taps, int dil, int stride) {
+    const int phase = f * dil % stride;
+    PhaseTap t = {0, 0, 0};
+    for (int i = 0; i < taps; ++i) {
+        const int other = i * dil % stride;
+        t.before += other < phase;
+        t.count += other == phase;
+        t.flipped += other == phase && i > f;
+    }
+    return t;
+}
+
+// Backward-data's filter: w[g * K/G + k][c][tap] (as its strides say) to each phase's
+// forward filter, wt[g][c][tap'][k] with tap' the phase's taps flipped; the phases follow one
+// another in the order of their residues (depth, height, width), each G x C/G x its taps x
+// K/G. A 32 x 32 tile of (k, c) per block and tap, through shared memory so both sides are
+// read and written along rows. p: the convolution's own parameters.
+extern "C" __global__ void flip_filter(const elem_t* w, elem_t* wt, ConvParams p) {
     __shared__ elem_t tile[32][33];
+    const int taps = p.fil[0] * p.fil[1] * p.fil[2];
     const int g = blockIdx.z / taps, tap = blockIdx.z % taps;
+    const int kg = p.kg, cg = p.cg;
     const int c0 = blockIdx.x * 32, k0 = blockIdx.y * 32;
+    const int f[3] = {tap / (p.fil[1] * p.fil[2]), tap / p.fil[2] % p.fil[1], tap % p.fil[2]};
     for (int i = threadIdx.y; i < 32; i += blockDim.y) {
         const int k = k0 + i, c = c0 + threadIdx.x;
-        if (k < kg && c < cg) tile[i][threadIdx.x] = w[((long long)(g * kg + k) * taps + tap) * cg + c];
+        if (k < kg && c < cg) tile[i][threadIdx.x] = w[offset(p.ws, g * kg + k, c, f[0], f[1], f[2])];
     }
+    PhaseTap t[3];
+#pragma unroll
+    for (int i = 0; i < 3; ++i) t[i] = phase_tap(f[i], p.fil[i], p.dil[i], p.stride[i]);
+    const long long phase_start = (long long)(t[0].before * p.fil[1] * p.fil[2] + t[0].count * (t[1].before * p.fil[2] + t[1].count * t[2].before)) * p.g * cg * kg;
+    const int phase_taps = t[0].count * t[1].count * t[2].count;
+    const int flipped = (t[0].flipped * t[1].count + t[1].flipped) * t[2].count + t[2].flipped;
     __syncthreads();
     for (int i = threadIdx.y; i < 32; i += blockDim.y) {
         const int c = c0 + i, k = k0 + threadIdx.x;
-        if (k < kg && c < cg) wt[((long long)(g * cg + c) * taps + (taps - 1 - tap)) * kg + k] = tile[threadIdx.x][i];
+        if (k < kg && c < cg) wt[phase_start + ((long long)(g * cg + c) * phase_taps + flipped) * kg + k] = tile[threadIdx.x][i];
     }
 }

@@ -1,13 +1,15 @@
 //! `cuda.igemm_wgmma`: implicit GEMM on Hopper's warpgroup MMA (`wgmma.mma_async`) fed by the
 //! tensor memory accelerator (kernels/igemm_wgmma.cu), built for `sm_90a` and offered on sm_90
-//! devices only. Channels-last 2D, bf16 and fp16, groups in the grid; forward, and
-//! backward-data at unit stride as the forward product of dy with the filter flipped and
-//! transposed (a small kernel writes that filter into the workspace) and the padding mirrored.
-//! The source tile comes by TMA im2col (the filter tap as the load's offset, the padding
-//! zero-filled by the TMA unit), the filter tile by a tiled TMA load; a producer warpgroup
-//! issues both onto an mbarrier pipeline of `st` stages and `wg` consumer warpgroups multiply
-//! 64 x `bn` each. Problem sizes are run-time (kernel parameters and tensor maps), so one build
-//! serves every shape of a config.
+//! devices only. Channels-last 1D, 2D and 3D, bf16 and fp16, groups in the grid; forward, and
+//! backward-data as the forward product of dy with the filter flipped and transposed (a small
+//! kernel writes that filter into the workspace) and the padding mirrored, once per sub-pixel
+//! phase at a stride over one (each phase's dx pixels are reached by one residue class of taps
+//! and written with the stride; a phase no tap reaches gets zeros). The source tile comes by
+//! TMA im2col (the filter tap as the load's offset, the padding zero-filled by the TMA unit),
+//! the filter tile by a tiled TMA load; a producer warpgroup issues both onto an mbarrier
+//! pipeline of `st` stages and `wg` consumer warpgroups multiply 64 x `bn` each. Problem sizes
+//! are run-time (kernel parameters and tensor maps), so one build serves every shape of a
+//! config at a spatial rank.
 
 use std::sync::Arc;
 
@@ -15,7 +17,6 @@ use cudarc::driver::{CudaFunction, LaunchConfig};
 use gconv_core::geometry::Geometry;
 use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
 
-use super::direct::filter_hw;
 use super::{builds_from_kernel, BuiltFrom};
 use crate::device::CudaDevice;
 use crate::launch::{self, Arg, Buffer, Im2col, TensorMap};
@@ -31,13 +32,8 @@ const CONSUMERS: [u32; 2] = [1, 2];
 const STAGES: [u32; 3] = [3, 4, 5];
 /// What one block may opt in to on sm_90.
 const MAX_SHARED_BYTES: u32 = 227 * 1024;
-/// TMA im2col corners of a rank-4 tensor are signed 8-bit.
-const CORNER: std::ops::RangeInclusive<i64> = -128..=127;
 /// TMA element strides (the convolution stride) go up to 8.
 const MAX_STRIDE: usize = 8;
-/// Im2col offsets (the tap times the dilation) of a rank-4 tensor go up to 255 (PTX ISA,
-/// im2col mode's bounding box).
-const MAX_OFFSET: usize = 255;
 const MAX_GRID_YZ: u64 = 65_535;
 /// The filter transpose of backward-data: 32 x 32 tiles, 8 rows of threads.
 const FLIP_TILE: u32 = 32;
@@ -107,54 +103,161 @@ impl Tile {
             .define("CONSUMERS", self.wg)
             .define("STAGES", self.st)
             .define("IN_F16", u32::from(p.dtype == DataType::F16))
+            .define("SPATIAL", p.dims.len())
             .arch_specific()
     }
 }
 
-/// The problem as the forward product the kernel computes: src (read by im2col) into dst.
+/// TMA im2col of a 1D, 2D or 3D source (a rank 3, 4 or 5 map): the bounding box's corners
+/// are signed and its offsets (the tap times the dilation) unsigned numbers of this many bits
+/// (PTX ISA, im2col mode).
+const IM2COL_BITS: [u32; 3] = [16, 8, 5];
+
+fn corner_range(spatial: usize) -> std::ops::RangeInclusive<i64> {
+    let half = 1i64 << (IM2COL_BITS[spatial - 1] - 1);
+    -half..=half - 1
+}
+
+fn max_offset(spatial: usize) -> i64 {
+    (1i64 << IM2COL_BITS[spatial - 1]) - 1
+}
+
+/// Backward-data's taps of one dimension that reach destination positions h with
+/// (h + pad) % stride == phase: those with f * dil % stride == phase.
+#[derive(Debug, Clone, Copy)]
+struct PhaseTaps {
+    /// Taps of the phases before this one (the order flip_filter lays them out in).
+    before: i64,
+    count: i64,
+    first: i64,
+}
+
+impl PhaseTaps {
+    fn new(taps: i64, dil: i64, stride: i64, phase: i64) -> Self {
+        let of = |f: i64| f * dil % stride;
+        let before = (0..taps).filter(|&f| of(f) < phase).count() as i64;
+        let mut mine = (0..taps).filter(|&f| of(f) == phase);
+        let first = mine.next();
+        PhaseTaps { before, count: i64::from(first.is_some()) + mine.count() as i64, first: first.unwrap_or(0) }
+    }
+}
+
+/// One spatial dimension of a product: for backward-data's phase, the destination positions
+/// origin, origin + stride, ... and the forward read that gives them.
+#[derive(Debug, Clone, Copy)]
+struct ProductDim {
+    origin: i64,
+    count: i64,
+    taps: PhaseTaps,
+    pad: i64,
+    dil: i64,
+}
+
+impl ProductDim {
+    /// Dimension `i` of backward-data's phase `phase`. dx[h] sums dy[(h + pad - f * dil) /
+    /// stride] w[f] over the taps that divide; with h = origin + stride * j and the phase's
+    /// taps f = first + step * t (step = stride / gcd), that is dy[j + base - t * dil'] with
+    /// dil' = dil / gcd, and with the taps flipped (t' = count - 1 - t) a forward read of dy
+    /// at unit stride, dilation dil' and padding (count - 1) * dil' - base.
+    fn backward_data_phase(geo: &Geometry, i: usize, phase: i64) -> Self {
+        let (extent, stride, pad, dil) = (geo.input[i] as i64, geo.stride[i] as i64, geo.pad[i] as i64, geo.dilation[i] as i64);
+        let origin = (phase - pad).rem_euclid(stride);
+        let count = if origin < extent { (extent - origin + stride - 1) / stride } else { 0 };
+        let taps = PhaseTaps::new(geo.filter[i] as i64, dil, stride, phase);
+        let reduced_dil = dil / gcd(stride, dil);
+        let base = (origin + pad - taps.first * dil) / stride;
+        ProductDim { origin, count, taps, pad: (taps.count - 1) * reduced_dil - base, dil: reduced_dil }
+    }
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// One forward product the kernel computes: src (read by im2col) into dst. Forward is one;
+/// backward-data is one per sub-pixel phase, one at unit stride.
+#[derive(Debug, Clone)]
 struct Product {
     params: ConvParams,
-    /// Source extents: channels, width, height, images.
-    src: [u64; 4],
+    /// Source extents, innermost first: channels, the spatial extents (W, H, D as the rank
+    /// has them), images.
+    src: Vec<u64>,
     /// Destination pixels (rows of the GEMM).
     rows: u64,
-    /// The im2col window's corners (W then H).
-    lower: [i64; 2],
-    upper: [i64; 2],
+    /// The im2col window's corners, innermost dimension first.
+    lower: Vec<i64>,
+    upper: Vec<i64>,
+    /// Where the destination's first pixel lies in its buffer, in elements.
+    dst_offset: u64,
+    /// Where the filter matrix starts in the buffer it is read from (w forward, the workspace
+    /// flip_filter writes for backward-data), in elements.
+    filter_offset: u64,
 }
 
 impl Product {
-    fn new(p: &ConvProblem) -> Self {
-        let g = Geometry::new(p);
-        let params = ConvParams::new(p);
-        let params = match p.direction {
-            // dx[h] sums dy[h + pad - f * dil] w[f]: with the taps flipped (f' = F - 1 - f) it
-            // reads dy[h - ((F - 1) * dil - pad) + f' * dil], a forward read with that padding.
-            Direction::BackwardData => ConvParams {
-                cg: params.kg,
-                kg: params.cg,
-                input: params.output,
-                output: params.input,
-                pad: std::array::from_fn(|i| (params.filter[i] - 1) * params.dilation[i] - params.pad[i]),
-                xs: params.ys,
-                ys: params.xs,
-                ..params
-            },
-            _ => params,
-        };
-        let (channels, src) = match p.direction {
-            Direction::BackwardData => (p.k, g.output),
-            _ => (p.c, g.input),
-        };
-        let corner = |i: usize| {
-            let (src, dst, stride, pad) = (src[i] as i64, params.output[i] as i64, params.stride[i] as i64, params.pad[i] as i64);
+    fn new(p: &ConvProblem, params: ConvParams, src_extent: [usize; 3], src_channels: u32, dst_offset: u64, filter_offset: u64) -> Self {
+        let active = 3 - p.dims.len()..3;
+        let (mut lower, mut upper) = (Vec::new(), Vec::new());
+        for i in active.clone().rev() {
+            let (src, dst, stride, pad) = (src_extent[i] as i64, i64::from(params.output[i]), i64::from(params.stride[i]), i64::from(params.pad[i]));
             // At tap offset zero the window starts at -pad and ends at the last destination
             // position's first tap, (dst - 1) * stride - pad, written as an offset from the extent.
-            (-pad, (dst - 1) * stride + 1 - src - pad)
-        };
-        let (w, h) = (corner(2), corner(1));
-        let rows = params.n as u64 * params.output[1] as u64 * params.output[2] as u64;
-        Product { params, src: [u64::from(channels), src[2] as u64, src[1] as u64, u64::from(p.n)], rows, lower: [w.0, h.0], upper: [w.1, h.1] }
+            lower.push(-pad);
+            upper.push((dst - 1) * stride + 1 - src - pad);
+        }
+        let src = std::iter::once(u64::from(src_channels)).chain(active.rev().map(|i| src_extent[i] as u64)).chain([u64::from(p.n)]).collect();
+        let rows = params.n as u64 * params.output.iter().map(|&o| o as u64).product::<u64>();
+        Product { params, src, rows, lower, upper, dst_offset, filter_offset }
+    }
+
+    /// The products `p` runs as, those with taps first.
+    fn all(p: &ConvProblem) -> Vec<Product> {
+        let geo = Geometry::new(p);
+        let params = ConvParams::new(p);
+        if p.direction != Direction::BackwardData {
+            return vec![Product::new(p, params, geo.input, p.c, 0, 0)];
+        }
+        let phases: [Vec<ProductDim>; 3] = std::array::from_fn(|i| (0..geo.stride[i] as i64).map(|r| ProductDim::backward_data_phase(&geo, i, r)).collect());
+        let filter = geo.filter.map(|f| f as i64);
+        let group_filter = (geo.g * geo.cg * geo.kg) as i64;
+        let mut products = Vec::new();
+        for d in &phases[0] {
+            for h in &phases[1] {
+                for w in &phases[2] {
+                    let dims = [d, h, w];
+                    if dims.iter().any(|dim| dim.count == 0) {
+                        continue;
+                    }
+                    let phase = ConvParams {
+                        cg: params.kg,
+                        kg: params.cg,
+                        input: params.output,
+                        output: dims.map(|dim| dim.count as i32),
+                        filter: dims.map(|dim| dim.taps.count as i32),
+                        stride: [1; 3],
+                        pad: dims.map(|dim| dim.pad as i32),
+                        dilation: dims.map(|dim| dim.dil as i32),
+                        xs: params.ys,
+                        ys: std::array::from_fn(|j| if j < 2 { params.xs[j] } else { params.xs[j] * params.stride[j - 2] }),
+                        ..params
+                    };
+                    let dst_offset = (0..3).map(|i| dims[i].origin * i64::from(params.xs[2 + i])).sum::<i64>() as u64;
+                    let tap_offset = d.taps.before * filter[1] * filter[2] + d.taps.count * (h.taps.before * filter[2] + h.taps.count * w.taps.before);
+                    products.push(Product::new(p, phase, geo.output, p.k, dst_offset, (tap_offset * group_filter) as u64));
+                }
+            }
+        }
+        products.sort_by_key(|product| !product.has_taps());
+        products
+    }
+
+    fn taps(&self) -> u32 {
+        self.params.filter.iter().map(|&f| f as u32).product()
+    }
+
+    /// A phase no tap reaches: the kernel stores zeros there.
+    fn has_taps(&self) -> bool {
+        self.taps() > 0
     }
 
     /// Source channels per group (the reduction's per tap) and destination channels per group.
@@ -162,17 +265,49 @@ impl Product {
         (self.params.cg as u32, self.params.kg as u32)
     }
 
+    /// The filter as a matrix: a row per destination channel, taps x source channels per
+    /// group wide.
+    fn filter_matrix(&self) -> (u64, u64) {
+        let (src, dst) = self.channels();
+        (u64::from(self.params.g as u32 * dst), u64::from(self.taps() * src))
+    }
+
     fn row_tiles(&self, tile: Tile) -> u64 {
         self.rows.div_ceil(u64::from(tile.rows()))
+    }
+
+    /// Why TMA cannot make this product's im2col loads, if it cannot.
+    fn im2col_limits(&self, spatial: usize) -> Result<(), NotApplicable> {
+        let reach = (0..3).map(|i| i64::from((self.params.filter[i] - 1).max(0) * self.params.dilation[i])).max().unwrap_or(0);
+        let max = max_offset(spatial);
+        require!(reach <= max, "taps reach {reach} positions, further than TMA's im2col offsets (up to {max} in {spatial}D)");
+        let (corners, lower, upper) = (corner_range(spatial), &self.lower, &self.upper);
+        require!(lower.iter().chain(upper).all(|c| corners.contains(c)), "the im2col window's corners {lower:?} / {upper:?} leave TMA's {corners:?} in {spatial}D");
+        Ok(())
+    }
+
+    fn im2col(&self, tile: Tile) -> Im2col {
+        let active = 3 - self.lower.len()..3;
+        Im2col {
+            extents: self.src.clone(),
+            lower: self.lower.iter().map(|&c| c as i32).collect(),
+            upper: self.upper.iter().map(|&c| c as i32).collect(),
+            strides: active.rev().map(|i| self.params.stride[i] as u32).collect(),
+            channels: BK,
+            pixels: tile.rows(),
+        }
     }
 }
 
 impl IgemmWgmma {
-    /// The tile a problem starts from: 256 columns where the groups have that many channels
-    /// and the grid still fills the GPU, 64 where they have no more; two consumers (128 rows)
-    /// unless one fills the GPU better; four stages where they fit.
+    /// The tile a problem starts from, by its largest product: 256 columns where the groups
+    /// have that many channels and the grid still fills the GPU, 64 where they have no more;
+    /// two consumers (128 rows) unless one fills the GPU better; four stages where they fit.
     fn default_tile(&self, p: &ConvProblem) -> Tile {
-        let product = Product::new(p);
+        let products = Product::all(p);
+        let Some(product) = products.iter().max_by_key(|product| product.rows) else {
+            return Tile { bn: 128, wg: 2, st: 4 };
+        };
         let (_, columns) = product.channels();
         let sms = u64::from(self.device.sm_count);
         let blocks = |t: Tile| product.row_tiles(t) * u64::from(columns.div_ceil(t.bn)) * u64::from(p.g);
@@ -196,31 +331,27 @@ impl Solver for IgemmWgmma {
     fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
         let (major, minor) = self.device.capability;
         require!((major, minor) == (9, 0), "needs an sm_90 GPU (wgmma and TMA built for sm_90a), this is sm_{major}{minor}");
-        require!(p.layout == Layout::Nhwc && p.dims.len() == 2, "needs a 2D channels-last layout (NHWC)");
+        require!(p.layout == Layout::Nhwc, "needs a channels-last layout (NWC, NHWC, NDHWC)");
         require!(matches!(p.dtype, DataType::Bf16 | DataType::F16), "needs bf16 or fp16 operands (tf32 would need K-major fp32 tiles)");
-        let g = Geometry::new(p);
-        match p.direction {
-            Direction::Forward => {}
-            Direction::BackwardData => require!(g.stride[1..].iter().all(|&s| s == 1), "backward-data at unit stride only (sub-pixel phases are to come)"),
-            Direction::BackwardWeight => return Err(NotApplicable::because("forward and backward-data only (backward-weight is to come)")),
+        if p.direction == Direction::BackwardWeight {
+            return Err(NotApplicable::because("forward and backward-data only (backward-weight is to come)"));
         }
-        let product = Product::new(p);
-        let (src, dst) = product.channels();
+        let g = Geometry::new(p);
+        require!(g.stride.iter().all(|&s| s <= MAX_STRIDE), "strides over {MAX_STRIDE} are beyond TMA's element strides");
+        let products = Product::all(p);
+        require!(products.first().is_some_and(Product::has_taps), "no destination pixel is reached by a filter tap");
+        let (src, dst) = products[0].channels();
         require!(src.is_multiple_of(BK), "needs the channels it reduces per group a multiple of {BK} (one 128-byte TMA row per tap), got {src}");
         require!(dst.is_multiple_of(8), "needs the channels it writes per group a multiple of 8 (16-byte filter rows and paired stores), got {dst}");
-        require!(g.stride[1..].iter().all(|&s| s <= MAX_STRIDE), "strides over {MAX_STRIDE} are beyond TMA's element strides");
-        require!(
-            (1..3).all(|i| (g.filter[i] - 1) * g.dilation[i] <= MAX_OFFSET),
-            "taps reach further than TMA's im2col offsets (up to {MAX_OFFSET} for 2D)"
-        );
-        let (lower, upper) = (product.lower, product.upper);
-        require!(lower.iter().chain(&upper).all(|c| CORNER.contains(c)), "the im2col window's corners {lower:?} / {upper:?} leave TMA's {CORNER:?}");
+        for product in products.iter().filter(|product| product.has_taps()) {
+            product.im2col_limits(p.dims.len())?;
+        }
         let narrowest = Tile { bn: COLUMNS[0], wg: CONSUMERS[0], st: STAGES[0] };
         require!(u64::from(dst.div_ceil(narrowest.bn)) <= MAX_GRID_YZ && u64::from(p.g) <= MAX_GRID_YZ, "too many column tiles or groups for the grid");
-        require!(product.row_tiles(narrowest) <= i32::MAX as u64, "{} destination pixels are too many row tiles for the grid", product.rows);
+        let rows = products.iter().map(|product| product.rows).max().unwrap_or(0);
+        require!(rows.div_ceil(u64::from(narrowest.rows())) <= i32::MAX as u64, "{rows} destination pixels are too many row tiles for the grid");
         if p.direction == Direction::BackwardData {
-            let taps = g.filter[1] * g.filter[2];
-            require!((p.g as usize * taps) as u64 <= MAX_GRID_YZ, "too many groups x taps for the filter transpose's grid");
+            require!((p.g as usize * g.filter_volume()) as u64 <= MAX_GRID_YZ, "too many groups x taps for the filter transpose's grid");
         }
         Ok(())
     }
@@ -264,58 +395,61 @@ impl Solve<Cuda> for IgemmWgmma {
         let function = self.device.function(&source, "igemm_wgmma")?;
         let shared = tile.shared_bytes();
         launch::allow_shared(&function, shared, self.id())?;
-        let product = Product::new(p);
-        let (src_channels, dst_channels) = product.channels();
-        let launch = LaunchConfig {
-            grid_dim: (product.row_tiles(tile) as u32, dst_channels.div_ceil(tile.bn), p.g),
-            block_dim: (128 * (tile.wg + 1), 1, 1),
-            shared_mem_bytes: shared,
-        };
-        let im2col = Im2col {
-            extents: product.src,
-            lower: product.lower.map(|c| c as i32),
-            upper: product.upper.map(|c| c as i32),
-            strides: [product.params.stride[2] as u32, product.params.stride[1] as u32],
-            channels: BK,
-            pixels: tile.rows(),
-        };
-        let (fh, fw) = filter_hw(p);
-        let filter = (u64::from(p.g * dst_channels), u64::from(fh * fw * src_channels));
+        let products = Product::all(p)
+            .into_iter()
+            .map(|product| {
+                let (_, dst_channels) = product.channels();
+                let launch = LaunchConfig {
+                    grid_dim: (product.row_tiles(tile) as u32, dst_channels.div_ceil(tile.bn), p.g),
+                    block_dim: (128 * (tile.wg + 1), 1, 1),
+                    shared_mem_bytes: shared,
+                };
+                let im2col = product.has_taps().then(|| product.im2col(tile));
+                ProductLaunch { launch, params: product.params, im2col, filter: (product.filter_offset, product.filter_matrix()), dst_offset: product.dst_offset }
+            })
+            .collect();
         let flip = match p.direction {
             Direction::BackwardData => {
-                let taps = fh * fw;
+                let geo = Geometry::new(p);
                 let launch = LaunchConfig {
-                    grid_dim: ((p.c / p.g).div_ceil(FLIP_TILE), (p.k / p.g).div_ceil(FLIP_TILE), p.g * taps),
+                    grid_dim: ((geo.cg as u32).div_ceil(FLIP_TILE), (geo.kg as u32).div_ceil(FLIP_TILE), p.g * geo.filter_volume() as u32),
                     block_dim: (FLIP_TILE, FLIP_ROWS, 1),
                     shared_mem_bytes: 0,
                 };
-                Some(Flip { function: self.device.function(&source, "flip_filter")?, launch, sizes: [(p.k / p.g) as i32, (p.c / p.g) as i32, taps as i32] })
+                Some(Flip { function: self.device.function(&source, "flip_filter")?, launch, params: ConvParams::new(p) })
             }
             _ => None,
         };
-        let invoker = WgmmaInvoker { function, launch, params: product.params, direction: p.direction, dtype: p.dtype, im2col, filter, bn: tile.bn, flip };
-        Ok(Box::new(invoker))
+        Ok(Box::new(WgmmaInvoker { function, products, direction: p.direction, dtype: p.dtype, bn: tile.bn, flip }))
     }
 }
 
-/// Backward-data's filter transpose into the workspace.
+/// Backward-data's filter transpose into the workspace, one phase after another.
 struct Flip {
     function: CudaFunction,
     launch: LaunchConfig,
-    /// K/G, C/G, taps.
-    sizes: [i32; 3],
+    /// The convolution's own parameters.
+    params: ConvParams,
+}
+
+/// One product's launch.
+struct ProductLaunch {
+    launch: LaunchConfig,
+    params: ConvParams,
+    /// The source's map; none where no tap reaches (the kernel reads nothing and stores
+    /// zeros, handed the maps of the product before it).
+    im2col: Option<Im2col>,
+    /// The filter matrix: its offset in elements, rows and columns.
+    filter: (u64, (u64, u64)),
+    dst_offset: u64,
 }
 
 struct WgmmaInvoker {
     function: CudaFunction,
-    launch: LaunchConfig,
-    params: ConvParams,
+    /// Those with taps first.
+    products: Vec<ProductLaunch>,
     direction: Direction,
     dtype: DataType,
-    im2col: Im2col,
-    /// The filter as a matrix: a row per destination channel, FH x FW x source channels per
-    /// group wide.
-    filter: (u64, u64),
     bn: u32,
     flip: Option<Flip>,
 }
@@ -324,19 +458,31 @@ impl Invoker<Cuda> for WgmmaInvoker {
     fn run(&self, b: &mut CudaBuffers<'_>) -> Result<()> {
         let (src, filter): (Buffer, Buffer) = match &self.flip {
             Some(flip) => {
-                let [kg, cg, taps] = flip.sizes;
-                let args = [Arg::Buffer(b.w), Arg::Buffer(b.workspace), Arg::Int(kg), Arg::Int(cg), Arg::Int(taps)];
+                let args = [Arg::Buffer(b.w), Arg::Buffer(b.workspace), Arg::Params(&flip.params)];
                 launch::kernel(b, &flip.function, flip.launch, &args, "launch cuda.igemm_wgmma's filter transpose")?;
                 (b.y, b.workspace)
             }
             None => (b.x, b.w),
         };
-        // Tensor maps hold the buffers' addresses, so they are made per run (a few
-        // microseconds of host time; a captured graph keeps the ones it was captured with).
-        let src = TensorMap::im2col(src, self.dtype, &self.im2col)?;
-        let filter = TensorMap::tiled(filter, self.dtype, self.filter.0, self.filter.1, self.bn, BK)?;
-        let args = [Arg::TensorMap(&src), Arg::TensorMap(&filter), Arg::Params(&self.params), Arg::Buffer(b.output(self.direction))];
-        launch::kernel(b, &self.function, self.launch, &args, "launch cuda.igemm_wgmma")
+        let elem = self.dtype.size_bytes() as u64;
+        let dst = b.output(self.direction);
+        let mut maps = None;
+        for product in &self.products {
+            // Tensor maps hold the buffers' addresses, so they are made per run (a few
+            // microseconds of host time; a captured graph keeps the ones it was captured with).
+            if let Some(im2col) = &product.im2col {
+                let (offset, (rows, columns)) = product.filter;
+                let src = TensorMap::im2col(src, self.dtype, im2col)?;
+                let filter = TensorMap::tiled(filter.from_byte(offset * elem), self.dtype, rows, columns, self.bn, BK)?;
+                maps = Some((src, filter));
+            }
+            let Some((src, filter)) = &maps else {
+                return Err(GconvError::Backend("cuda.igemm_wgmma: a product without taps came before any with them".into()));
+            };
+            let args = [Arg::TensorMap(src), Arg::TensorMap(filter), Arg::Params(&product.params), Arg::Buffer(dst.from_byte(product.dst_offset * elem))];
+            launch::kernel(b, &self.function, product.launch, &args, "launch cuda.igemm_wgmma")?;
+        }
+        Ok(())
     }
 }
 
@@ -349,45 +495,80 @@ mod tests {
 
     use super::*;
 
-    /// The kernel's product on the CPU, from the host's lowering: destination pixel m and
-    /// channel n of group g sum, over taps and source channels, the source pixel the im2col
-    /// load gives (m's window moved by the tap, zero outside) times the filter matrix's
-    /// element, the matrix as the kernel reads it (for backward-data, as flip_filter writes it).
-    fn emulate(p: &ConvProblem, t: &ConvTensors) -> Vec<f64> {
-        let product = Product::new(p);
-        let q = &product.params;
+    /// flip_filter's phase_tap, as the kernel computes it: the taps of the phases before tap
+    /// f's, of f's phase, and f's place in it counted from the last.
+    fn phase_tap(f: i64, taps: i64, dil: i64, stride: i64) -> (i64, i64, i64) {
+        let phase = f * dil % stride;
+        let of = |i: i64| i * dil % stride;
+        let before = (0..taps).filter(|&i| of(i) < phase).count() as i64;
+        let count = (0..taps).filter(|&i| of(i) == phase).count() as i64;
+        let flipped = (0..taps).filter(|&i| of(i) == phase && i > f).count() as i64;
+        (before, count, flipped)
+    }
+
+    /// The workspace flip_filter writes, element by element as the kernel places them.
+    fn flip_filter(p: &ConvProblem, w: &[f32]) -> Vec<f64> {
         let geo = Geometry::new(p);
-        let w = t.w.to_f32();
-        let src = match p.direction {
-            Direction::BackwardData => t.y.to_f32(),
-            _ => t.x.to_f32(),
-        };
-        let [src_c, src_w, src_h, _] = product.src.map(|e| e as i64);
-        let (fh, fw) = (q.filter[1] as i64, q.filter[2] as i64);
-        let (cg, kg, groups) = (q.cg as i64, q.kg as i64, q.g as i64);
-        let weight = |k: i64, c: i64, tap: i64| f64::from(w[k as usize * geo.w.outer + c as usize * geo.w.c + (tap / fw) as usize * geo.w.spatial[1] + (tap % fw) as usize * geo.w.spatial[2]]);
-        // Row: destination channel of the whole tensor; column: tap x source channel.
-        let filter = |row: i64, tap: i64, c: i64| match p.direction {
-            Direction::BackwardData => weight(row / kg * cg + c, row % kg, fh * fw - 1 - tap),
-            _ => weight(row, c, tap),
-        };
-        let (out_h, out_w) = (q.output[1] as i64, q.output[2] as i64);
-        let mut dst = vec![0.0; (q.n as i64 * out_h * out_w * groups * kg) as usize];
-        for (m, pixel) in dst.chunks_mut((groups * kg) as usize).enumerate() {
-            let m = m as i64;
-            let (image, oh, ow) = (m / (out_h * out_w), m / out_w % out_h, m % out_w);
-            for (column, out) in pixel.iter_mut().enumerate() {
-                let (row, g) = (column as i64, column as i64 / kg);
-                for tap in 0..fh * fw {
-                    let h = oh * i64::from(q.stride[1]) - i64::from(q.pad[1]) + tap / fw * i64::from(q.dilation[1]);
-                    let x = ow * i64::from(q.stride[2]) - i64::from(q.pad[2]) + tap % fw * i64::from(q.dilation[2]);
-                    if !(0..src_h).contains(&h) || !(0..src_w).contains(&x) {
-                        continue;
-                    }
+        let q = ConvParams::new(p);
+        let (fil, dil, stride) = (q.filter.map(i64::from), q.dilation.map(i64::from), q.stride.map(i64::from));
+        let (groups, cg, kg) = (geo.g as i64, geo.cg as i64, geo.kg as i64);
+        let mut wt = vec![f64::NAN; w.len()];
+        for tap in 0..fil.iter().product::<i64>() {
+            let f = [tap / (fil[1] * fil[2]), tap / fil[2] % fil[1], tap % fil[2]];
+            let t: [(i64, i64, i64); 3] = std::array::from_fn(|i| phase_tap(f[i], fil[i], dil[i], stride[i]));
+            let phase_start = (t[0].0 * fil[1] * fil[2] + t[0].1 * (t[1].0 * fil[2] + t[1].1 * t[2].0)) * groups * cg * kg;
+            let phase_taps = t[0].1 * t[1].1 * t[2].1;
+            let flipped = (t[0].2 * t[1].1 + t[1].2) * t[2].1 + t[2].2;
+            for g in 0..groups {
+                for k in 0..kg {
                     for c in 0..cg {
-                        let s = f64::from(src[(((image * src_h + h) * src_w + x) * src_c + g * cg + c) as usize]);
-                        *out += s * filter(row, tap, c);
+                        let source = geo.w.offset((g * kg + k) as usize, c as usize, f.map(|x| x as usize));
+                        wt[(phase_start + ((g * cg + c) * phase_taps + flipped) * kg + k) as usize] = f64::from(w[source]);
                     }
+                }
+            }
+        }
+        wt
+    }
+
+    /// The kernel's products on the CPU, from the host's lowering: each destination pixel m
+    /// and channel n of group g of a product sums, over taps and source channels, the source
+    /// pixel the im2col load gives (m's window moved by the tap, zero outside) times the filter
+    /// matrix's element as the kernel reads it (for backward-data, from what flip_filter
+    /// writes), and is stored where the epilogue stores it. What no product writes stays NaN.
+    fn emulate(p: &ConvProblem, t: &ConvTensors) -> Vec<f64> {
+        let w = t.w.to_f32();
+        let (src, filter, dst_len) = match p.direction {
+            Direction::BackwardData => (t.y.to_f32(), flip_filter(p, &w), t.x.len()),
+            _ => (t.x.to_f32(), w.iter().map(|&v| f64::from(v)).collect(), t.y.len()),
+        };
+        let mut dst = vec![f64::NAN; dst_len];
+        for product in Product::all(p) {
+            let q = &product.params;
+            let [fil, out, stride, pad, dil, input] = [q.filter, q.output, q.stride, q.pad, q.dilation, q.input].map(|a| a.map(i64::from));
+            let (groups, cg, kg) = (i64::from(q.g), i64::from(q.cg), i64::from(q.kg));
+            let taps = fil.iter().product::<i64>();
+            let pixels = out.iter().product::<i64>();
+            let (_, columns) = product.filter_matrix();
+            let at = |s: &[i32; 5], outer: i64, c: i64, pos: [i64; 3]| outer * i64::from(s[0]) + c * i64::from(s[1]) + (0..3).map(|i| pos[i] * i64::from(s[2 + i])).sum::<i64>();
+            for m in 0..product.rows as i64 {
+                let (image, pixel) = (m / pixels, m % pixels);
+                let o = [pixel / (out[1] * out[2]), pixel / out[2] % out[1], pixel % out[2]];
+                for row in 0..groups * kg {
+                    let g = row / kg;
+                    let mut sum = 0.0;
+                    for tap in 0..taps {
+                        let f = [tap / (fil[1] * fil[2]), tap / fil[2] % fil[1], tap % fil[2]];
+                        let pos: [i64; 3] = std::array::from_fn(|i| o[i] * stride[i] - pad[i] + f[i] * dil[i]);
+                        if (0..3).any(|i| !(0..input[i]).contains(&pos[i])) {
+                            continue;
+                        }
+                        for c in 0..cg {
+                            let s = f64::from(src[at(&q.xs, image, g * cg + c, pos) as usize]);
+                            sum += s * filter[(product.filter_offset as i64 + row * columns as i64 + tap * cg + c) as usize];
+                        }
+                    }
+                    dst[(product.dst_offset as i64 + at(&q.ys, image, row, o)) as usize] = sum;
                 }
             }
         }
@@ -395,31 +576,28 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
-        /// The lowering (channels, padding, corners, flipped filter) computes the direction's
-        /// result, and the im2col window walks exactly the destination's positions.
+        #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+        /// The lowering (channels, phases, padding, corners, flipped filter) computes the
+        /// direction's result with every destination element written once, and each im2col
+        /// window walks exactly its product's destination positions.
         #[test]
-        fn the_lowered_product_is_the_convolution(
-            p in small_problem().prop_filter("2D NHWC, forward or unit-stride backward-data", |p| {
-                p.layout == Layout::Nhwc
-                    && p.dims.len() == 2
-                    && match p.direction {
-                        Direction::Forward => true,
-                        Direction::BackwardData => p.dims.iter().all(|d| d.stride == 1),
-                        Direction::BackwardWeight => false,
-                    }
+        fn the_lowered_products_are_the_convolution(
+            p in small_problem().prop_filter("channels-last forward or backward-data", |p| {
+                p.layout == Layout::Nhwc && p.direction != Direction::BackwardWeight
             })
         ) {
             let t = ConvTensors::random(&p, 5);
             let (got, exact) = (emulate(&p, &t), reference(&p, &t));
+            prop_assert!(got.iter().all(|v| v.is_finite()), "{}: an element no product writes", p.key());
             let scale = exact.iter().fold(1.0f64, |m, r| m.max(r.abs()));
             let worst = got.iter().zip(&exact).map(|(g, r)| (g - r).abs() / scale).fold(0.0, f64::max);
             prop_assert!(worst < 1e-9, "{}: off by {worst:e}", p.key());
-            let product = Product::new(&p);
-            for i in 0..2 {
-                let (src, stride) = (product.src[1 + i] as i64, i64::from(product.params.stride[2 - i]));
-                let walked = (src + product.upper[i] - 1 - product.lower[i]) / stride + 1;
-                prop_assert_eq!(walked, i64::from(product.params.output[2 - i]));
+            for product in Product::all(&p).iter().filter(|product| product.has_taps()) {
+                for (i, dim) in (3 - p.dims.len()..3).rev().enumerate() {
+                    let (src, stride) = (product.src[1 + i] as i64, i64::from(product.params.stride[dim]));
+                    let walked = (src + product.upper[i] - 1 - product.lower[i]) / stride + 1;
+                    prop_assert_eq!(walked, i64::from(product.params.output[dim]));
+                }
             }
         }
     }
