@@ -1,27 +1,31 @@
-// cuda.igemm_wgmma (sm_90a): implicit GEMM over a channels-last 1D, 2D or 3D source, on the
-// warpgroup MMA fed by the tensor memory accelerator. Per group g (blockIdx.z), GEMM rows are
-// the destination's pixels (M = images x depth x height x width), columns its channels of the
-// group, and the reduction runs over taps x source channels of the group in blocks of 64
-// channels of one tap. Forward reads x with the filter; backward-data is the same product over
-// dy with the filter flipped and transposed (flip_filter below), once per sub-pixel phase of a
-// strided convolution (the destination pixels one residue class of taps reaches, written with
-// the stride: the host passes dx's pointer moved to the phase's first pixel and its strides
-// multiplied by the convolution's).
+// cuda.igemm_wgmma (sm_90a): implicit GEMM over channels-last 1D, 2D or 3D tensors, on the
+// warpgroup MMA fed by the tensor memory accelerator, fp32 accumulators.
 //
-// One producer warpgroup (one elected thread) issues, per reduction block, a TMA im2col load
-// of the BM x 64 source tile (the tap as the im2col offset, padding zero-filled by the TMA
-// unit) and a tiled load of the BN x 64 filter tile, both 128-byte swizzled, onto the stage's
-// full barrier. CONSUMERS warpgroups each multiply a 64-row slice of the tile with wgmma
-// m64nBNk16 (4 per block), keep one block's MMAs in flight and release the stage before it on
-// its empty barrier. Accumulators are fp32; the epilogue rounds and stores them from registers.
-// A product without taps (a phase no tap reaches) stores zeros.
+// Forward and backward-data (igemm_wgmma): per group g, GEMM rows are the destination's pixels
+// (M = images x depth x height x width), columns its channels of the group, and the reduction
+// runs over taps x source channels of the group in blocks of 64 channels of one tap; both tiles
+// K-major. Forward reads x with the filter; backward-data is the same product over dy with the
+// filter flipped and transposed (flip_filter below), once per sub-pixel phase of a strided
+// convolution (the destination pixels one residue class of taps reaches, written with the
+// stride: the host passes dx's pointer moved to the phase's first pixel and its strides
+// multiplied by the convolution's). A product without taps (a phase no tap reaches) stores
+// zeros.
 //
-// Compile-time: SPATIAL (1, 2, 3: the tensor maps' rank less two), BN (64, 128, 256),
-// CONSUMERS (1, 2), STAGES, IN_F16 (fp16 operands, else bf16). Run-time: the problem as a
-// forward convolution of src into dst (ConvParams: for backward-data the host passes dy's
-// extents as the input's, the phase's dx pixels as the output, the groups' channel counts
-// swapped and the phase's taps, padding and dilation) and the two tensor maps, made on the
-// host.
+// Backward-weight (igemm_wgmma_weight): per group and tap, rows are output channels, columns
+// input channels, and the reduction runs over (a slice of) the pixels; both tiles MN-major.
+//
+// One producer warpgroup (one elected thread) issues, per reduction block, the TMA loads of
+// both tiles (im2col for the activation: the tap as the im2col offset, the padding zero-filled
+// by the TMA unit; tiled for the filter or dy), 128-byte swizzled, onto the stage's full
+// barrier. CONSUMERS warpgroups each multiply a 64-row slice of the tile with wgmma m64nBNk16
+// (4 per block), keep one block's MMAs in flight and release the stage before it on its empty
+// barrier. The epilogue rounds and stores from registers.
+//
+// Compile-time: SPATIAL (1, 2, 3: the im2col map's rank less two), BN (64, 128, 256),
+// CONSUMERS (1, 2), STAGES, IN_F16 (fp16 operands, else bf16). Run-time: the problem (for
+// igemm_wgmma as a forward convolution of src into dst: for backward-data dy's extents as the
+// input's, the phase's dx pixels as the output, the groups' channel counts swapped and the
+// phase's taps, padding and dilation) and the tensor maps, made on the host.
 
 #define BK 64
 #define BM (64 * CONSUMERS)
@@ -80,18 +84,27 @@ __device__ __forceinline__ void load_im2col(unsigned dst, const TensorMap* map, 
 #endif
 }
 
-// The filter tile: BN filter rows from row k on, 64 reduction elements from column r.
-__device__ __forceinline__ void load_tile(unsigned dst, const TensorMap* map, int r, int k, unsigned bar) {
+// A box of a row-major matrix by a tiled map: its rows from `row` on, its columns from
+// `column` on (the filter's BN rows x 64 reduction elements, or dy's 64 pixels x 64 channels).
+__device__ __forceinline__ void load_tile(unsigned dst, const TensorMap* map, int column, int row, unsigned bar) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        ::"r"(dst), "l"(map), "r"(r), "r"(k), "r"(bar)
+        ::"r"(dst), "l"(map), "r"(column), "r"(row), "r"(bar)
         : "memory");
 }
 
-// A K-major operand in shared memory with 128-byte swizzle: rows of 128 bytes in atoms of 8
-// rows (stride 1024 bytes between atoms); stepping 16 elements along K adds 32 bytes.
-__device__ __forceinline__ unsigned long long smem_desc(unsigned addr) {
+// Operands in shared memory with 128-byte swizzle, as the TMA loads lay them out: rows of 128
+// bytes (64 elements) in atoms of 8 rows, 1024 bytes apart (the stride byte offset). K-major
+// (rows along M or N, 64 K elements each): stepping 16 elements along K adds 32 bytes, the
+// leading byte offset is unused. MN-major (a row per K element, 64 M or N elements each): 16
+// rows of K are 2048 bytes, and each further 64 M or N elements lie in the next 64-row tile,
+// 8 KB on (the leading byte offset).
+__device__ __forceinline__ unsigned long long smem_desc_k(unsigned addr) {
     return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ unsigned long long smem_desc_mn(unsigned addr) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((64ull * BK * 2 >> 4) << 16) | (64ull << 32) | (1ull << 62);
 }
 
 // wgmma m64nBNk16's operand list: BN / 2 accumulators per thread, then the two descriptors and
@@ -124,35 +137,118 @@ __device__ __forceinline__ unsigned long long smem_desc(unsigned addr) {
 #else
 #define WGMMA_TYPES "f32.bf16.bf16"
 #endif
+// TRANSPOSE: 1 for MN-major operands, 0 for K-major.
+#define WGMMA(TRANSPOSE)                                                                                        \
+    asm volatile(                                                                                               \
+        "{ .reg .pred p; setp.ne.b32 p, " WGMMA_FLAG ", 0;\n"                                                  \
+        "wgmma.mma_async.sync.aligned.m64n" STR(BN) "k16." WGMMA_TYPES " {" WGMMA_D "}, " WGMMA_AB ", p, 1, 1, " \
+        #TRANSPOSE ", " #TRANSPOSE "; }"                                                                        \
+        : WGMMA_ACC                                                                                             \
+        : "l"(a), "l"(b), "r"(accumulate))
 
+template <bool MN_MAJOR>
 __device__ __forceinline__ void wgmma(float* d, unsigned long long a, unsigned long long b, int accumulate) {
-    asm volatile(
-        "{ .reg .pred p; setp.ne.b32 p, " WGMMA_FLAG ", 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n" STR(BN) "k16." WGMMA_TYPES " {" WGMMA_D "}, " WGMMA_AB ", p, 1, 1, 0, 0; }"
-        : WGMMA_ACC
-        : "l"(a), "l"(b), "r"(accumulate));
+    if constexpr (MN_MAJOR) {
+        WGMMA(1);
+    } else {
+        WGMMA(0);
+    }
 }
 
+// Shared memory: STAGES stages of a BM x 64 A tile and a BN x 64 B tile (64-row tiles of 128
+// bytes, 1024-byte aligned as the 128-byte swizzle wants), then a full and an empty barrier
+// per stage. The producer arrives once on a full barrier (with the bytes its loads bring), each
+// consumer warpgroup once on an empty one.
+constexpr unsigned TILE64_BYTES = 64 * BK * 2, A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+
+struct Pipeline {
+    unsigned base, bars;
+    __device__ unsigned stage(int s) const { return base + s * STAGE_BYTES; }
+    __device__ unsigned full(int s) const { return bars + 8 * s; }
+    __device__ unsigned empty(int s) const { return bars + 8 * (STAGES + s); }
+};
+
+__device__ __forceinline__ Pipeline pipeline_init(unsigned char* raw) {
+    Pipeline pl;
+    pl.base = (smem_addr(raw) + 1023) & ~1023u;
+    pl.bars = pl.base + STAGES * STAGE_BYTES;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(pl.full(s), 1);
+            mbar_init(pl.empty(s), CONSUMERS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    return pl;
+}
+
+// The producer's turn at reduction block `it`: wait until the consumers have released its
+// stage's previous block, announce the bytes the loads will bring, and return the stage.
+__device__ __forceinline__ unsigned produce(const Pipeline& pl, int it) {
+    const int s = it % STAGES;
+    if (it >= STAGES) mbar_wait(pl.empty(s), (it / STAGES - 1) & 1);
+    mbar_expect_tx(pl.full(s), STAGE_BYTES);
+    return s;
+}
+
+// A consumer warpgroup's main loop over `blocks` reduction blocks into d, its 64-row slice of
+// the A tile against the whole B tile: four MMAs per block, one block kept in flight, the
+// stage before it released.
+template <bool MN_MAJOR>
+__device__ __forceinline__ void consume(const Pipeline& pl, int blocks, int slice, float* d) {
+    for (int it = 0; it < blocks; ++it) {
+        const int s = it % STAGES;
+        mbar_wait(pl.full(s), (it / STAGES) & 1);
+        const unsigned a = pl.stage(s) + slice * TILE64_BYTES, b = pl.stage(s) + A_BYTES;
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) {
+            if constexpr (MN_MAJOR) {
+                wgmma<true>(d, smem_desc_mn(a + kk * 16 * 128), smem_desc_mn(b + kk * 16 * 128), it > 0 || kk > 0);
+            } else {
+                wgmma<false>(d, smem_desc_k(a + kk * 32), smem_desc_k(b + kk * 32), it > 0 || kk > 0);
+            }
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        // This block's MMAs stay in flight; the previous block's are done, so its stage is free.
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        if (it > 0 && threadIdx.x % 128 == 0) mbar_arrive(pl.empty((it - 1) % STAGES));
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+
+// store(row, column, v0, v1) for each pair of adjacent columns of the accumulators a thread
+// holds, rows and columns within its warpgroup's 64 x BN. The layout of m64nN: warp w holds
+// rows 16w + lane/4 and + 8; register 4j + {0, 1} columns 8j + 2 (lane % 4) + {0, 1} of the
+// first row, + {2, 3} of the second.
+template <class Store>
+__device__ __forceinline__ void for_each_pair(const float* d, Store&& store) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x % 128 / 32;
+#pragma unroll
+    for (int half_row = 0; half_row < 2; ++half_row) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) store(warp * 16 + lane / 4 + half_row * 8, j * 8 + (lane % 4) * 2, d[4 * j + 2 * half_row], d[4 * j + 2 * half_row + 1]);
+    }
+}
+
+__device__ __forceinline__ void store_pair(elem_t* at, float v0, float v1) {
+    elem_t pair[2] = {from_f32(v0), from_f32(v1)};
+    *reinterpret_cast<unsigned*>(at) = *reinterpret_cast<unsigned*>(pair);
+}
+
+// Forward and backward-data (see the top): per group g (blockIdx.z), destination pixels by BM
+// (blockIdx.x), its channels by BN (blockIdx.y); the reduction runs over taps x 64-channel
+// chunks of the source.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     igemm_wgmma(const __grid_constant__ TensorMap src_map, const __grid_constant__ TensorMap filter_map, ConvParams p, elem_t* dst) {
     extern __shared__ unsigned char raw[];
-    // 128-byte swizzled tiles want 1024-byte alignment.
-    const unsigned base = (smem_addr(raw) + 1023) & ~1023u;
-    constexpr unsigned A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
-    const unsigned bars = base + STAGES * STAGE_BYTES;  // full[STAGES], then empty[STAGES]
+    const Pipeline pl = pipeline_init(raw);
     const int chunks = p.cg / BK, blocks = p.fil[0] * p.fil[1] * p.fil[2] * chunks;
     const int pixels = p.out[0] * p.out[1] * p.out[2];
     const int m_total = p.n * pixels;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN, g = blockIdx.z;
     const int wg = threadIdx.x / 128;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; ++s) {
-            mbar_init(bars + 8 * s, 1);
-            mbar_init(bars + 8 * (STAGES + s), CONSUMERS);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (threadIdx.x != 0) return;
@@ -165,17 +261,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int i = 0; i < 3; ++i) pos[i] = dst_pos[i] * p.stride[i] - p.pad[i];
         for (int it = 0; it < blocks; ++it) {
-            const int s = it % STAGES;
-            if (it >= STAGES) mbar_wait(bars + 8 * (STAGES + s), (it / STAGES - 1) & 1);
-            const unsigned full = bars + 8 * s, a = base + s * STAGE_BYTES;
+            const int s = produce(pl, it);
             const int tap = it / chunks, c0 = (it % chunks) * BK;
             const int tap_pos[3] = {tap / (p.fil[1] * p.fil[2]), tap / p.fil[2] % p.fil[1], tap % p.fil[2]};
             unsigned short off[3];
 #pragma unroll
             for (int i = 0; i < 3; ++i) off[i] = (unsigned short)(tap_pos[i] * p.dil[i]);
-            mbar_expect_tx(full, STAGE_BYTES);
-            load_im2col(a, &src_map, g * p.cg + c0, pos, n, off, full);
-            load_tile(a + A_BYTES, &filter_map, tap * p.cg + c0, g * p.kg + n0, full);
+            load_im2col(pl.stage(s), &src_map, g * p.cg + c0, pos, n, off, pl.full(s));
+            load_tile(pl.stage(s) + A_BYTES, &filter_map, tap * p.cg + c0, g * p.kg + n0, pl.full(s));
         }
         return;
     }
@@ -184,37 +277,77 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
     const int slice = wg - 1;
-    for (int it = 0; it < blocks; ++it) {
-        const int s = it % STAGES;
-        mbar_wait(bars + 8 * s, (it / STAGES) & 1);
-        const unsigned a = base + s * STAGE_BYTES + slice * 64 * BK * 2, b = base + s * STAGE_BYTES + A_BYTES;
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk) wgmma(d, smem_desc(a + kk * 32), smem_desc(b + kk * 32), it > 0 || kk > 0);
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        // This block's MMAs stay in flight; the previous block's are done, so its stage is free.
-        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        if (it > 0 && threadIdx.x % 128 == 0) mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
-    }
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    // Accumulator layout of m64nN: warp w of the warpgroup holds rows 16w + lane/4 and + 8;
-    // register 4j + {0, 1} columns 8j + 2 (lane % 4) + {0, 1} of the first row, + {2, 3} of
-    // the second.
-    const int lane = threadIdx.x % 32, warp = threadIdx.x % 128 / 32;
-#pragma unroll
-    for (int half_row = 0; half_row < 2; ++half_row) {
-        const int m = m0 + slice * 64 + warp * 16 + lane / 4 + half_row * 8;
-        if (m >= m_total) continue;
+    consume<false>(pl, blocks, slice, d);
+    for_each_pair(d, [&](int row, int column, float v0, float v1) {
+        const int m = m0 + slice * 64 + row, n = n0 + column;
+        if (m >= m_total || n >= p.kg) return;
         const int pixel = m % pixels;
-        elem_t* row = dst + offset(p.ys, m / pixels, g * p.kg, pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]);
+        store_pair(dst + offset(p.ys, m / pixels, g * p.kg + n, pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]), v0, v1);
+    });
+}
+
+// Backward-weight: per group, tap and slice of the pixels (blockIdx.z = g * splits + slice,
+// blockIdx.y = tap), dw[k][tap][c] sums dy[q][k] x[q's window moved by the tap][c] over the
+// slice's pixels q: rows k by BM (blockIdx.x % row tiles), columns c by BN, the reduction in
+// blocks of 64 pixels. Both tiles hold a pixel per row (MN-major operands): dy's by tiled
+// loads of 64 channels x 64 pixels, x's by im2col loads of 64 channels at the tap's offsets.
+// ConvParams as the forward convolution's. mode 0 stores into dw; 1 adds into the fp32
+// workspace (zeroed before); 2 stores the slice's own fp32 copy of the weights into it.
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    igemm_wgmma_weight(const __grid_constant__ TensorMap dy_map, const __grid_constant__ TensorMap x_map, ConvParams p, elem_t* dw, float* ws, int splits, int mode) {
+    extern __shared__ unsigned char raw[];
+    const Pipeline pl = pipeline_init(raw);
+    const int row_tiles = (p.kg + BM - 1) / BM;
+    const int k0 = blockIdx.x % row_tiles * BM, c0 = blockIdx.x / row_tiles * BN, tap = blockIdx.y;
+    const int g = blockIdx.z / splits, slice_of_pixels = blockIdx.z % splits;
+    const int pixels = p.out[0] * p.out[1] * p.out[2];
+    const int all_blocks = (p.n * pixels + BK - 1) / BK;
+    const int first = (int)((long long)all_blocks * slice_of_pixels / splits);
+    const int blocks = (int)((long long)all_blocks * (slice_of_pixels + 1) / splits) - first;
+    const int f[3] = {tap / (p.fil[1] * p.fil[2]), tap / p.fil[2] % p.fil[1], tap % p.fil[2]};
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (threadIdx.x != 0) return;
+        asm volatile("prefetch.tensormap [%0];" ::"l"(&dy_map) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(&x_map) : "memory");
+        unsigned short off[3];
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const int n = n0 + j * 8 + (lane % 4) * 2;
-            if (n >= p.kg) continue;
-            elem_t pair[2] = {from_f32(d[4 * j + 2 * half_row]), from_f32(d[4 * j + 2 * half_row + 1])};
-            *reinterpret_cast<unsigned*>(row + n) = *reinterpret_cast<unsigned*>(pair);
+        for (int i = 0; i < 3; ++i) off[i] = (unsigned short)(f[i] * p.dil[i]);
+        for (int it = 0; it < blocks; ++it) {
+            const int s = produce(pl, it);
+            const int q = (first + it) * BK, n = q / pixels, pixel = q % pixels;
+            const int o[3] = {pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]};
+            int pos[3];
+#pragma unroll
+            for (int i = 0; i < 3; ++i) pos[i] = o[i] * p.stride[i] - p.pad[i];
+#pragma unroll
+            for (int j = 0; j < CONSUMERS; ++j) load_tile(pl.stage(s) + j * TILE64_BYTES, &dy_map, g * p.kg + k0 + 64 * j, q, pl.full(s));
+#pragma unroll
+            for (int j = 0; j < BN / 64; ++j) load_im2col(pl.stage(s) + A_BYTES + j * TILE64_BYTES, &x_map, g * p.cg + c0 + 64 * j, pos, n, off, pl.full(s));
         }
+        return;
     }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    float d[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+    const int slice = wg - 1;
+    consume<true>(pl, blocks, slice, d);
+    const long long weights = (long long)p.g * p.kg * p.cg * p.fil[0] * p.fil[1] * p.fil[2];
+    for_each_pair(d, [&](int row, int column, float v0, float v1) {
+        const int k = k0 + slice * 64 + row, c = c0 + column;
+        if (k >= p.kg || c >= p.cg) return;
+        const int i = offset(p.ws, g * p.kg + k, c, f[0], f[1], f[2]);
+        if (mode == 0) {
+            store_pair(dw + i, v0, v1);
+        } else if (mode == 1) {
+            atomicAdd(ws + i, v0);
+            atomicAdd(ws + i + 1, v1);
+        } else {
+            *reinterpret_cast<float2*>(ws + slice_of_pixels * weights + i) = make_float2(v0, v1);
+        }
+    });
 }
 
 // Where backward-data puts tap f of one dimension: dx positions h take the taps whose

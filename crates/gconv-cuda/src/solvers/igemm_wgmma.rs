@@ -22,8 +22,9 @@ use crate::device::CudaDevice;
 use crate::launch::{self, Arg, Buffer, Im2col, TensorMap};
 use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
 
-const SOURCE: &str = include_str!("../kernels/igemm_wgmma.cu");
-/// Source channels of one tap per reduction block: one 128-byte swizzled row of 16-bit values.
+const SOURCE: &str = concat!(include_str!("../kernels/igemm_wgmma.cu"), include_str!("../kernels/split_reduce.cuh"));
+/// A reduction block: 64 source channels of one tap (forward, backward-data) or 64 pixels
+/// (backward-weight), one 128-byte swizzled row of 16-bit values per row of the tile.
 const BK: u32 = 64;
 /// Rows of one consumer warpgroup's MMA.
 const ROWS_PER_CONSUMER: u32 = 64;
@@ -35,6 +36,15 @@ const MAX_SHARED_BYTES: u32 = 227 * 1024;
 /// TMA element strides (the convolution stride) go up to 8.
 const MAX_STRIDE: usize = 8;
 const MAX_GRID_YZ: u64 = 65_535;
+/// Slices backward-weight's pixel reduction may be split into.
+const SPLITS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+/// A slice should reduce at least this many blocks of 64 pixels, or its share of the
+/// pipeline's fill and the reduction outweigh its work.
+const MIN_BLOCKS_PER_SLICE: u64 = 8;
+/// Two-stage backward-weight keeps one fp32 copy of the weights per slice.
+const MAX_WORKSPACE_BYTES: u64 = 1 << 30;
+/// Threads per block of split_reduce.
+const REDUCE_THREADS: u32 = 256;
 /// The filter transpose of backward-data: 32 x 32 tiles, 8 rows of threads.
 const FLIP_TILE: u32 = 32;
 const FLIP_ROWS: u32 = 8;
@@ -43,7 +53,7 @@ pub struct IgemmWgmma {
     pub device: Arc<CudaDevice>,
 }
 
-/// A config: columns per block tile, consumer warpgroups (64 rows each), pipeline stages.
+/// A block tile: columns, consumer warpgroups (64 rows each), pipeline stages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Tile {
     bn: u32,
@@ -52,17 +62,6 @@ struct Tile {
 }
 
 impl Tile {
-    fn from_config(config: &Config) -> Result<Self> {
-        let [bn, wg, st] = config.expect_fields(["bn", "wg", "st"])?;
-        let tile = Tile { bn, wg, st };
-        tile.check().map_err(|reason| GconvError::BadConfig { text: config.to_string(), reason })?;
-        Ok(tile)
-    }
-
-    fn to_config(self) -> Config {
-        Config::new([("bn", self.bn), ("wg", self.wg), ("st", self.st)])
-    }
-
     fn check(self) -> std::result::Result<(), String> {
         if !COLUMNS.contains(&self.bn) {
             return Err(format!("bn must be one of {COLUMNS:?}"));
@@ -84,8 +83,8 @@ impl Tile {
         ROWS_PER_CONSUMER * self.wg
     }
 
-    /// Every stage's source and filter tiles, their full and empty barriers, and room to align
-    /// the tiles to 1024 bytes as the 128-byte swizzle wants.
+    /// Every stage's two tiles, their full and empty barriers, and room to align the tiles to
+    /// 1024 bytes as the 128-byte swizzle wants.
     fn shared_bytes(self) -> u32 {
         1024 + self.st * (self.rows() + self.bn) * BK * 2 + self.st * 2 * 8
     }
@@ -105,6 +104,100 @@ impl Tile {
             .define("IN_F16", u32::from(p.dtype == DataType::F16))
             .define("SPATIAL", p.dims.len())
             .arch_specific()
+    }
+}
+
+/// How backward-weight splits its pixel reduction: into `slices` that add into an fp32
+/// workspace by atomics, or (`two_stage`) write one fp32 copy each that a second kernel sums.
+/// One slice writes the weights directly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Split {
+    slices: u32,
+    two_stage: bool,
+}
+
+const UNSPLIT: Split = Split { slices: 1, two_stage: false };
+
+impl Split {
+    fn all() -> impl Iterator<Item = Split> {
+        SPLITS.into_iter().flat_map(|slices| [false, true].map(|two_stage| Split { slices, two_stage })).filter(|s| s.slices > 1 || !s.two_stage)
+    }
+
+    /// The kernel's output mode: 0 the weights, 1 atomics into the workspace, 2 a slice of it.
+    fn mode(self) -> i32 {
+        match (self.slices, self.two_stage) {
+            (1, _) => 0,
+            (_, false) => 1,
+            (_, true) => 2,
+        }
+    }
+
+    fn workspace_bytes(self, p: &ConvProblem) -> u64 {
+        let copies = match self.mode() {
+            0 => 0,
+            1 => 1,
+            _ => u64::from(self.slices),
+        };
+        p.weight_elements() * 4 * copies
+    }
+}
+
+/// A config: the block tile and, for backward-weight, the split (fields `ks` and `red`, as
+/// cuda.igemm_tc has them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct WgmmaConfig {
+    tile: Tile,
+    split: Split,
+}
+
+impl WgmmaConfig {
+    fn from_config(p: &ConvProblem, config: &Config) -> Result<Self> {
+        let bad = |reason: String| GconvError::BadConfig { text: config.to_string(), reason };
+        let parsed = if p.direction == Direction::BackwardWeight {
+            let [bn, wg, st, slices, red] = config.expect_fields(["bn", "wg", "st", "ks", "red"])?;
+            if red > 1 {
+                return Err(bad("red must be 0 (atomics) or 1 (two-stage)".into()));
+            }
+            WgmmaConfig { tile: Tile { bn, wg, st }, split: Split { slices, two_stage: red == 1 } }
+        } else {
+            let [bn, wg, st] = config.expect_fields(["bn", "wg", "st"])?;
+            WgmmaConfig { tile: Tile { bn, wg, st }, split: UNSPLIT }
+        };
+        parsed.check(p).map_err(bad)?;
+        Ok(parsed)
+    }
+
+    fn to_config(self, direction: Direction) -> Config {
+        let mut fields = vec![("bn", self.tile.bn), ("wg", self.tile.wg), ("st", self.tile.st)];
+        if direction == Direction::BackwardWeight {
+            fields.extend([("ks", self.split.slices), ("red", u32::from(self.split.two_stage))]);
+        }
+        Config::new(fields)
+    }
+
+    fn check(self, p: &ConvProblem) -> std::result::Result<(), String> {
+        self.tile.check()?;
+        let Split { slices, two_stage } = self.split;
+        if !SPLITS.contains(&slices) {
+            return Err(format!("ks must be one of {SPLITS:?}"));
+        }
+        if two_stage && slices == 1 {
+            return Err("red 1 (two-stage) needs ks over 1".into());
+        }
+        if u64::from(p.g * slices) > MAX_GRID_YZ {
+            return Err(format!("{} groups x {slices} slices exceed the grid's {MAX_GRID_YZ}", p.g));
+        }
+        let bytes = self.split.workspace_bytes(p);
+        if bytes > MAX_WORKSPACE_BYTES {
+            return Err(format!("{slices} slices would need {} MiB of fp32 workspace, more than {}", bytes >> 20, MAX_WORKSPACE_BYTES >> 20));
+        }
+        Ok(())
+    }
+
+    /// Every config for `p`'s direction.
+    fn all(p: &ConvProblem) -> Vec<WgmmaConfig> {
+        let splits: Vec<Split> = if p.direction == Direction::BackwardWeight { Split::all().collect() } else { vec![UNSPLIT] };
+        Tile::all().flat_map(|tile| splits.iter().map(move |&split| WgmmaConfig { tile, split })).filter(|c| c.check(p).is_ok()).collect()
     }
 }
 
@@ -286,7 +379,8 @@ impl Product {
         Ok(())
     }
 
-    fn im2col(&self, tile: Tile) -> Im2col {
+    /// The source's im2col map, `pixels` per load.
+    fn im2col(&self, pixels: u32) -> Im2col {
         let active = 3 - self.lower.len()..3;
         Im2col {
             extents: self.src.clone(),
@@ -294,32 +388,52 @@ impl Product {
             upper: self.upper.iter().map(|&c| c as i32).collect(),
             strides: active.rev().map(|i| self.params.stride[i] as u32).collect(),
             channels: BK,
-            pixels: tile.rows(),
+            pixels,
         }
     }
 }
 
 impl IgemmWgmma {
-    /// The tile a problem starts from, by its largest product: 256 columns where the groups
-    /// have that many channels and the grid still fills the GPU, 64 where they have no more;
-    /// two consumers (128 rows) unless one fills the GPU better; four stages where they fit.
-    fn default_tile(&self, p: &ConvProblem) -> Tile {
-        let products = Product::all(p);
-        let Some(product) = products.iter().max_by_key(|product| product.rows) else {
-            return Tile { bn: 128, wg: 2, st: 4 };
-        };
-        let (_, columns) = product.channels();
+    /// The config a problem starts from. Forward and backward-data, by the largest product:
+    /// 256 columns where the groups have that many channels and the grid still fills the GPU,
+    /// 64 where they have no more; two consumers (128 rows) unless one fills the GPU better.
+    /// Backward-weight: columns by input channels per group, rows by output channels, and the
+    /// fewest slices of the pixels that fill the GPU while each keeps a few blocks of work.
+    /// Four stages where they fit.
+    fn default_config(&self, p: &ConvProblem) -> WgmmaConfig {
         let sms = u64::from(self.device.sm_count);
-        let blocks = |t: Tile| product.row_tiles(t) * u64::from(columns.div_ceil(t.bn)) * u64::from(p.g);
-        let wide = Tile { bn: 256, wg: 2, st: 4 };
-        let bn = match columns {
+        let with_stages = |bn: u32, wg: u32| {
+            let st = if (Tile { bn, wg, st: 4 }).check().is_ok() { 4 } else { 3 };
+            Tile { bn, wg, st }
+        };
+        let by_channels = |c: u32, wide: bool| match c {
             c if c <= 64 => 64,
-            c if c >= 256 && blocks(wide) >= sms => 256,
+            c if c >= 256 && wide => 256,
             _ => 128,
         };
+        if p.direction == Direction::BackwardWeight {
+            let geo = Geometry::new(p);
+            let (kg, cg) = (geo.kg as u32, geo.cg as u32);
+            let tile = with_stages(by_channels(cg, true), if kg <= 64 { 1 } else { 2 });
+            let blocks = u64::from(kg.div_ceil(tile.rows()) * cg.div_ceil(tile.bn)) * geo.filter_volume() as u64 * u64::from(p.g);
+            let pixel_blocks = (geo.n * geo.output_volume()) as u64 / u64::from(BK);
+            let slices = SPLITS
+                .into_iter()
+                .take_while(|&s| s == 1 || u64::from(s) * MIN_BLOCKS_PER_SLICE <= pixel_blocks)
+                .find(|&s| blocks * u64::from(s) >= sms)
+                .unwrap_or_else(|| SPLITS.into_iter().rfind(|&s| s == 1 || u64::from(s) * MIN_BLOCKS_PER_SLICE <= pixel_blocks).unwrap_or(1));
+            let config = WgmmaConfig { tile, split: Split { slices, two_stage: false } };
+            return if config.check(p).is_ok() { config } else { WgmmaConfig { tile, split: UNSPLIT } };
+        }
+        let products = Product::all(p);
+        let Some(product) = products.iter().max_by_key(|product| product.rows) else {
+            return WgmmaConfig { tile: with_stages(128, 2), split: UNSPLIT };
+        };
+        let (_, columns) = product.channels();
+        let blocks = |t: Tile| product.row_tiles(t) * u64::from(columns.div_ceil(t.bn)) * u64::from(p.g);
+        let bn = by_channels(columns, blocks(Tile { bn: 256, wg: 2, st: 4 }) >= sms);
         let wg = if blocks(Tile { bn, wg: 2, st: 4 }) >= sms { 2 } else { 1 };
-        let st = if (Tile { bn, wg, st: 4 }).check().is_ok() { 4 } else { 3 };
-        Tile { bn, wg, st }
+        WgmmaConfig { tile: with_stages(bn, wg), split: UNSPLIT }
     }
 }
 
@@ -333,21 +447,27 @@ impl Solver for IgemmWgmma {
         require!((major, minor) == (9, 0), "needs an sm_90 GPU (wgmma and TMA built for sm_90a), this is sm_{major}{minor}");
         require!(p.layout == Layout::Nhwc, "needs a channels-last layout (NWC, NHWC, NDHWC)");
         require!(matches!(p.dtype, DataType::Bf16 | DataType::F16), "needs bf16 or fp16 operands (tf32 would need K-major fp32 tiles)");
-        if p.direction == Direction::BackwardWeight {
-            return Err(NotApplicable::because("forward and backward-data only (backward-weight is to come)"));
-        }
         let g = Geometry::new(p);
         require!(g.stride.iter().all(|&s| s <= MAX_STRIDE), "strides over {MAX_STRIDE} are beyond TMA's element strides");
         let products = Product::all(p);
         require!(products.first().is_some_and(Product::has_taps), "no destination pixel is reached by a filter tap");
-        let (src, dst) = products[0].channels();
-        require!(src.is_multiple_of(BK), "needs the channels it reduces per group a multiple of {BK} (one 128-byte TMA row per tap), got {src}");
-        require!(dst.is_multiple_of(8), "needs the channels it writes per group a multiple of 8 (16-byte filter rows and paired stores), got {dst}");
         for product in products.iter().filter(|product| product.has_taps()) {
             product.im2col_limits(p.dims.len())?;
         }
         let narrowest = Tile { bn: COLUMNS[0], wg: CONSUMERS[0], st: STAGES[0] };
-        require!(u64::from(dst.div_ceil(narrowest.bn)) <= MAX_GRID_YZ && u64::from(p.g) <= MAX_GRID_YZ, "too many column tiles or groups for the grid");
+        require!(u64::from(p.g) <= MAX_GRID_YZ, "too many groups for the grid");
+        if p.direction == Direction::BackwardWeight {
+            let (cg, kg) = (g.cg as u32, g.kg as u32);
+            require!(cg.is_multiple_of(8) && kg.is_multiple_of(8), "needs the input and output channels per group multiples of 8 (16-byte rows and paired stores), got {cg} and {kg}");
+            require!(g.filter_volume() as u64 <= MAX_GRID_YZ, "too many filter taps for the grid");
+            let tiles = u64::from(kg.div_ceil(narrowest.rows())) * u64::from(cg.div_ceil(narrowest.bn));
+            require!(tiles <= i32::MAX as u64, "too many weight tiles for the grid");
+            return Ok(());
+        }
+        let (src, dst) = products[0].channels();
+        require!(src.is_multiple_of(BK), "needs the channels it reduces per group a multiple of {BK} (one 128-byte TMA row per tap), got {src}");
+        require!(dst.is_multiple_of(8), "needs the channels it writes per group a multiple of 8 (16-byte filter rows and paired stores), got {dst}");
+        require!(u64::from(dst.div_ceil(narrowest.bn)) <= MAX_GRID_YZ, "too many column tiles for the grid");
         let rows = products.iter().map(|product| product.rows).max().unwrap_or(0);
         require!(rows.div_ceil(u64::from(narrowest.rows())) <= i32::MAX as u64, "{rows} destination pixels are too many row tiles for the grid");
         if p.direction == Direction::BackwardData {
@@ -356,23 +476,24 @@ impl Solver for IgemmWgmma {
         Ok(())
     }
 
-    fn workspace_bytes(&self, p: &ConvProblem, _config: &Config) -> u64 {
+    fn workspace_bytes(&self, p: &ConvProblem, config: &Config) -> u64 {
         match p.direction {
             Direction::BackwardData => p.weight_elements() * p.dtype.size_bytes() as u64,
-            _ => 0,
+            Direction::BackwardWeight => WgmmaConfig::from_config(p, config).map_or(0, |c| c.split.workspace_bytes(p)),
+            Direction::Forward => 0,
         }
     }
 
     fn default_config(&self, p: &ConvProblem) -> Config {
-        self.default_tile(p).to_config()
+        self.default_config(p).to_config(p.direction)
     }
 
-    fn configs<'a>(&'a self, _p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
-        Box::new(Tile::all().map(Tile::to_config))
+    fn configs<'a>(&'a self, p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
+        Box::new(WgmmaConfig::all(p).into_iter().map(|c| c.to_config(p.direction)))
     }
 
-    fn check_config(&self, _p: &ConvProblem, config: &Config) -> Result<()> {
-        Tile::from_config(config).map(|_| ())
+    fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {
+        WgmmaConfig::from_config(p, config).map(|_| ())
     }
 
     builds_from_kernel!();
@@ -384,16 +505,52 @@ impl BuiltFrom for IgemmWgmma {
     }
 
     fn kernel(&self, p: &ConvProblem, config: &Config) -> Result<Option<KernelSource>> {
-        Ok(Some(Tile::from_config(config)?.source(p)))
+        Ok(Some(WgmmaConfig::from_config(p, config)?.tile.source(p)))
     }
 }
 
 impl Solve<Cuda> for IgemmWgmma {
     fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
-        let tile = Tile::from_config(config)?;
+        let WgmmaConfig { tile, split } = WgmmaConfig::from_config(p, config)?;
         let source = tile.source(p);
-        let function = self.device.function(&source, "igemm_wgmma")?;
         let shared = tile.shared_bytes();
+        let block_dim = (128 * (tile.wg + 1), 1, 1);
+        if p.direction == Direction::BackwardWeight {
+            let function = self.device.function(&source, "igemm_wgmma_weight")?;
+            launch::allow_shared(&function, shared, self.id())?;
+            let geo = Geometry::new(p);
+            let (cg, kg) = (geo.cg as u32, geo.kg as u32);
+            let launch = LaunchConfig {
+                grid_dim: (kg.div_ceil(tile.rows()) * cg.div_ceil(tile.bn), geo.filter_volume() as u32, p.g * split.slices),
+                block_dim,
+                shared_mem_bytes: shared,
+            };
+            let weights = p.weight_elements();
+            let reduce = match split.mode() {
+                0 => None,
+                mode => Some(Reduce {
+                    function: self.device.function(&source, "split_reduce")?,
+                    zero_bytes: if mode == 1 { weights * 4 } else { 0 },
+                    slices: if mode == 1 { 1 } else { split.slices as i32 },
+                    count: weights as i32,
+                    blocks: (weights.div_ceil(u64::from(REDUCE_THREADS)) as u32).clamp(1, self.device.sm_count * 8),
+                }),
+            };
+            let product = Product::all(p).swap_remove(0);
+            let invoker = WeightInvoker {
+                function,
+                launch,
+                dy: ((geo.n * geo.output_volume()) as u64, u64::from(p.k)),
+                im2col: product.im2col(BK),
+                params: product.params,
+                dtype: p.dtype,
+                splits: split.slices as i32,
+                mode: split.mode(),
+                reduce,
+            };
+            return Ok(Box::new(invoker));
+        }
+        let function = self.device.function(&source, "igemm_wgmma")?;
         launch::allow_shared(&function, shared, self.id())?;
         let products = Product::all(p)
             .into_iter()
@@ -401,10 +558,10 @@ impl Solve<Cuda> for IgemmWgmma {
                 let (_, dst_channels) = product.channels();
                 let launch = LaunchConfig {
                     grid_dim: (product.row_tiles(tile) as u32, dst_channels.div_ceil(tile.bn), p.g),
-                    block_dim: (128 * (tile.wg + 1), 1, 1),
+                    block_dim,
                     shared_mem_bytes: shared,
                 };
-                let im2col = product.has_taps().then(|| product.im2col(tile));
+                let im2col = product.has_taps().then(|| product.im2col(tile.rows()));
                 ProductLaunch { launch, params: product.params, im2col, filter: (product.filter_offset, product.filter_matrix()), dst_offset: product.dst_offset }
             })
             .collect();
@@ -444,6 +601,7 @@ struct ProductLaunch {
     dst_offset: u64,
 }
 
+/// Forward and backward-data.
 struct WgmmaInvoker {
     function: CudaFunction,
     /// Those with taps first.
@@ -481,6 +639,55 @@ impl Invoker<Cuda> for WgmmaInvoker {
             };
             let args = [Arg::TensorMap(src), Arg::TensorMap(filter), Arg::Params(&product.params), Arg::Buffer(dst.from_byte(product.dst_offset * elem))];
             launch::kernel(b, &self.function, product.launch, &args, "launch cuda.igemm_wgmma")?;
+        }
+        Ok(())
+    }
+}
+
+/// Split backward-weight's workspace: zeroed before atomics add into it, summed into dw after.
+struct Reduce {
+    function: CudaFunction,
+    zero_bytes: u64,
+    slices: i32,
+    count: i32,
+    blocks: u32,
+}
+
+struct WeightInvoker {
+    function: CudaFunction,
+    launch: LaunchConfig,
+    /// dy as a matrix: a row per pixel, a column per output channel.
+    dy: (u64, u64),
+    /// x, `BK` pixels per load.
+    im2col: Im2col,
+    /// The forward convolution's.
+    params: ConvParams,
+    dtype: DataType,
+    splits: i32,
+    mode: i32,
+    reduce: Option<Reduce>,
+}
+
+impl Invoker<Cuda> for WeightInvoker {
+    fn run(&self, b: &mut CudaBuffers<'_>) -> Result<()> {
+        if let Some(reduce) = self.reduce.as_ref().filter(|r| r.zero_bytes > 0) {
+            b.zero_workspace(reduce.zero_bytes)?;
+        }
+        let dy = TensorMap::tiled(b.y, self.dtype, self.dy.0, self.dy.1, BK, BK)?;
+        let x = TensorMap::im2col(b.x, self.dtype, &self.im2col)?;
+        let args = [
+            Arg::TensorMap(&dy),
+            Arg::TensorMap(&x),
+            Arg::Params(&self.params),
+            Arg::Buffer(b.w),
+            Arg::Buffer(b.workspace),
+            Arg::Int(self.splits),
+            Arg::Int(self.mode),
+        ];
+        launch::kernel(b, &self.function, self.launch, &args, "launch cuda.igemm_wgmma")?;
+        if let Some(reduce) = &self.reduce {
+            let args = [Arg::Buffer(b.workspace), Arg::Int(reduce.slices), Arg::Int(reduce.count), Arg::Buffer(b.w)];
+            launch::kernel(b, &reduce.function, launch::flat(reduce.blocks, REDUCE_THREADS), &args, "launch cuda.igemm_wgmma's split reduction")?;
         }
         Ok(())
     }
@@ -575,19 +782,61 @@ mod tests {
         dst
     }
 
+    /// igemm_wgmma_weight on the CPU: each of `slices` slices takes its share of the blocks of
+    /// 64 pixels as the kernel divides them, and adds, per tap, dy's pixel times the source
+    /// pixel the forward product's im2col window gives.
+    fn emulate_weight(p: &ConvProblem, t: &ConvTensors, slices: u32) -> Vec<f64> {
+        let product = Product::all(p).swap_remove(0);
+        let q = &product.params;
+        let [fil, out, stride, pad, dil, input] = [q.filter, q.output, q.stride, q.pad, q.dilation, q.input].map(|a| a.map(i64::from));
+        let geo = Geometry::new(p);
+        let (x, dy) = (t.x.to_f32(), t.y.to_f32());
+        let pixels = out.iter().product::<i64>();
+        let total = i64::from(q.n) * pixels;
+        let all_blocks = (total + i64::from(BK) - 1) / i64::from(BK);
+        let mut dw = vec![0.0; t.w.len()];
+        for slice in 0..i64::from(slices) {
+            let first = all_blocks * slice / i64::from(slices);
+            let last = all_blocks * (slice + 1) / i64::from(slices);
+            for pixel in (first * i64::from(BK)..last * i64::from(BK)).filter(|&m| m < total) {
+                let (image, rest) = (pixel / pixels, pixel % pixels);
+                let o = [rest / (out[1] * out[2]), rest / out[2] % out[1], rest % out[2]];
+                for tap in 0..fil.iter().product::<i64>() {
+                    let f = [tap / (fil[1] * fil[2]), tap / fil[2] % fil[1], tap % fil[2]];
+                    let pos: [i64; 3] = std::array::from_fn(|i| o[i] * stride[i] - pad[i] + f[i] * dil[i]);
+                    if (0..3).any(|i| !(0..input[i]).contains(&pos[i])) {
+                        continue;
+                    }
+                    for k in 0..geo.k() {
+                        let (g, dy_value) = (k / geo.kg, f64::from(dy[geo.y.offset(image as usize, k, o.map(|v| v as usize))]));
+                        for c in 0..geo.cg {
+                            let x_value = f64::from(x[geo.x.offset(image as usize, g * geo.cg + c, pos.map(|v| v as usize))]);
+                            dw[geo.w.offset(k, c, f.map(|v| v as usize))] += dy_value * x_value;
+                        }
+                    }
+                }
+            }
+        }
+        dw
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
-        /// The lowering (channels, phases, padding, corners, flipped filter) computes the
-        /// direction's result with every destination element written once, and each im2col
-        /// window walks exactly its product's destination positions.
+        /// The lowering (channels, phases, padding, corners, flipped filter, backward-weight's
+        /// slices of the pixels) computes the direction's result with every destination
+        /// element written, and each im2col window walks exactly its product's destination
+        /// positions.
         #[test]
         fn the_lowered_products_are_the_convolution(
-            p in small_problem().prop_filter("channels-last forward or backward-data", |p| {
-                p.layout == Layout::Nhwc && p.direction != Direction::BackwardWeight
-            })
+            p in small_problem().prop_filter("channels-last", |p| p.layout == Layout::Nhwc),
+            slices in prop::sample::select(SPLITS.to_vec()),
         ) {
             let t = ConvTensors::random(&p, 5);
-            let (got, exact) = (emulate(&p, &t), reference(&p, &t));
+            let got = match p.direction {
+                Direction::BackwardWeight => emulate_weight(&p, &t, slices),
+                _ => emulate(&p, &t),
+            };
+            let exact = reference(&p, &t);
             prop_assert!(got.iter().all(|v| v.is_finite()), "{}: an element no product writes", p.key());
             let scale = exact.iter().fold(1.0f64, |m, r| m.max(r.abs()));
             let worst = got.iter().zip(&exact).map(|(g, r)| (g - r).abs() / scale).fold(0.0, f64::max);
@@ -603,14 +852,23 @@ mod tests {
     }
 
     #[test]
-    fn every_tile_fits_and_round_trips() {
+    fn every_config_fits_and_round_trips() {
+        let forward = ConvProblem::from_key("v1:fwd:bf16:NHWC:n2:c64:k64:i8x8:f3x3:s1x1:p1x1:d1x1").unwrap();
+        let weight = ConvProblem { direction: Direction::BackwardWeight, ..forward.clone() };
         let tiles: Vec<Tile> = Tile::all().collect();
         assert_eq!(tiles.len(), 17, "all but 256 columns x 2 consumers x 5 stages fit");
-        for tile in tiles {
-            assert_eq!(Tile::from_config(&tile.to_config()).unwrap(), tile);
+        assert_eq!(WgmmaConfig::all(&forward).len(), 17);
+        assert_eq!(WgmmaConfig::all(&weight).len(), 17 * (1 + 2 * (SPLITS.len() - 1)));
+        for p in [&forward, &weight] {
+            for config in WgmmaConfig::all(p) {
+                assert_eq!(WgmmaConfig::from_config(p, &config.to_config(p.direction)).unwrap(), config);
+            }
         }
         let too_big = Config::new([("bn", 256), ("wg", 2), ("st", 5)]);
-        assert!(Tile::from_config(&too_big).unwrap_err().to_string().contains("shared memory"));
-        assert!(Tile::from_config(&Config::new([("bn", 96), ("wg", 2), ("st", 4)])).unwrap_err().to_string().contains("bn must be"));
+        assert!(WgmmaConfig::from_config(&forward, &too_big).unwrap_err().to_string().contains("shared memory"));
+        assert!(WgmmaConfig::from_config(&forward, &Config::new([("bn", 96), ("wg", 2), ("st", 4)])).unwrap_err().to_string().contains("bn must be"));
+        let unsplit_two_stage = Config::new([("bn", 64), ("wg", 1), ("st", 4), ("ks", 1), ("red", 1)]);
+        assert!(WgmmaConfig::from_config(&weight, &unsplit_two_stage).unwrap_err().to_string().contains("needs ks over 1"));
+        assert!(WgmmaConfig::from_config(&weight, &Config::new([("bn", 64), ("wg", 1), ("st", 4)])).is_err(), "backward-weight wants ks and red");
     }
 }

@@ -39,12 +39,3 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
     main_loop(loader, p, blk, a_src, b_src, a_smem, b_smem, acc, tid);
     store_block(p, blk, acc, out, ws, tid);
 }
-
-// Sums `slices` fp32 partial results of dw and rounds once into dw.
-extern "C" __global__ void igemm_reduce(const float* ws, int slices, int count, elem_t* dw) {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
-        float s = 0.0f;
-        for (int k = 0; k < slices; ++k) s += ws[(long long)k * count + i];
-        dw[i] = from_f32(s);
-    }
-}

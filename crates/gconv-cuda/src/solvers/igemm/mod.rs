@@ -38,6 +38,7 @@ const SOURCE: &str = concat!(
     include_str!("../../kernels/igemm/loader.cuh"),
     include_str!("../../kernels/igemm/mainloop.cuh"),
     include_str!("../../kernels/igemm/kernel.cu"),
+    include_str!("../../kernels/split_reduce.cuh"),
 );
 const SPLIT_THREADS: u32 = 256;
 /// Gathered rows keep one bit per tap along each dimension: at most 21 in 64 bits.
@@ -168,7 +169,7 @@ impl Solve<Cuda> for Igemm {
                 let weights = p.weight_elements();
                 Some(Split {
                     zero_bytes: if tile.two_stage { 0 } else { weights * 4 },
-                    reduce: self.device.function(&src, "igemm_reduce")?,
+                    reduce: self.device.function(&src, "split_reduce")?,
                     slices: if tile.two_stage { tile.splits as i32 } else { 1 },
                     count: weights as i32,
                     blocks: (weights.div_ceil(u64::from(SPLIT_THREADS)) as u32).clamp(1, self.device.sm_count * 8),
