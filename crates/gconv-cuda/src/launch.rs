@@ -136,6 +136,8 @@ fn tma_type(dtype: DataType) -> Result<cu::CUtensorMapDataType> {
     match dtype {
         DataType::Bf16 => Ok(T::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16),
         DataType::F16 => Ok(T::CU_TENSOR_MAP_DATA_TYPE_FLOAT16),
+        // fp32 in memory, multiplied as tf32.
+        DataType::Tf32 => Ok(T::CU_TENSOR_MAP_DATA_TYPE_TFLOAT32),
         other => Err(GconvError::Backend(format!("no TMA tensor map for {other} here"))),
     }
 }

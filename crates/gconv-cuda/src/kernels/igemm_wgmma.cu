@@ -12,22 +12,32 @@
 // zeros.
 //
 // Backward-weight (igemm_wgmma_weight): per group and tap, rows are output channels, columns
-// input channels, and the reduction runs over (a slice of) the pixels; both tiles MN-major.
+// input channels, and the reduction runs over (a slice of) the pixels; both tiles MN-major
+// (16-bit types only).
 //
 // One producer warpgroup (one elected thread) issues, per reduction block, the TMA loads of
 // both tiles (im2col for the activation: the tap as the im2col offset, the padding zero-filled
 // by the TMA unit; tiled for the filter or dy), 128-byte swizzled, onto the stage's full
-// barrier. CONSUMERS warpgroups each multiply a 64-row slice of the tile with wgmma m64nBNk16
-// (4 per block), keep one block's MMAs in flight and release the stage before it on its empty
-// barrier. The epilogue rounds and stores from registers.
+// barrier. CONSUMERS warpgroups each multiply a 64-row slice of the tile with wgmma m64nBN
+// (4 per block: 64 16-bit or 32 tf32 reduction elements), keep one block's MMAs in flight and
+// release the stage before it on its empty barrier. The epilogue rounds and stores from
+// registers.
 //
 // Compile-time: SPATIAL (1, 2, 3: the im2col map's rank less two), BN (64, 128, 256),
-// CONSUMERS (1, 2), STAGES, IN_F16 (fp16 operands, else bf16). Run-time: the problem (for
+// CONSUMERS (1, 2), STAGES and the data type (bf16, fp16, or fp32 multiplied as tf32:
+// GCONV_TF32, forward and backward-data only). Run-time: the problem (for
 // igemm_wgmma as a forward convolution of src into dst: for backward-data dy's extents as the
 // input's, the phase's dx pixels as the output, the groups' channel counts swapped and the
 // phase's taps, padding and dilation) and the tensor maps, made on the host.
 
-#define BK 64
+// Tiles are rows of 128 bytes: BK reduction elements of a K-major row (64 16-bit values, 32
+// fp32 for tf32), or 64 M or N elements of an MN-major row (16-bit only). One MMA takes
+// MMA_K reduction elements, 32 bytes of a K-major row.
+#define ROW_BYTES 128
+#define BK (ROW_BYTES / (int)sizeof(elem_t))
+#define MMA_K (32 / (int)sizeof(elem_t))
+// Backward-weight's reduction block: 64 pixels, a row each.
+#define PIXEL_BLOCK 64
 #define BM (64 * CONSUMERS)
 #define THREADS (128 * (CONSUMERS + 1))
 
@@ -104,10 +114,10 @@ __device__ __forceinline__ unsigned long long smem_desc_k(unsigned addr) {
 }
 
 __device__ __forceinline__ unsigned long long smem_desc_mn(unsigned addr) {
-    return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((64ull * BK * 2 >> 4) << 16) | (64ull << 32) | (1ull << 62);
+    return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((64ull * ROW_BYTES >> 4) << 16) | (64ull << 32) | (1ull << 62);
 }
 
-// wgmma m64nBNk16's operand list: BN / 2 accumulators per thread, then the two descriptors and
+// wgmma m64nBN's operand list: BN / 2 accumulators per thread, then the two descriptors and
 // the flag that adds to the accumulators (zero: overwrite them).
 #define P10(t) "%" #t "0, %" #t "1, %" #t "2, %" #t "3, %" #t "4, %" #t "5, %" #t "6, %" #t "7, %" #t "8, %" #t "9, "
 #define ACC8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
@@ -132,18 +142,23 @@ __device__ __forceinline__ unsigned long long smem_desc_mn(unsigned addr) {
 #endif
 #define STR_(x) #x
 #define STR(x) STR_(x)
-#if IN_F16
-#define WGMMA_TYPES "f32.f16.f16"
+// TRANSPOSE: 1 for MN-major operands, 0 for K-major; tf32 takes K-major only and no flags.
+#if defined(GCONV_TF32)
+#define WGMMA_TYPES "k8.f32.tf32.tf32"
+#define WGMMA_TRANSPOSE(T) ""
+#elif defined(GCONV_F16)
+#define WGMMA_TYPES "k16.f32.f16.f16"
+#define WGMMA_TRANSPOSE(T) ", " #T ", " #T
 #else
-#define WGMMA_TYPES "f32.bf16.bf16"
+#define WGMMA_TYPES "k16.f32.bf16.bf16"
+#define WGMMA_TRANSPOSE(T) ", " #T ", " #T
 #endif
-// TRANSPOSE: 1 for MN-major operands, 0 for K-major.
-#define WGMMA(TRANSPOSE)                                                                                        \
-    asm volatile(                                                                                               \
-        "{ .reg .pred p; setp.ne.b32 p, " WGMMA_FLAG ", 0;\n"                                                  \
-        "wgmma.mma_async.sync.aligned.m64n" STR(BN) "k16." WGMMA_TYPES " {" WGMMA_D "}, " WGMMA_AB ", p, 1, 1, " \
-        #TRANSPOSE ", " #TRANSPOSE "; }"                                                                        \
-        : WGMMA_ACC                                                                                             \
+#define WGMMA(TRANSPOSE)                                                                                             \
+    asm volatile(                                                                                                    \
+        "{ .reg .pred p; setp.ne.b32 p, " WGMMA_FLAG ", 0;\n"                                                       \
+        "wgmma.mma_async.sync.aligned.m64n" STR(BN) WGMMA_TYPES " {" WGMMA_D "}, " WGMMA_AB ", p, 1, 1" WGMMA_TRANSPOSE( \
+            TRANSPOSE) "; }"                                                                                         \
+        : WGMMA_ACC                                                                                                  \
         : "l"(a), "l"(b), "r"(accumulate))
 
 template <bool MN_MAJOR>
@@ -159,7 +174,7 @@ __device__ __forceinline__ void wgmma(float* d, unsigned long long a, unsigned l
 // bytes, 1024-byte aligned as the 128-byte swizzle wants), then a full and an empty barrier
 // per stage. The producer arrives once on a full barrier (with the bytes its loads bring), each
 // consumer warpgroup once on an empty one.
-constexpr unsigned TILE64_BYTES = 64 * BK * 2, A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+constexpr unsigned TILE64_BYTES = 64 * ROW_BYTES, A_BYTES = BM * ROW_BYTES, B_BYTES = BN * ROW_BYTES, STAGE_BYTES = A_BYTES + B_BYTES;
 
 struct Pipeline {
     unsigned base, bars;
@@ -203,9 +218,9 @@ __device__ __forceinline__ void consume(const Pipeline& pl, int blocks, int slic
         const unsigned a = pl.stage(s) + slice * TILE64_BYTES, b = pl.stage(s) + A_BYTES;
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk) {
+        for (int kk = 0; kk < 4; ++kk) {
             if constexpr (MN_MAJOR) {
-                wgmma<true>(d, smem_desc_mn(a + kk * 16 * 128), smem_desc_mn(b + kk * 16 * 128), it > 0 || kk > 0);
+                wgmma<true>(d, smem_desc_mn(a + kk * 16 * ROW_BYTES), smem_desc_mn(b + kk * 16 * ROW_BYTES), it > 0 || kk > 0);
             } else {
                 wgmma<false>(d, smem_desc_k(a + kk * 32), smem_desc_k(b + kk * 32), it > 0 || kk > 0);
             }
@@ -233,8 +248,12 @@ __device__ __forceinline__ void for_each_pair(const float* d, Store&& store) {
 }
 
 __device__ __forceinline__ void store_pair(elem_t* at, float v0, float v1) {
-    elem_t pair[2] = {from_f32(v0), from_f32(v1)};
-    *reinterpret_cast<unsigned*>(at) = *reinterpret_cast<unsigned*>(pair);
+    if constexpr (sizeof(elem_t) == 4) {
+        *reinterpret_cast<float2*>(at) = make_float2(v0, v1);
+    } else {
+        elem_t pair[2] = {from_f32(v0), from_f32(v1)};
+        *reinterpret_cast<unsigned*>(at) = *reinterpret_cast<unsigned*>(pair);
+    }
 }
 
 // Forward and backward-data (see the top): per group g (blockIdx.z), destination pixels by BM
@@ -286,6 +305,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     });
 }
 
+#if !defined(GCONV_TF32)
 // Backward-weight: per group, tap and slice of the pixels (blockIdx.z = g * splits + slice,
 // blockIdx.y = tap), dw[k][tap][c] sums dy[q][k] x[q's window moved by the tap][c] over the
 // slice's pixels q: rows k by BM (blockIdx.x % row tiles), columns c by BN, the reduction in
@@ -301,7 +321,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const int k0 = blockIdx.x % row_tiles * BM, c0 = blockIdx.x / row_tiles * BN, tap = blockIdx.y;
     const int g = blockIdx.z / splits, slice_of_pixels = blockIdx.z % splits;
     const int pixels = p.out[0] * p.out[1] * p.out[2];
-    const int all_blocks = (p.n * pixels + BK - 1) / BK;
+    const int all_blocks = (p.n * pixels + PIXEL_BLOCK - 1) / PIXEL_BLOCK;
     const int first = (int)((long long)all_blocks * slice_of_pixels / splits);
     const int blocks = (int)((long long)all_blocks * (slice_of_pixels + 1) / splits) - first;
     const int f[3] = {tap / (p.fil[1] * p.fil[2]), tap / p.fil[2] % p.fil[1], tap % p.fil[2]};
@@ -316,7 +336,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         for (int i = 0; i < 3; ++i) off[i] = (unsigned short)(f[i] * p.dil[i]);
         for (int it = 0; it < blocks; ++it) {
             const int s = produce(pl, it);
-            const int q = (first + it) * BK, n = q / pixels, pixel = q % pixels;
+            const int q = (first + it) * PIXEL_BLOCK, n = q / pixels, pixel = q % pixels;
             const int o[3] = {pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]};
             int pos[3];
 #pragma unroll
@@ -349,6 +369,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
     });
 }
+#endif
 
 // Where backward-data puts tap f of one dimension: dx positions h take the taps whose
 // f * dil = h + pad (mod stride), so the taps fall into phases by f * dil % stride. `before`:

@@ -1,15 +1,20 @@
 //! `cuda.igemm_wgmma`: implicit GEMM on Hopper's warpgroup MMA (`wgmma.mma_async`) fed by the
 //! tensor memory accelerator (kernels/igemm_wgmma.cu), built for `sm_90a` and offered on sm_90
-//! devices only. Channels-last 1D, 2D and 3D, bf16 and fp16, groups in the grid; forward, and
-//! backward-data as the forward product of dy with the filter flipped and transposed (a small
-//! kernel writes that filter into the workspace) and the padding mirrored, once per sub-pixel
-//! phase at a stride over one (each phase's dx pixels are reached by one residue class of taps
-//! and written with the stride; a phase no tap reaches gets zeros). The source tile comes by
-//! TMA im2col (the filter tap as the load's offset, the padding zero-filled by the TMA unit),
-//! the filter tile by a tiled TMA load; a producer warpgroup issues both onto an mbarrier
-//! pipeline of `st` stages and `wg` consumer warpgroups multiply 64 x `bn` each. Problem sizes
-//! are run-time (kernel parameters and tensor maps), so one build serves every shape of a
-//! config at a spatial rank.
+//! devices only. Channels-last 1D, 2D and 3D; bf16 and fp16 in every direction, fp32 as tf32
+//! forward and backward-data; groups in the grid.
+//!
+//! Forward reads x by TMA im2col (the filter tap as the load's offset, the padding zero-filled
+//! by the TMA unit) and the filter by tiled loads, both K-major. Backward-data is the forward
+//! product of dy with the filter flipped and transposed (a small kernel writes that filter into
+//! the workspace) and the padding mirrored, once per sub-pixel phase at a stride over one (each
+//! phase's dx pixels are reached by one residue class of taps and written with the stride; a
+//! phase no tap reaches gets zeros). Backward-weight multiplies dy (tiled loads) by x (im2col
+//! at each tap's offsets), both MN-major, per group and tap, its pixel reduction split into
+//! `ks` slices summed by atomics or in two stages (`red`).
+//!
+//! A producer warpgroup issues the loads onto an mbarrier pipeline of `st` stages and `wg`
+//! consumer warpgroups multiply 64 x `bn` each. Problem sizes are run-time (kernel parameters
+//! and tensor maps), so one build serves every shape of a config at a spatial rank and type.
 
 use std::sync::Arc;
 
@@ -23,9 +28,11 @@ use crate::launch::{self, Arg, Buffer, Im2col, TensorMap};
 use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
 
 const SOURCE: &str = concat!(include_str!("../kernels/igemm_wgmma.cu"), include_str!("../kernels/split_reduce.cuh"));
-/// A reduction block: 64 source channels of one tap (forward, backward-data) or 64 pixels
-/// (backward-weight), one 128-byte swizzled row of 16-bit values per row of the tile.
-const BK: u32 = 64;
+/// Tiles are rows of 128 bytes (the swizzle's width): a reduction block of forward and
+/// backward-data is one such row of source channels of one tap (64 16-bit values, 32 fp32).
+const ROW_BYTES: u32 = 128;
+/// Backward-weight's reduction block: 64 pixels, a row of each tile apiece.
+const PIXEL_BLOCK: u32 = 64;
 /// Rows of one consumer warpgroup's MMA.
 const ROWS_PER_CONSUMER: u32 = 64;
 const COLUMNS: [u32; 3] = [64, 128, 256];
@@ -86,7 +93,7 @@ impl Tile {
     /// Every stage's two tiles, their full and empty barriers, and room to align the tiles to
     /// 1024 bytes as the 128-byte swizzle wants.
     fn shared_bytes(self) -> u32 {
-        1024 + self.st * (self.rows() + self.bn) * BK * 2 + self.st * 2 * 8
+        1024 + self.st * (self.rows() + self.bn) * ROW_BYTES + self.st * 2 * 8
     }
 
     fn all() -> impl Iterator<Item = Tile> {
@@ -101,7 +108,6 @@ impl Tile {
             .define("BN", self.bn)
             .define("CONSUMERS", self.wg)
             .define("STAGES", self.st)
-            .define("IN_F16", u32::from(p.dtype == DataType::F16))
             .define("SPATIAL", p.dims.len())
             .arch_specific()
     }
@@ -199,6 +205,11 @@ impl WgmmaConfig {
         let splits: Vec<Split> = if p.direction == Direction::BackwardWeight { Split::all().collect() } else { vec![UNSPLIT] };
         Tile::all().flat_map(|tile| splits.iter().map(move |&split| WgmmaConfig { tile, split })).filter(|c| c.check(p).is_ok()).collect()
     }
+}
+
+/// Reduction elements in one 128-byte row: 64 of a 16-bit type, 32 of fp32 (tf32).
+fn row_elements(dtype: DataType) -> u32 {
+    ROW_BYTES / dtype.size_bytes() as u32
 }
 
 /// TMA im2col of a 1D, 2D or 3D source (a rank 3, 4 or 5 map): the bounding box's corners
@@ -379,15 +390,15 @@ impl Product {
         Ok(())
     }
 
-    /// The source's im2col map, `pixels` per load.
-    fn im2col(&self, pixels: u32) -> Im2col {
+    /// The source's im2col map, `channels` x `pixels` per load.
+    fn im2col(&self, channels: u32, pixels: u32) -> Im2col {
         let active = 3 - self.lower.len()..3;
         Im2col {
             extents: self.src.clone(),
             lower: self.lower.iter().map(|&c| c as i32).collect(),
             upper: self.upper.iter().map(|&c| c as i32).collect(),
             strides: active.rev().map(|i| self.params.stride[i] as u32).collect(),
-            channels: BK,
+            channels,
             pixels,
         }
     }
@@ -416,7 +427,7 @@ impl IgemmWgmma {
             let (kg, cg) = (geo.kg as u32, geo.cg as u32);
             let tile = with_stages(by_channels(cg, true), if kg <= 64 { 1 } else { 2 });
             let blocks = u64::from(kg.div_ceil(tile.rows()) * cg.div_ceil(tile.bn)) * geo.filter_volume() as u64 * u64::from(p.g);
-            let pixel_blocks = (geo.n * geo.output_volume()) as u64 / u64::from(BK);
+            let pixel_blocks = (geo.n * geo.output_volume()) as u64 / u64::from(PIXEL_BLOCK);
             let slices = SPLITS
                 .into_iter()
                 .take_while(|&s| s == 1 || u64::from(s) * MIN_BLOCKS_PER_SLICE <= pixel_blocks)
@@ -446,7 +457,7 @@ impl Solver for IgemmWgmma {
         let (major, minor) = self.device.capability;
         require!((major, minor) == (9, 0), "needs an sm_90 GPU (wgmma and TMA built for sm_90a), this is sm_{major}{minor}");
         require!(p.layout == Layout::Nhwc, "needs a channels-last layout (NWC, NHWC, NDHWC)");
-        require!(matches!(p.dtype, DataType::Bf16 | DataType::F16), "needs bf16 or fp16 operands (tf32 would need K-major fp32 tiles)");
+        require!(matches!(p.dtype, DataType::Bf16 | DataType::F16 | DataType::Tf32), "needs bf16, fp16 or tf32 operands (wgmma has no fp32 multiply)");
         let g = Geometry::new(p);
         require!(g.stride.iter().all(|&s| s <= MAX_STRIDE), "strides over {MAX_STRIDE} are beyond TMA's element strides");
         let products = Product::all(p);
@@ -457,6 +468,7 @@ impl Solver for IgemmWgmma {
         let narrowest = Tile { bn: COLUMNS[0], wg: CONSUMERS[0], st: STAGES[0] };
         require!(u64::from(p.g) <= MAX_GRID_YZ, "too many groups for the grid");
         if p.direction == Direction::BackwardWeight {
+            require!(p.dtype != DataType::Tf32, "backward-weight needs 16-bit operands (its tiles are MN-major, and tf32 wgmma takes K-major ones only)");
             let (cg, kg) = (g.cg as u32, g.kg as u32);
             require!(cg.is_multiple_of(8) && kg.is_multiple_of(8), "needs the input and output channels per group multiples of 8 (16-byte rows and paired stores), got {cg} and {kg}");
             require!(g.filter_volume() as u64 <= MAX_GRID_YZ, "too many filter taps for the grid");
@@ -465,7 +477,8 @@ impl Solver for IgemmWgmma {
             return Ok(());
         }
         let (src, dst) = products[0].channels();
-        require!(src.is_multiple_of(BK), "needs the channels it reduces per group a multiple of {BK} (one 128-byte TMA row per tap), got {src}");
+        let row = row_elements(p.dtype);
+        require!(src.is_multiple_of(row), "needs the channels it reduces per group a multiple of {row} (one 128-byte TMA row per tap), got {src}");
         require!(dst.is_multiple_of(8), "needs the channels it writes per group a multiple of 8 (16-byte filter rows and paired stores), got {dst}");
         require!(u64::from(dst.div_ceil(narrowest.bn)) <= MAX_GRID_YZ, "too many column tiles for the grid");
         let rows = products.iter().map(|product| product.rows).max().unwrap_or(0);
@@ -541,7 +554,7 @@ impl Solve<Cuda> for IgemmWgmma {
                 function,
                 launch,
                 dy: ((geo.n * geo.output_volume()) as u64, u64::from(p.k)),
-                im2col: product.im2col(BK),
+                im2col: product.im2col(PIXEL_BLOCK, PIXEL_BLOCK),
                 params: product.params,
                 dtype: p.dtype,
                 splits: split.slices as i32,
@@ -561,7 +574,7 @@ impl Solve<Cuda> for IgemmWgmma {
                     block_dim,
                     shared_mem_bytes: shared,
                 };
-                let im2col = product.has_taps().then(|| product.im2col(tile.rows()));
+                let im2col = product.has_taps().then(|| product.im2col(row_elements(p.dtype), tile.rows()));
                 ProductLaunch { launch, params: product.params, im2col, filter: (product.filter_offset, product.filter_matrix()), dst_offset: product.dst_offset }
             })
             .collect();
@@ -631,7 +644,7 @@ impl Invoker<Cuda> for WgmmaInvoker {
             if let Some(im2col) = &product.im2col {
                 let (offset, (rows, columns)) = product.filter;
                 let src = TensorMap::im2col(src, self.dtype, im2col)?;
-                let filter = TensorMap::tiled(filter.from_byte(offset * elem), self.dtype, rows, columns, self.bn, BK)?;
+                let filter = TensorMap::tiled(filter.from_byte(offset * elem), self.dtype, rows, columns, self.bn, row_elements(self.dtype))?;
                 maps = Some((src, filter));
             }
             let Some((src, filter)) = &maps else {
@@ -658,7 +671,7 @@ struct WeightInvoker {
     launch: LaunchConfig,
     /// dy as a matrix: a row per pixel, a column per output channel.
     dy: (u64, u64),
-    /// x, `BK` pixels per load.
+    /// x, a block of pixels per load.
     im2col: Im2col,
     /// The forward convolution's.
     params: ConvParams,
@@ -673,7 +686,7 @@ impl Invoker<Cuda> for WeightInvoker {
         if let Some(reduce) = self.reduce.as_ref().filter(|r| r.zero_bytes > 0) {
             b.zero_workspace(reduce.zero_bytes)?;
         }
-        let dy = TensorMap::tiled(b.y, self.dtype, self.dy.0, self.dy.1, BK, BK)?;
+        let dy = TensorMap::tiled(b.y, self.dtype, self.dy.0, self.dy.1, PIXEL_BLOCK, PIXEL_BLOCK)?;
         let x = TensorMap::im2col(b.x, self.dtype, &self.im2col)?;
         let args = [
             Arg::TensorMap(&dy),
@@ -793,12 +806,13 @@ mod tests {
         let (x, dy) = (t.x.to_f32(), t.y.to_f32());
         let pixels = out.iter().product::<i64>();
         let total = i64::from(q.n) * pixels;
-        let all_blocks = (total + i64::from(BK) - 1) / i64::from(BK);
+        let block = i64::from(PIXEL_BLOCK);
+        let all_blocks = (total + block - 1) / block;
         let mut dw = vec![0.0; t.w.len()];
         for slice in 0..i64::from(slices) {
             let first = all_blocks * slice / i64::from(slices);
             let last = all_blocks * (slice + 1) / i64::from(slices);
-            for pixel in (first * i64::from(BK)..last * i64::from(BK)).filter(|&m| m < total) {
+            for pixel in (first * block..last * block).filter(|&m| m < total) {
                 let (image, rest) = (pixel / pixels, pixel % pixels);
                 let o = [rest / (out[1] * out[2]), rest / out[2] % out[1], rest % out[2]];
                 for tap in 0..fil.iter().product::<i64>() {
