@@ -23,12 +23,13 @@
 // release the stage before it on its empty barrier. The epilogue rounds and stores from
 // registers.
 //
-// Compile-time: SPATIAL (1, 2, 3: the im2col map's rank less two), BN (64, 128, 256),
-// CONSUMERS (1, 2), STAGES and the data type (bf16, fp16, or fp32 multiplied as tf32:
-// GCONV_TF32, forward and backward-data only). Run-time: the problem (for
-// igemm_wgmma as a forward convolution of src into dst: for backward-data dy's extents as the
-// input's, the phase's dx pixels as the output, the groups' channel counts swapped and the
-// phase's taps, padding and dilation) and the tensor maps, made on the host.
+// Compile-time: WEIGHT (1: the backward-weight kernel; 0: the other directions' kernels, so a
+// build compiles only what it runs), SPATIAL (1, 2, 3: the im2col map's rank less two), BN
+// (64, 128, 256), CONSUMERS (1, 2), STAGES and the data type (bf16, fp16, or fp32 multiplied
+// as tf32: GCONV_TF32, forward and backward-data only). Run-time: the problem (for igemm_wgmma
+// as a forward convolution of src into dst: for backward-data dy's extents as the input's,
+// the phase's dx pixels as the output, the groups' channel counts swapped and the phase's
+// taps, padding and dilation) and the tensor maps, made on the host.
 
 // Tiles are rows of 128 bytes: BK reduction elements of a K-major row (64 16-bit values, 32
 // fp32 for tf32), or 64 M or N elements of an MN-major row (16-bit only). One MMA takes
@@ -256,56 +257,10 @@ __device__ __forceinline__ void store_pair(elem_t* at, float v0, float v1) {
     }
 }
 
-// Forward and backward-data (see the top): per group g (blockIdx.z), destination pixels by BM
-// (blockIdx.x), its channels by BN (blockIdx.y); the reduction runs over taps x 64-channel
-// chunks of the source.
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
-    igemm_wgmma(const __grid_constant__ TensorMap src_map, const __grid_constant__ TensorMap filter_map, ConvParams p, elem_t* dst) {
-    extern __shared__ unsigned char raw[];
-    const Pipeline pl = pipeline_init(raw);
-    const int chunks = p.cg / BK, blocks = p.fil[0] * p.fil[1] * p.fil[2] * chunks;
-    const int pixels = p.out[0] * p.out[1] * p.out[2];
-    const int m_total = p.n * pixels;
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN, g = blockIdx.z;
-    const int wg = threadIdx.x / 128;
-    if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (threadIdx.x != 0) return;
-        asm volatile("prefetch.tensormap [%0];" ::"l"(&src_map) : "memory");
-        asm volatile("prefetch.tensormap [%0];" ::"l"(&filter_map) : "memory");
-        // The tile's first pixel, as the source position its first tap starts from.
-        const int n = m0 / pixels;
-        const int dst_pos[3] = {m0 % pixels / (p.out[1] * p.out[2]), m0 / p.out[2] % p.out[1], m0 % p.out[2]};
-        int pos[3];
-#pragma unroll
-        for (int i = 0; i < 3; ++i) pos[i] = dst_pos[i] * p.stride[i] - p.pad[i];
-        for (int it = 0; it < blocks; ++it) {
-            const int s = produce(pl, it);
-            const int tap = it / chunks, c0 = (it % chunks) * BK;
-            const int tap_pos[3] = {tap / (p.fil[1] * p.fil[2]), tap / p.fil[2] % p.fil[1], tap % p.fil[2]};
-            unsigned short off[3];
-#pragma unroll
-            for (int i = 0; i < 3; ++i) off[i] = (unsigned short)(tap_pos[i] * p.dil[i]);
-            load_im2col(pl.stage(s), &src_map, g * p.cg + c0, pos, n, off, pl.full(s));
-            load_tile(pl.stage(s) + A_BYTES, &filter_map, tap * p.cg + c0, g * p.kg + n0, pl.full(s));
-        }
-        return;
-    }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-    float d[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
-    const int slice = wg - 1;
-    consume<false>(pl, blocks, slice, d);
-    for_each_pair(d, [&](int row, int column, float v0, float v1) {
-        const int m = m0 + slice * 64 + row, n = n0 + column;
-        if (m >= m_total || n >= p.kg) return;
-        const int pixel = m % pixels;
-        store_pair(dst + offset(p.ys, m / pixels, g * p.kg + n, pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]), v0, v1);
-    });
-}
-
-#if !defined(GCONV_TF32)
+#if WEIGHT
+#if defined(GCONV_TF32)
+#error "backward-weight multiplies MN-major tiles, which tf32 wgmma does not take"
+#endif
 // Backward-weight: per group, tap and slice of the pixels (blockIdx.z = g * splits + slice,
 // blockIdx.y = tap), dw[k][tap][c] sums dy[q][k] x[q's window moved by the tap][c] over the
 // slice's pixels q: rows k by BM (blockIdx.x % row tiles), columns c by BN, the reduction in
@@ -369,7 +324,57 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
     });
 }
-#endif
+
+#else
+
+// Forward and backward-data (see the top): per group g (blockIdx.z), destination pixels by BM
+// (blockIdx.x), its channels by BN (blockIdx.y); the reduction runs over taps x 64-channel
+// chunks of the source.
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+    igemm_wgmma(const __grid_constant__ TensorMap src_map, const __grid_constant__ TensorMap filter_map, ConvParams p, elem_t* dst) {
+    extern __shared__ unsigned char raw[];
+    const Pipeline pl = pipeline_init(raw);
+    const int chunks = p.cg / BK, blocks = p.fil[0] * p.fil[1] * p.fil[2] * chunks;
+    const int pixels = p.out[0] * p.out[1] * p.out[2];
+    const int m_total = p.n * pixels;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN, g = blockIdx.z;
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (threadIdx.x != 0) return;
+        asm volatile("prefetch.tensormap [%0];" ::"l"(&src_map) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(&filter_map) : "memory");
+        // The tile's first pixel, as the source position its first tap starts from.
+        const int n = m0 / pixels;
+        const int dst_pos[3] = {m0 % pixels / (p.out[1] * p.out[2]), m0 / p.out[2] % p.out[1], m0 % p.out[2]};
+        int pos[3];
+#pragma unroll
+        for (int i = 0; i < 3; ++i) pos[i] = dst_pos[i] * p.stride[i] - p.pad[i];
+        for (int it = 0; it < blocks; ++it) {
+            const int s = produce(pl, it);
+            const int tap = it / chunks, c0 = (it % chunks) * BK;
+            const int tap_pos[3] = {tap / (p.fil[1] * p.fil[2]), tap / p.fil[2] % p.fil[1], tap % p.fil[2]};
+            unsigned short off[3];
+#pragma unroll
+            for (int i = 0; i < 3; ++i) off[i] = (unsigned short)(tap_pos[i] * p.dil[i]);
+            load_im2col(pl.stage(s), &src_map, g * p.cg + c0, pos, n, off, pl.full(s));
+            load_tile(pl.stage(s) + A_BYTES, &filter_map, tap * p.cg + c0, g * p.kg + n0, pl.full(s));
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    float d[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+    const int slice = wg - 1;
+    consume<false>(pl, blocks, slice, d);
+    for_each_pair(d, [&](int row, int column, float v0, float v1) {
+        const int m = m0 + slice * 64 + row, n = n0 + column;
+        if (m >= m_total || n >= p.kg) return;
+        const int pixel = m % pixels;
+        store_pair(dst + offset(p.ys, m / pixels, g * p.kg + n, pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]), v0, v1);
+    });
+}
 
 // Where backward-data puts tap f of one dimension: dx positions h take the taps whose
 // f * dil = h + pad (mod stride), so the taps fall into phases by f * dil % stride. `before`:
@@ -419,3 +424,4 @@ extern "C" __global__ void flip_filter(const elem_t* w, elem_t* wt, ConvParams p
         if (k < kg && c < cg) wt[phase_start + ((long long)(g * cg + c) * phase_taps + flipped) * kg + k] = tile[threadIdx.x][i];
     }
 }
+#endif

@@ -108,6 +108,7 @@ impl Tile {
             .define("BN", self.bn)
             .define("CONSUMERS", self.wg)
             .define("STAGES", self.st)
+            .define("WEIGHT", u32::from(p.direction == Direction::BackwardWeight))
             .define("SPATIAL", p.dims.len())
             .arch_specific()
     }
