@@ -260,7 +260,14 @@ fn gpu_wgmma_implicit_gemm_on_medium_problems() {
         // Backward-weight's splits multiply the space by 15: every tile unsplit, every split
         // (atomics and two-stage) on the smallest tile.
         let sampled = |c: &Config| c.get("ks").is_none_or(|ks| ks == 1) || [c.get("bn"), c.get("wg"), c.get("st")] == [Some(64), Some(1), Some(3)];
-        for config in solver.configs(&p).filter(sampled) {
+        let configs: Vec<Config> = solver.configs(&p).filter(sampled).collect();
+        // Builds in parallel first: a failed one shows again, in its own words, below.
+        std::thread::scope(|scope| {
+            for config in &configs {
+                scope.spawn(|| solver.prepare(&p, config));
+            }
+        });
+        for config in configs {
             runs += 1;
             match misses(&*rt, &p, (&inputs, &exact), &config, solver.id()) {
                 Ok(None) => {}

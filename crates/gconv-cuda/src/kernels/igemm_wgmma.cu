@@ -171,9 +171,9 @@ __device__ __forceinline__ void wgmma(float* d, unsigned long long a, unsigned l
     }
 }
 
-// Shared memory: STAGES stages of a BM x 64 A tile and a BN x 64 B tile (64-row tiles of 128
-// bytes, 1024-byte aligned as the 128-byte swizzle wants), then a full and an empty barrier
-// per stage. The producer arrives once on a full barrier (with the bytes its loads bring), each
+// Shared memory: STAGES stages of a BM-row A tile and a BN-row B tile (rows of 128 bytes,
+// 1024-byte aligned as the 128-byte swizzle wants), then a full and an empty barrier per
+// stage. The producer arrives once on a full barrier (with the bytes its loads bring), each
 // consumer warpgroup once on an empty one.
 constexpr unsigned TILE64_BYTES = 64 * ROW_BYTES, A_BYTES = BM * ROW_BYTES, B_BYTES = BN * ROW_BYTES, STAGE_BYTES = A_BYTES + B_BYTES;
 
@@ -209,8 +209,8 @@ __device__ __forceinline__ unsigned produce(const Pipeline& pl, int it) {
 }
 
 // A consumer warpgroup's main loop over `blocks` reduction blocks into d, its 64-row slice of
-// the A tile against the whole B tile: four MMAs per block, one block kept in flight, the
-// stage before it released.
+// the A tile against the whole B tile: four MMAs per block (MN-major: 16 rows of K each), one
+// block kept in flight, the stage before it released.
 template <bool MN_MAJOR>
 __device__ __forceinline__ void consume(const Pipeline& pl, int blocks, int slice, float* d) {
     for (int it = 0; it < blocks; ++it) {
@@ -219,7 +219,7 @@ __device__ __forceinline__ void consume(const Pipeline& pl, int blocks, int slic
         const unsigned a = pl.stage(s) + slice * TILE64_BYTES, b = pl.stage(s) + A_BYTES;
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
+        for (int kk = 0; kk < BK / MMA_K; ++kk) {
             if constexpr (MN_MAJOR) {
                 wgmma<true>(d, smem_desc_mn(a + kk * 16 * ROW_BYTES), smem_desc_mn(b + kk * 16 * ROW_BYTES), it > 0 || kk > 0);
             } else {
