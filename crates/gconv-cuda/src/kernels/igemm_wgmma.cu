@@ -20,8 +20,8 @@
 // by the TMA unit; tiled for the filter or dy), 128-byte swizzled, onto the stage's full
 // barrier. CONSUMERS warpgroups each multiply a 64-row slice of the tile with wgmma m64nBN
 // (4 per block: 64 16-bit or 32 tf32 reduction elements), keep one block's MMAs in flight and
-// release the stage before it on its empty barrier. The epilogue rounds and stores from
-// registers.
+// release the stage before it on its empty barrier. The epilogue rounds the fp32 accumulators;
+// forward and backward-data stage them in shared memory and store whole rows.
 //
 // Compile-time: WEIGHT (1: the backward-weight kernel; 0: the other directions' kernels, so a
 // build compiles only what it runs), SPATIAL (1, 2, 3: the im2col map's rank less two), BN
@@ -248,6 +248,17 @@ __device__ __forceinline__ void for_each_pair(const float* d, Store&& store) {
     }
 }
 
+// Barriers among the consumer warpgroups (id 1) and within one of them (2 + its slice); the
+// producer warpgroup has left by then.
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"r"(CONSUMERS * 128) : "memory"); }
+__device__ __forceinline__ void warpgroup_sync(int slice) { asm volatile("bar.sync %0, 128;" ::"r"(2 + slice) : "memory"); }
+
+// The forward epilogue's staging of a consumer's 64 x BN results in the stages' memory: rows of
+// BN values and 16 bytes more, so that a warp's fragment writes (8 rows at a time) spread
+// over the banks, and rows start 16-byte aligned.
+#define STAGED_ROW (BN + 16 / (int)sizeof(elem_t))
+static_assert(BM * STAGED_ROW * sizeof(elem_t) <= STAGES * STAGE_BYTES, "the staged results must fit in the stages");
+
 __device__ __forceinline__ void store_pair(elem_t* at, float v0, float v1) {
     if constexpr (sizeof(elem_t) == 4) {
         *reinterpret_cast<float2*>(at) = make_float2(v0, v1);
@@ -328,7 +339,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #else
 
 // Forward and backward-data (see the top): per group g (blockIdx.z), destination pixels by BM
-// (blockIdx.x), its channels by BN (blockIdx.y); the reduction runs over taps x 64-channel
+// (blockIdx.x), its channels by BN (blockIdx.y); the reduction runs over taps x BK-channel
 // chunks of the source.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     igemm_wgmma(const __grid_constant__ TensorMap src_map, const __grid_constant__ TensorMap filter_map, ConvParams p, elem_t* dst) {
@@ -368,12 +379,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
     const int slice = wg - 1;
     consume<false>(pl, blocks, slice, d);
-    for_each_pair(d, [&](int row, int column, float v0, float v1) {
+    // Every consumer is done with the stages (their loads all landed): they stage the results,
+    // so that each destination row leaves in 16-byte chunks, a warp's stores contiguous.
+    consumers_sync();
+    elem_t* staged = reinterpret_cast<elem_t*>(raw + (pl.base - smem_addr(raw))) + slice * 64 * STAGED_ROW;
+    for_each_pair(d, [&](int row, int column, float v0, float v1) { store_pair(staged + row * STAGED_ROW + column, v0, v1); });
+    warpgroup_sync(slice);
+    constexpr int CHUNK = 16 / (int)sizeof(elem_t), CHUNKS = BN / CHUNK;
+    for (int i = threadIdx.x % 128; i < 64 * CHUNKS; i += 128) {
+        const int row = i / CHUNKS, column = i % CHUNKS * CHUNK;
         const int m = m0 + slice * 64 + row, n = n0 + column;
-        if (m >= m_total || n >= p.kg) return;
+        if (m >= m_total || n >= p.kg) continue;
         const int pixel = m % pixels;
-        store_pair(dst + offset(p.ys, m / pixels, g * p.kg + n, pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]), v0, v1);
-    });
+        elem_t* at = dst + offset(p.ys, m / pixels, g * p.kg + n, pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]);
+        *reinterpret_cast<uint4*>(at) = *reinterpret_cast<const uint4*>(staged + row * STAGED_ROW + column);
+    }
 }
 
 // Where backward-data puts tap f of one dimension: dx positions h take the taps whose
