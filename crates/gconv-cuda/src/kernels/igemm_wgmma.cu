@@ -248,6 +248,43 @@ __device__ __forceinline__ void for_each_pair(const float* d, Store&& store) {
     }
 }
 
+// Where the im2col window of destination pixel `pixel` (within its image) starts in the
+// source: the pixel's position times the stride, less the pad.
+__device__ __forceinline__ void window_start(const ConvParams& p, int pixel, int* pos) {
+    const int o[3] = {pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]};
+#pragma unroll
+    for (int i = 0; i < 3; ++i) pos[i] = o[i] * p.stride[i] - p.pad[i];
+}
+
+__device__ __forceinline__ void tap_position(const ConvParams& p, int tap, int* f) {
+    f[0] = tap / (p.fil[1] * p.fil[2]);
+    f[1] = tap / p.fil[2] % p.fil[1];
+    f[2] = tap % p.fil[2];
+}
+
+// The im2col offsets of a tap: its position times the dilation.
+__device__ __forceinline__ void tap_offsets(const ConvParams& p, const int* f, unsigned short* off) {
+#pragma unroll
+    for (int i = 0; i < 3; ++i) off[i] = (unsigned short)(f[i] * p.dil[i]);
+}
+
+// The producer warpgroup gives up registers to the consumers; one elected thread stays on (true
+// for it) and prefetches the two tensor maps.
+__device__ __forceinline__ bool producer_start(const TensorMap* a, const TensorMap* b) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (threadIdx.x != 0) return false;
+    asm volatile("prefetch.tensormap [%0];" ::"l"(a) : "memory");
+    asm volatile("prefetch.tensormap [%0];" ::"l"(b) : "memory");
+    return true;
+}
+
+// A consumer warpgroup takes the registers the producer gave up and zeroes its accumulators.
+__device__ __forceinline__ void consumer_start(float* d) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+}
+
 // Barriers among the consumer warpgroups (id 1) and within one of them (2 + its slice); the
 // producer warpgroup has left by then.
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"r"(CONSUMERS * 128) : "memory"); }
@@ -290,23 +327,19 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const int all_blocks = (p.n * pixels + PIXEL_BLOCK - 1) / PIXEL_BLOCK;
     const int first = (int)((long long)all_blocks * slice_of_pixels / splits);
     const int blocks = (int)((long long)all_blocks * (slice_of_pixels + 1) / splits) - first;
-    const int f[3] = {tap / (p.fil[1] * p.fil[2]), tap / p.fil[2] % p.fil[1], tap % p.fil[2]};
+    int f[3];
+    tap_position(p, tap, f);
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (threadIdx.x != 0) return;
-        asm volatile("prefetch.tensormap [%0];" ::"l"(&dy_map) : "memory");
-        asm volatile("prefetch.tensormap [%0];" ::"l"(&x_map) : "memory");
+        if (!producer_start(&dy_map, &x_map)) return;
         unsigned short off[3];
-#pragma unroll
-        for (int i = 0; i < 3; ++i) off[i] = (unsigned short)(f[i] * p.dil[i]);
+        tap_offsets(p, f, off);
         for (int it = 0; it < blocks; ++it) {
             const int s = produce(pl, it);
-            const int q = (first + it) * PIXEL_BLOCK, n = q / pixels, pixel = q % pixels;
-            const int o[3] = {pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]};
+            const int q = (first + it) * PIXEL_BLOCK;
             int pos[3];
-#pragma unroll
-            for (int i = 0; i < 3; ++i) pos[i] = o[i] * p.stride[i] - p.pad[i];
+            window_start(p, q % pixels, pos);
+            const int n = q / pixels;
 #pragma unroll
             for (int j = 0; j < CONSUMERS; ++j) load_tile(pl.stage(s) + j * TILE64_BYTES, &dy_map, g * p.kg + k0 + 64 * j, q, pl.full(s));
 #pragma unroll
@@ -314,10 +347,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     float d[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+    consumer_start(d);
     const int slice = wg - 1;
     consume<true>(pl, blocks, slice, d);
     const long long weights = (long long)p.g * p.kg * p.cg * p.fil[0] * p.fil[1] * p.fil[2];
@@ -351,32 +382,25 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN, g = blockIdx.z;
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (threadIdx.x != 0) return;
-        asm volatile("prefetch.tensormap [%0];" ::"l"(&src_map) : "memory");
-        asm volatile("prefetch.tensormap [%0];" ::"l"(&filter_map) : "memory");
+        if (!producer_start(&src_map, &filter_map)) return;
         // The tile's first pixel, as the source position its first tap starts from.
         const int n = m0 / pixels;
-        const int dst_pos[3] = {m0 % pixels / (p.out[1] * p.out[2]), m0 / p.out[2] % p.out[1], m0 % p.out[2]};
         int pos[3];
-#pragma unroll
-        for (int i = 0; i < 3; ++i) pos[i] = dst_pos[i] * p.stride[i] - p.pad[i];
+        window_start(p, m0 % pixels, pos);
         for (int it = 0; it < blocks; ++it) {
             const int s = produce(pl, it);
             const int tap = it / chunks, c0 = (it % chunks) * BK;
-            const int tap_pos[3] = {tap / (p.fil[1] * p.fil[2]), tap / p.fil[2] % p.fil[1], tap % p.fil[2]};
+            int f[3];
+            tap_position(p, tap, f);
             unsigned short off[3];
-#pragma unroll
-            for (int i = 0; i < 3; ++i) off[i] = (unsigned short)(tap_pos[i] * p.dil[i]);
+            tap_offsets(p, f, off);
             load_im2col(pl.stage(s), &src_map, g * p.cg + c0, pos, n, off, pl.full(s));
             load_tile(pl.stage(s) + A_BYTES, &filter_map, tap * p.cg + c0, g * p.kg + n0, pl.full(s));
         }
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     float d[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+    consumer_start(d);
     const int slice = wg - 1;
     consume<false>(pl, blocks, slice, d);
     // Every consumer is done with the stages (their loads all landed): they stage the results,
@@ -427,7 +451,8 @@ extern "C" __global__ void flip_filter(const elem_t* w, elem_t* wt, ConvParams p
     const int g = blockIdx.z / taps, tap = blockIdx.z % taps;
     const int kg = p.kg, cg = p.cg;
     const int c0 = blockIdx.x * 32, k0 = blockIdx.y * 32;
-    const int f[3] = {tap / (p.fil[1] * p.fil[2]), tap / p.fil[2] % p.fil[1], tap % p.fil[2]};
+    int f[3];
+    tap_position(p, tap, f);
     for (int i = threadIdx.y; i < 32; i += blockDim.y) {
         const int k = k0 + i, c = c0 + threadIdx.x;
         if (k < kg && c < cg) tile[i][threadIdx.x] = w[offset(p.ws, g * kg + k, c, f[0], f[1], f[2])];
