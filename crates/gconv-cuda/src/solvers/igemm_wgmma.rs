@@ -429,11 +429,8 @@ impl IgemmWgmma {
             let tile = with_stages(by_channels(cg, true), if kg <= 64 { 1 } else { 2 });
             let blocks = u64::from(kg.div_ceil(tile.rows()) * cg.div_ceil(tile.bn)) * geo.filter_volume() as u64 * u64::from(p.g);
             let pixel_blocks = (geo.n * geo.output_volume()) as u64 / u64::from(PIXEL_BLOCK);
-            let slices = SPLITS
-                .into_iter()
-                .take_while(|&s| s == 1 || u64::from(s) * MIN_BLOCKS_PER_SLICE <= pixel_blocks)
-                .find(|&s| blocks * u64::from(s) >= sms)
-                .unwrap_or_else(|| SPLITS.into_iter().rfind(|&s| s == 1 || u64::from(s) * MIN_BLOCKS_PER_SLICE <= pixel_blocks).unwrap_or(1));
+            let worth: Vec<u32> = SPLITS.into_iter().filter(|&s| s == 1 || u64::from(s) * MIN_BLOCKS_PER_SLICE <= pixel_blocks).collect();
+            let slices = worth.iter().copied().find(|&s| blocks * u64::from(s) >= sms).unwrap_or(worth[worth.len() - 1]);
             let config = WgmmaConfig { tile, split: Split { slices, two_stage: false } };
             return if config.check(p).is_ok() { config } else { WgmmaConfig { tile, split: UNSPLIT } };
         }
