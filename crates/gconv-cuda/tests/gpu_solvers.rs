@@ -224,7 +224,7 @@ fn misses(rt: &dyn Runtime, p: &ConvProblem, (inputs, exact): (&ConvTensors, &[f
     )))
 }
 
-/// cuda.igemm_wgmma (sm_90 only), every config, on problems its channel rules admit: row
+/// cuda.igemm_wgmma (sm_90 only), a sample of its configs, on problems its channel rules admit: row
 /// tiles crossing images, column tiles past K/G, strides (backward-data's sub-pixel phases,
 /// phases no tap reaches, a stride with a dilation that shares a factor), dilation, pads
 /// (wider than the filter reaches too), groups, a 1x1 and a wide 1x3, 1D and 3D; failures
@@ -252,14 +252,20 @@ fn gpu_wgmma_implicit_gemm_on_medium_problems() {
         "n2:c64:k64:i50:f5:s2:p2:d1",
         "n2:c64:k64:i5x9x9:f3x3x3:s1x1x1:p1x1x1:d1x1x1",
         "n1:c64:k128:i6x7x7:f3x3x3:s2x2x2:p1x1x1:d1x1x1",
+        // More tiles than a persistent grid has clusters, at every tile.
+        "n8:c64:k256:i48x48:f3x3:s1x1:p1x1:d1x1",
     ];
     let (mut failures, mut runs) = (Vec::new(), 0);
     for p in shapes.into_iter().flat_map(channels_last_variants).filter(|p| solver.applicable(p).is_ok()) {
         let inputs = ConvTensors::random(&p, 11);
         let exact = reference(&p, &inputs);
-        // Backward-weight's splits multiply the space by 15: every tile unsplit, every split
-        // (atomics and two-stage) on the smallest tile.
-        let sampled = |c: &Config| c.get("ks").is_none_or(|ks| ks == 1) || [c.get("bn"), c.get("wg"), c.get("st")] == [Some(64), Some(1), Some(3)];
+        // Every tile shape without clusters or a persistent grid, and with them at three
+        // stages; backward-weight's splits (x 15) on the smallest tile shape only.
+        let sampled = |c: &Config| {
+            let plain = c.get("cl") == Some(1) && c.get("ps") == Some(0);
+            let smallest = [c.get("bn"), c.get("wg"), c.get("st")] == [Some(64), Some(1), Some(3)];
+            (plain || c.get("st") == Some(3)) && (c.get("ks").is_none_or(|ks| ks == 1) || smallest)
+        };
         let configs: Vec<Config> = solver.configs(&p).filter(sampled).collect();
         // Builds in parallel first: a failed one shows again, in its own words, below.
         std::thread::scope(|scope| {

@@ -23,10 +23,17 @@
 // release the stage before it on its empty barrier. The epilogue rounds the fp32 accumulators;
 // forward and backward-data stage them in shared memory and store whole rows.
 //
+// Work goes out in units: CLUSTER row tiles (of the destination pixels, or of backward-weight's
+// output channels) that share the other operand's tile, one per CTA of a cluster, each CTA's
+// producer loading its share of that tile and multicasting it to every CTA of the cluster. A
+// grid of a unit per cluster takes each once; a PERSISTENT grid (a cluster per SM or pair of
+// SMs) walks them, its pipeline running on from one unit into the next while the consumers
+// store the last, through a staging area of their own.
+//
 // Compile-time: WEIGHT (1: the backward-weight kernel; 0: the other directions' kernels, so a
 // build compiles only what it runs), SPATIAL (1, 2, 3: the im2col map's rank less two), BN
-// (64, 128, 256), CONSUMERS (1, 2), STAGES and the data type (bf16, fp16, or fp32 multiplied
-// as tf32: GCONV_TF32, forward and backward-data only). Run-time: the problem (for igemm_wgmma
+// (64, 128, 256), CONSUMERS (1, 2), STAGES, CLUSTER (1, 2), PERSISTENT (0, 1) and the data
+// type (bf16, fp16, or fp32 multiplied as tf32: GCONV_TF32, forward and backward-data only). Run-time: the problem (for igemm_wgmma
 // as a forward convolution of src into dst: for backward-data dy's extents as the input's,
 // the phase's dx pixels as the output, the groups' channel counts swapped and the phase's
 // taps, padding and dilation) and the tensor maps, made on the host.
@@ -41,6 +48,15 @@
 #define PIXEL_BLOCK 64
 #define BM (64 * CONSUMERS)
 #define THREADS (128 * (CONSUMERS + 1))
+#if CLUSTER == 2
+#define CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
+#elif CLUSTER == 1
+#define CLUSTER_DIMS
+#else
+#error "CLUSTER must be 1 or 2"
+#endif
+// The CTAs of the cluster, as a multicast's mask.
+#define CLUSTER_MASK ((unsigned short)((1u << CLUSTER) - 1))
 
 struct __align__(128) TensorMap {
     unsigned long long opaque[16];
@@ -54,8 +70,37 @@ __device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
 
-__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+// Arrive on the barrier at shared address `bar` in every CTA of the cluster (with one CTA, its own).
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned bar) {
+#if CLUSTER == 1
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+#else
+#pragma unroll
+    for (unsigned cta = 0; cta < CLUSTER; ++cta) {
+        asm volatile(
+            "{ .reg .b32 remote; mapa.shared::cluster.u32 remote, %0, %1; mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote]; }"
+            ::"r"(bar), "r"(cta)
+            : "memory");
+    }
+#endif
+}
+
+__device__ __forceinline__ unsigned cluster_rank() {
+#if CLUSTER == 1
+    return 0;
+#else
+    unsigned rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    return rank;
+#endif
+}
+
+// Every thread of the cluster: its barriers are initialised before any CTA multicasts into or
+// arrives on them, and none leaves while another may still do so.
+__device__ __forceinline__ void cluster_sync() {
+#if CLUSTER > 1
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+#endif
 }
 
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
@@ -73,35 +118,49 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
 // tile's first destination pixel times the stride, less the pad), 64 channels from c, shifted
 // by the tap's offsets (ow, oh, od); pixels wrap across rows, planes and images, and those
 // outside the tensor read as zeros. Coordinates and offsets go innermost first, as many as the
-// map's rank wants.
-__device__ __forceinline__ void load_im2col(unsigned dst, const TensorMap* map, int c, const int* pos, int n, const unsigned short* off, unsigned bar) {
+// map's rank wants. MULTICAST: into every CTA of the cluster.
 #if SPATIAL == 1
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5], {%6};"
-        ::"r"(dst), "l"(map), "r"(c), "r"(pos[2]), "r"(n), "r"(bar), "h"(off[2])
-        : "memory");
+#define IM2COL_DIM "3d"
+#define IM2COL_OPERANDS "{%2, %3, %4}], [%5], {%6}"
+#define IM2COL_MASK ", %7"
+#define IM2COL_INPUTS "r"(c), "r"(pos[2]), "r"(n), "r"(bar), "h"(off[2])
 #elif SPATIAL == 2
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};"
-        ::"r"(dst), "l"(map), "r"(c), "r"(pos[2]), "r"(pos[1]), "r"(n), "r"(bar), "h"(off[2]), "h"(off[1])
-        : "memory");
+#define IM2COL_DIM "4d"
+#define IM2COL_OPERANDS "{%2, %3, %4, %5}], [%6], {%7, %8}"
+#define IM2COL_MASK ", %9"
+#define IM2COL_INPUTS "r"(c), "r"(pos[2]), "r"(pos[1]), "r"(n), "r"(bar), "h"(off[2]), "h"(off[1])
 #elif SPATIAL == 3
-    asm volatile(
-        "cp.async.bulk.tensor.5d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7], {%8, %9, %10};"
-        ::"r"(dst), "l"(map), "r"(c), "r"(pos[2]), "r"(pos[1]), "r"(pos[0]), "r"(n), "r"(bar), "h"(off[2]), "h"(off[1]), "h"(off[0])
-        : "memory");
+#define IM2COL_DIM "5d"
+#define IM2COL_OPERANDS "{%2, %3, %4, %5, %6}], [%7], {%8, %9, %10}"
+#define IM2COL_MASK ", %11"
+#define IM2COL_INPUTS "r"(c), "r"(pos[2]), "r"(pos[1]), "r"(pos[0]), "r"(n), "r"(bar), "h"(off[2]), "h"(off[1]), "h"(off[0])
 #else
 #error "SPATIAL must be 1, 2 or 3"
 #endif
+#define TMA_LOAD(DIM, MODE) "cp.async.bulk.tensor." DIM ".shared::cluster.global." MODE ".mbarrier::complete_tx::bytes"
+
+template <bool MULTICAST>
+__device__ __forceinline__ void load_im2col(unsigned dst, const TensorMap* map, int c, const int* pos, int n, const unsigned short* off, unsigned bar) {
+    if constexpr (MULTICAST && CLUSTER > 1) {
+        asm volatile(TMA_LOAD(IM2COL_DIM, "im2col") ".multicast::cluster [%0], [%1, " IM2COL_OPERANDS IM2COL_MASK ";"
+                     ::"r"(dst), "l"(map), IM2COL_INPUTS, "h"(CLUSTER_MASK)
+                     : "memory");
+    } else {
+        asm volatile(TMA_LOAD(IM2COL_DIM, "im2col") " [%0], [%1, " IM2COL_OPERANDS ";" ::"r"(dst), "l"(map), IM2COL_INPUTS : "memory");
+    }
 }
 
 // A box of a row-major matrix by a tiled map: its rows from `row` on, its columns from
-// `column` on (the filter's BN rows x 64 reduction elements, or dy's 64 pixels x 64 channels).
+// `column` on (the filter's rows x 64 reduction elements, or dy's 64 pixels x 64 channels).
+template <bool MULTICAST>
 __device__ __forceinline__ void load_tile(unsigned dst, const TensorMap* map, int column, int row, unsigned bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-        ::"r"(dst), "l"(map), "r"(column), "r"(row), "r"(bar)
-        : "memory");
+    if constexpr (MULTICAST && CLUSTER > 1) {
+        asm volatile(TMA_LOAD("2d", "tile") ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;"
+                     ::"r"(dst), "l"(map), "r"(column), "r"(row), "r"(bar), "h"(CLUSTER_MASK)
+                     : "memory");
+    } else {
+        asm volatile(TMA_LOAD("2d", "tile") " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst), "l"(map), "r"(column), "r"(row), "r"(bar) : "memory");
+    }
 }
 
 // Operands in shared memory with 128-byte swizzle, as the TMA loads lay them out: rows of 128
@@ -173,15 +232,21 @@ __device__ __forceinline__ void wgmma(float* d, unsigned long long a, unsigned l
 
 // Shared memory: STAGES stages of a BM-row A tile and a BN-row B tile (rows of 128 bytes,
 // 1024-byte aligned as the 128-byte swizzle wants), then a full and an empty barrier per
-// stage. The producer arrives once on a full barrier (with the bytes its loads bring), each
-// consumer warpgroup once on an empty one.
+// stage, then (PERSISTENT) the epilogue's staging area. The producer arrives once on a full
+// barrier (with the bytes its CTA's stage receives: its own loads and its cluster partners'
+// multicasts), each consumer warpgroup of the cluster once on an empty one (every CTA's
+// producer writes into every CTA's stage).
 constexpr unsigned TILE64_BYTES = 64 * ROW_BYTES, A_BYTES = BM * ROW_BYTES, B_BYTES = BN * ROW_BYTES, STAGE_BYTES = A_BYTES + B_BYTES;
+// Each CTA of a cluster loads this much of the B tile (its rows from rank x B_SHARE_ROWS on)
+// and multicasts it.
+constexpr unsigned B_SHARE_ROWS = BN / CLUSTER;
 
 struct Pipeline {
     unsigned base, bars;
     __device__ unsigned stage(int s) const { return base + s * STAGE_BYTES; }
     __device__ unsigned full(int s) const { return bars + 8 * s; }
     __device__ unsigned empty(int s) const { return bars + 8 * (STAGES + s); }
+    __device__ unsigned staging() const { return bars + 16 * STAGES; }
 };
 
 __device__ __forceinline__ Pipeline pipeline_init(unsigned char* raw) {
@@ -191,16 +256,18 @@ __device__ __forceinline__ Pipeline pipeline_init(unsigned char* raw) {
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(pl.full(s), 1);
-            mbar_init(pl.empty(s), CONSUMERS);
+            mbar_init(pl.empty(s), CONSUMERS * CLUSTER);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
+    cluster_sync();
     return pl;
 }
 
-// The producer's turn at reduction block `it`: wait until the consumers have released its
-// stage's previous block, announce the bytes the loads will bring, and return the stage.
+// The producer's turn at reduction block `it` (counted over all its units): wait until the
+// cluster's consumers have released its stage's previous block, announce the bytes the stage
+// will receive, and return the stage.
 __device__ __forceinline__ unsigned produce(const Pipeline& pl, int it) {
     const int s = it % STAGES;
     if (it >= STAGES) mbar_wait(pl.empty(s), (it / STAGES - 1) & 1);
@@ -208,30 +275,42 @@ __device__ __forceinline__ unsigned produce(const Pipeline& pl, int it) {
     return s;
 }
 
-// A consumer warpgroup's main loop over `blocks` reduction blocks into d, its 64-row slice of
-// the A tile against the whole B tile: four MMAs per block (MN-major: 16 rows of K each), one
-// block kept in flight, the stage before it released.
+__device__ __forceinline__ void zero(float* d) {
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+}
+
+// A consumer warpgroup's main loop over one unit's `blocks` reduction blocks, the pipeline's
+// blocks `first` on, into d (zeros when there are none): its 64-row slice of the A tile
+// against the whole B tile, four MMAs per block (MN-major: 16 rows of K each), one block kept
+// in flight, the stage before it released, and the last one's when all are done.
 template <bool MN_MAJOR>
-__device__ __forceinline__ void consume(const Pipeline& pl, int blocks, int slice, float* d) {
-    for (int it = 0; it < blocks; ++it) {
-        const int s = it % STAGES;
+__device__ __forceinline__ void consume(const Pipeline& pl, int first, int blocks, int slice, float* d) {
+    if (blocks == 0) {
+        zero(d);
+        return;
+    }
+    const bool releases = threadIdx.x % 128 == 0;
+    for (int i = 0; i < blocks; ++i) {
+        const int it = first + i, s = it % STAGES;
         mbar_wait(pl.full(s), (it / STAGES) & 1);
         const unsigned a = pl.stage(s) + slice * TILE64_BYTES, b = pl.stage(s) + A_BYTES;
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < BK / MMA_K; ++kk) {
             if constexpr (MN_MAJOR) {
-                wgmma<true>(d, smem_desc_mn(a + kk * 16 * ROW_BYTES), smem_desc_mn(b + kk * 16 * ROW_BYTES), it > 0 || kk > 0);
+                wgmma<true>(d, smem_desc_mn(a + kk * 16 * ROW_BYTES), smem_desc_mn(b + kk * 16 * ROW_BYTES), i > 0 || kk > 0);
             } else {
-                wgmma<false>(d, smem_desc_k(a + kk * 32), smem_desc_k(b + kk * 32), it > 0 || kk > 0);
+                wgmma<false>(d, smem_desc_k(a + kk * 32), smem_desc_k(b + kk * 32), i > 0 || kk > 0);
             }
         }
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         // This block's MMAs stay in flight; the previous block's are done, so its stage is free.
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        if (it > 0 && threadIdx.x % 128 == 0) mbar_arrive(pl.empty((it - 1) % STAGES));
+        if (i > 0 && releases) mbar_arrive_cluster(pl.empty((it - 1) % STAGES));
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    if (releases) mbar_arrive_cluster(pl.empty((first + blocks - 1) % STAGES));
 }
 
 // store(row, column, v0, v1) for each pair of adjacent columns of the accumulators a thread
@@ -281,20 +360,29 @@ __device__ __forceinline__ bool producer_start(const TensorMap* a, const TensorM
 // A consumer warpgroup takes the registers the producer gave up and zeroes its accumulators.
 __device__ __forceinline__ void consumer_start(float* d) {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+    zero(d);
 }
 
 // Barriers among the consumer warpgroups (id 1) and within one of them (2 + its slice); the
-// producer warpgroup has left by then.
+// producer warpgroup takes no part.
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"r"(CONSUMERS * 128) : "memory"); }
 __device__ __forceinline__ void warpgroup_sync(int slice) { asm volatile("bar.sync %0, 128;" ::"r"(2 + slice) : "memory"); }
 
-// The forward epilogue's staging of a consumer's 64 x BN results in the stages' memory: rows of
-// BN values and 16 bytes more, so that a warp's fragment writes (8 rows at a time) spread
-// over the banks, and rows start 16-byte aligned.
+// The forward epilogue's staging of a consumer's 64 x BN results: rows of BN values and 16
+// bytes more, so that a warp's fragment writes (8 rows at a time) spread over the banks, and
+// rows start 16-byte aligned. Without PERSISTENT in the stages' memory (free once the last
+// unit's loads have landed), with it in an area of its own (the producer is loading the
+// next unit into the stages meanwhile).
 #define STAGED_ROW (BN + 16 / (int)sizeof(elem_t))
-static_assert(BM * STAGED_ROW * sizeof(elem_t) <= STAGES * STAGE_BYTES, "the staged results must fit in the stages");
+static_assert(PERSISTENT || BM * STAGED_ROW * sizeof(elem_t) <= STAGES * STAGE_BYTES, "the staged results must fit in the stages");
+
+// The units a cluster takes: the one its place in the grid names, and (PERSISTENT) every one a
+// grid's worth of clusters on from there. Without PERSISTENT the grid has a cluster per unit.
+#if PERSISTENT
+#define FOR_EACH_UNIT(u, units) for (int u = blockIdx.x / CLUSTER; u < (units); u += gridDim.x / CLUSTER)
+#else
+#define FOR_EACH_UNIT(u, units) if (const int u = blockIdx.x / CLUSTER; u < (units))
+#endif
 
 __device__ __forceinline__ void store_pair(elem_t* at, float v0, float v1) {
     if constexpr (sizeof(elem_t) == 4) {
@@ -309,115 +397,190 @@ __device__ __forceinline__ void store_pair(elem_t* at, float v0, float v1) {
 #if defined(GCONV_TF32)
 #error "backward-weight multiplies MN-major tiles, which tf32 wgmma does not take"
 #endif
-// Backward-weight: per group, tap and slice of the pixels (blockIdx.z = g * splits + slice,
-// blockIdx.y = tap), dw[k][tap][c] sums dy[q][k] x[q's window moved by the tap][c] over the
-// slice's pixels q: rows k by BM (blockIdx.x % row tiles), columns c by BN, the reduction in
-// blocks of 64 pixels. Both tiles hold a pixel per row (MN-major operands): dy's by tiled
-// loads of 64 channels x 64 pixels, x's by im2col loads of 64 channels at the tap's offsets.
-// ConvParams as the forward convolution's. mode 0 stores into dw; 1 adds into the fp32
-// workspace (zeroed before); 2 stores the slice's own fp32 copy of the weights into it.
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+// Backward-weight: per group, tap and slice of the pixels, dw[k][tap][c] sums dy[q][k] x[q's
+// window moved by the tap][c] over the slice's pixels q: rows k by BM, columns c by BN, the
+// reduction in blocks of 64 pixels. A unit: CLUSTER row tiles of one column tile, tap, slice
+// and group (row tiles innermost, then columns, taps, slices, groups), sharing x's tile, of
+// which each CTA loads 64 / CLUSTER pixel rows. Both tiles hold a pixel per row (MN-major
+// operands): dy's by tiled loads of 64 channels x 64 pixels, x's by im2col loads of 64
+// channels at the tap's offsets. ConvParams as the forward convolution's. mode 0 stores into
+// dw; 1 adds into the fp32 workspace (zeroed before); 2 stores the slice's own fp32 copy of
+// the weights into it.
+struct WeightUnit {
+    int k0, c0, tap, slice, g;
+};
+
+extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     igemm_wgmma_weight(const __grid_constant__ TensorMap dy_map, const __grid_constant__ TensorMap x_map, ConvParams p, elem_t* dw, float* ws, int splits, int mode) {
     extern __shared__ unsigned char raw[];
     const Pipeline pl = pipeline_init(raw);
-    const int row_tiles = (p.kg + BM - 1) / BM;
-    const int k0 = blockIdx.x % row_tiles * BM, c0 = blockIdx.x / row_tiles * BN, tap = blockIdx.y;
-    const int g = blockIdx.z / splits, slice_of_pixels = blockIdx.z % splits;
+    const int rank = cluster_rank();
+    const int row_groups = ((p.kg + BM - 1) / BM + CLUSTER - 1) / CLUSTER, column_tiles = (p.cg + BN - 1) / BN;
+    const int taps = p.fil[0] * p.fil[1] * p.fil[2];
+    const int units = row_groups * column_tiles * taps * splits * p.g;
     const int pixels = p.out[0] * p.out[1] * p.out[2];
     const int all_blocks = (p.n * pixels + PIXEL_BLOCK - 1) / PIXEL_BLOCK;
-    const int first = (int)((long long)all_blocks * slice_of_pixels / splits);
-    const int blocks = (int)((long long)all_blocks * (slice_of_pixels + 1) / splits) - first;
-    int f[3];
-    tap_position(p, tap, f);
+    auto unit_at = [&](int u) {
+        WeightUnit t;
+        t.k0 = (u % row_groups * CLUSTER + rank) * BM;
+        u /= row_groups;
+        t.c0 = u % column_tiles * BN;
+        u /= column_tiles;
+        t.tap = u % taps;
+        u /= taps;
+        t.slice = u % splits;
+        t.g = u / splits;
+        return t;
+    };
+    // A slice's blocks of 64 pixels run from its first block to the next slice's.
+    auto first_block = [&](int slice) { return (int)((long long)all_blocks * slice / splits); };
+    constexpr int SHARE_PIXELS = PIXEL_BLOCK / CLUSTER;
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
-        if (!producer_start(&dy_map, &x_map)) return;
-        unsigned short off[3];
-        tap_offsets(p, f, off);
-        for (int it = 0; it < blocks; ++it) {
-            const int s = produce(pl, it);
-            const int q = (first + it) * PIXEL_BLOCK;
-            int pos[3];
-            window_start(p, q % pixels, pos);
-            const int n = q / pixels;
+        if (producer_start(&dy_map, &x_map)) {
+            int it = 0;
+            FOR_EACH_UNIT(u, units) {
+                const WeightUnit t = unit_at(u);
+                int f[3];
+                tap_position(p, t.tap, f);
+                unsigned short off[3];
+                tap_offsets(p, f, off);
+                for (int block = first_block(t.slice); block < first_block(t.slice + 1); ++block, ++it) {
+                    const int s = produce(pl, it);
+                    const int q = block * PIXEL_BLOCK, share = q + rank * SHARE_PIXELS;
 #pragma unroll
-            for (int j = 0; j < CONSUMERS; ++j) load_tile(pl.stage(s) + j * TILE64_BYTES, &dy_map, g * p.kg + k0 + 64 * j, q, pl.full(s));
+                    for (int j = 0; j < CONSUMERS; ++j) load_tile<false>(pl.stage(s) + j * TILE64_BYTES, &dy_map, t.g * p.kg + t.k0 + 64 * j, q, pl.full(s));
+                    int pos[3];
+                    window_start(p, share % pixels, pos);
 #pragma unroll
-            for (int j = 0; j < BN / 64; ++j) load_im2col(pl.stage(s) + A_BYTES + j * TILE64_BYTES, &x_map, g * p.cg + c0 + 64 * j, pos, n, off, pl.full(s));
+                    for (int j = 0; j < BN / 64; ++j) {
+                        const unsigned dst = pl.stage(s) + A_BYTES + j * TILE64_BYTES + rank * SHARE_PIXELS * ROW_BYTES;
+                        load_im2col<true>(dst, &x_map, t.g * p.cg + t.c0 + 64 * j, pos, share / pixels, off, pl.full(s));
+                    }
+                }
+            }
         }
-        return;
+    } else {
+        float d[BN / 2];
+        consumer_start(d);
+        const int slice = wg - 1;
+        const long long weights = (long long)p.g * p.kg * p.cg * taps;
+        int it = 0;
+        FOR_EACH_UNIT(u, units) {
+            const WeightUnit t = unit_at(u);
+            const int first = first_block(t.slice), blocks = first_block(t.slice + 1) - first;
+            consume<true>(pl, it, blocks, slice, d);
+            it += blocks;
+            int f[3];
+            tap_position(p, t.tap, f);
+            for_each_pair(d, [&](int row, int column, float v0, float v1) {
+                const int k = t.k0 + slice * 64 + row, c = t.c0 + column;
+                if (k >= p.kg || c >= p.cg) return;
+                const int i = offset(p.ws, t.g * p.kg + k, c, f[0], f[1], f[2]);
+                if (mode == 0) {
+                    store_pair(dw + i, v0, v1);
+                } else if (mode == 1) {
+                    atomicAdd(ws + i, v0);
+                    atomicAdd(ws + i + 1, v1);
+                } else {
+                    *reinterpret_cast<float2*>(ws + t.slice * weights + i) = make_float2(v0, v1);
+                }
+            });
+            zero(d);  // as in the forward epilogue: the accumulators die here
+        }
     }
-    float d[BN / 2];
-    consumer_start(d);
-    const int slice = wg - 1;
-    consume<true>(pl, blocks, slice, d);
-    const long long weights = (long long)p.g * p.kg * p.cg * p.fil[0] * p.fil[1] * p.fil[2];
-    for_each_pair(d, [&](int row, int column, float v0, float v1) {
-        const int k = k0 + slice * 64 + row, c = c0 + column;
-        if (k >= p.kg || c >= p.cg) return;
-        const int i = offset(p.ws, g * p.kg + k, c, f[0], f[1], f[2]);
-        if (mode == 0) {
-            store_pair(dw + i, v0, v1);
-        } else if (mode == 1) {
-            atomicAdd(ws + i, v0);
-            atomicAdd(ws + i + 1, v1);
-        } else {
-            *reinterpret_cast<float2*>(ws + slice_of_pixels * weights + i) = make_float2(v0, v1);
-        }
-    });
+    cluster_sync();
 }
 
 #else
 
-// Forward and backward-data (see the top): per group g (blockIdx.z), destination pixels by BM
-// (blockIdx.x), its channels by BN (blockIdx.y); the reduction runs over taps x BK-channel
-// chunks of the source.
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+// Forward and backward-data (see the top): per group, destination pixels by BM, its channels
+// by BN; the reduction runs over taps x BK-channel chunks of the source. A unit: CLUSTER row
+// tiles of one column tile and group (columns innermost, so that clusters running together
+// read the same pixels), sharing the filter's tile, of which each CTA loads BN / CLUSTER rows.
+struct Unit {
+    int m0, n0, g;
+};
+
+extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     igemm_wgmma(const __grid_constant__ TensorMap src_map, const __grid_constant__ TensorMap filter_map, ConvParams p, elem_t* dst) {
     extern __shared__ unsigned char raw[];
     const Pipeline pl = pipeline_init(raw);
+    const int rank = cluster_rank();
     const int chunks = p.cg / BK, blocks = p.fil[0] * p.fil[1] * p.fil[2] * chunks;
     const int pixels = p.out[0] * p.out[1] * p.out[2];
     const int m_total = p.n * pixels;
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN, g = blockIdx.z;
+    const int row_groups = ((m_total + BM - 1) / BM + CLUSTER - 1) / CLUSTER, column_tiles = (p.kg + BN - 1) / BN;
+    const int units = row_groups * column_tiles * p.g;
+    auto unit_at = [&](int u) {
+        Unit t;
+        t.n0 = u % column_tiles * BN;
+        u /= column_tiles;
+        t.m0 = (u % row_groups * CLUSTER + rank) * BM;
+        t.g = u / row_groups;
+        return t;
+    };
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
-        if (!producer_start(&src_map, &filter_map)) return;
-        // The tile's first pixel, as the source position its first tap starts from.
-        const int n = m0 / pixels;
-        int pos[3];
-        window_start(p, m0 % pixels, pos);
-        for (int it = 0; it < blocks; ++it) {
-            const int s = produce(pl, it);
-            const int tap = it / chunks, c0 = (it % chunks) * BK;
-            int f[3];
-            tap_position(p, tap, f);
-            unsigned short off[3];
-            tap_offsets(p, f, off);
-            load_im2col(pl.stage(s), &src_map, g * p.cg + c0, pos, n, off, pl.full(s));
-            load_tile(pl.stage(s) + A_BYTES, &filter_map, tap * p.cg + c0, g * p.kg + n0, pl.full(s));
+        if (producer_start(&src_map, &filter_map)) {
+            int it = 0;
+            FOR_EACH_UNIT(u, units) {
+                const Unit t = unit_at(u);
+                // The tile's first pixel, as the source position its first tap starts from.
+                const int n = t.m0 / pixels;
+                int pos[3];
+                window_start(p, t.m0 % pixels, pos);
+                for (int block = 0; block < blocks; ++block, ++it) {
+                    const int s = produce(pl, it);
+                    const int tap = block / chunks, c0 = block % chunks * BK;
+                    int f[3];
+                    tap_position(p, tap, f);
+                    unsigned short off[3];
+                    tap_offsets(p, f, off);
+                    load_im2col<false>(pl.stage(s), &src_map, t.g * p.cg + c0, pos, n, off, pl.full(s));
+                    const unsigned share = rank * B_SHARE_ROWS;
+                    load_tile<true>(pl.stage(s) + A_BYTES + share * ROW_BYTES, &filter_map, tap * p.cg + c0, t.g * p.kg + t.n0 + share, pl.full(s));
+                }
+            }
         }
-        return;
+    } else {
+        float d[BN / 2];
+        consumer_start(d);
+        const int slice = wg - 1;
+        constexpr int CHUNK = 16 / (int)sizeof(elem_t), CHUNKS = BN / CHUNK;
+#if PERSISTENT
+        elem_t* staged = reinterpret_cast<elem_t*>(raw + (pl.staging() - smem_addr(raw))) + slice * 64 * STAGED_ROW;
+#else
+        elem_t* staged = reinterpret_cast<elem_t*>(raw + (pl.base - smem_addr(raw))) + slice * 64 * STAGED_ROW;
+#endif
+        int it = 0;
+        FOR_EACH_UNIT(u, units) {
+            consume<false>(pl, it, blocks, slice, d);
+            it += blocks;
+            const Unit t = unit_at(u);
+            // The results leave through shared memory, so that each destination row goes in
+            // 16-byte chunks, a warp's stores contiguous.
+#if PERSISTENT
+            warpgroup_sync(slice);  // its rows of the unit before have left
+#else
+            consumers_sync();  // every consumer is done with the stages (their loads all landed)
+#endif
+            for_each_pair(d, [&](int row, int column, float v0, float v1) { store_pair(staged + row * STAGED_ROW + column, v0, v1); });
+            // The MMAs read the accumulators: zeros let them die here, not live on through the
+            // stores into the next unit.
+            zero(d);
+            warpgroup_sync(slice);
+            for (int i = threadIdx.x % 128; i < 64 * CHUNKS; i += 128) {
+                const int row = i / CHUNKS, column = i % CHUNKS * CHUNK;
+                const int m = t.m0 + slice * 64 + row, n = t.n0 + column;
+                if (m >= m_total || n >= p.kg) continue;
+                const int pixel = m % pixels;
+                elem_t* at = dst + offset(p.ys, m / pixels, t.g * p.kg + n, pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]);
+                *reinterpret_cast<uint4*>(at) = *reinterpret_cast<const uint4*>(staged + row * STAGED_ROW + column);
+            }
+        }
     }
-    float d[BN / 2];
-    consumer_start(d);
-    const int slice = wg - 1;
-    consume<false>(pl, blocks, slice, d);
-    // Every consumer is done with the stages (their loads all landed): they stage the results,
-    // so that each destination row leaves in 16-byte chunks, a warp's stores contiguous.
-    consumers_sync();
-    elem_t* staged = reinterpret_cast<elem_t*>(raw + (pl.base - smem_addr(raw))) + slice * 64 * STAGED_ROW;
-    for_each_pair(d, [&](int row, int column, float v0, float v1) { store_pair(staged + row * STAGED_ROW + column, v0, v1); });
-    warpgroup_sync(slice);
-    constexpr int CHUNK = 16 / (int)sizeof(elem_t), CHUNKS = BN / CHUNK;
-    for (int i = threadIdx.x % 128; i < 64 * CHUNKS; i += 128) {
-        const int row = i / CHUNKS, column = i % CHUNKS * CHUNK;
-        const int m = m0 + slice * 64 + row, n = n0 + column;
-        if (m >= m_total || n >= p.kg) continue;
-        const int pixel = m % pixels;
-        elem_t* at = dst + offset(p.ys, m / pixels, g * p.kg + n, pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]);
-        *reinterpret_cast<uint4*>(at) = *reinterpret_cast<const uint4*>(staged + row * STAGED_ROW + column);
-    }
+    cluster_sync();
 }
 
 // Where backward-data puts tap f of one dimension: dx positions h take the taps whose

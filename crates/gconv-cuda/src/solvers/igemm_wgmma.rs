@@ -13,8 +13,12 @@
 //! `ks` slices summed by atomics or in two stages (`red`).
 //!
 //! A producer warpgroup issues the loads onto an mbarrier pipeline of `st` stages and `wg`
-//! consumer warpgroups multiply 64 x `bn` each. Problem sizes are run-time (kernel parameters
-//! and tensor maps), so one build serves every shape of a config at a spatial rank and type.
+//! consumer warpgroups multiply 64 x `bn` each. `cl` 2 runs clusters of two CTAs on adjacent
+//! row tiles, each loading half of the tile they share (the filter's, or backward-weight's
+//! x) and multicasting it to both; `ps` 1 makes the grid persistent, a cluster per SM (pair)
+//! walking the tiles with its pipeline running on across them. Problem sizes are run-time
+//! (kernel parameters and tensor maps), so one build serves every shape of a config at a
+//! spatial rank and type.
 
 use std::sync::Arc;
 
@@ -38,10 +42,13 @@ const ROWS_PER_CONSUMER: u32 = 64;
 const COLUMNS: [u32; 3] = [64, 128, 256];
 const CONSUMERS: [u32; 2] = [1, 2];
 const STAGES: [u32; 3] = [3, 4, 5];
+/// CTAs per cluster.
+const CLUSTERS: [u32; 2] = [1, 2];
 /// What one block may opt in to on sm_90.
 const MAX_SHARED_BYTES: u32 = 227 * 1024;
 /// TMA element strides (the convolution stride) go up to 8.
 const MAX_STRIDE: usize = 8;
+const MAX_GRID_X: u64 = i32::MAX as u64;
 const MAX_GRID_YZ: u64 = 65_535;
 /// Slices backward-weight's pixel reduction may be split into.
 const SPLITS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
@@ -60,16 +67,19 @@ pub struct IgemmWgmma {
     pub device: Arc<CudaDevice>,
 }
 
-/// A block tile: columns, consumer warpgroups (64 rows each), pipeline stages.
+/// A block tile: columns, consumer warpgroups (64 rows each), pipeline stages, CTAs per
+/// cluster, and whether the grid is persistent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Tile {
     bn: u32,
     wg: u32,
     st: u32,
+    cl: u32,
+    persistent: bool,
 }
 
 impl Tile {
-    fn check(self) -> std::result::Result<(), String> {
+    fn check(self, dtype: DataType) -> std::result::Result<(), String> {
         if !COLUMNS.contains(&self.bn) {
             return Err(format!("bn must be one of {COLUMNS:?}"));
         }
@@ -79,7 +89,10 @@ impl Tile {
         if !STAGES.contains(&self.st) {
             return Err(format!("st must be one of {STAGES:?}"));
         }
-        let shared = self.shared_bytes();
+        if !CLUSTERS.contains(&self.cl) {
+            return Err(format!("cl must be one of {CLUSTERS:?}"));
+        }
+        let shared = self.shared_bytes(dtype);
         if shared > MAX_SHARED_BYTES {
             return Err(format!("needs {shared} bytes of shared memory, a block may have {MAX_SHARED_BYTES}"));
         }
@@ -90,17 +103,27 @@ impl Tile {
         ROWS_PER_CONSUMER * self.wg
     }
 
-    /// Every stage's two tiles, their full and empty barriers, and room to align the tiles to
-    /// 1024 bytes as the 128-byte swizzle wants.
-    fn shared_bytes(self) -> u32 {
-        1024 + self.st * (self.rows() + self.bn) * ROW_BYTES + self.st * 2 * 8
+    /// Every stage's two tiles, their full and empty barriers, room to align the tiles to 1024
+    /// bytes as the 128-byte swizzle wants, and a persistent grid's staging of the results
+    /// (rows of `bn` elements and 16 bytes).
+    fn shared_bytes(self, dtype: DataType) -> u32 {
+        let elem = dtype.size_bytes() as u32;
+        let staging = if self.persistent { self.rows() * (self.bn * elem + 16) } else { 0 };
+        1024 + self.st * (self.rows() + self.bn) * ROW_BYTES + self.st * 2 * 8 + staging
     }
 
-    fn all() -> impl Iterator<Item = Tile> {
-        COLUMNS
-            .into_iter()
-            .flat_map(|bn| CONSUMERS.into_iter().flat_map(move |wg| STAGES.into_iter().map(move |st| Tile { bn, wg, st })))
-            .filter(|t| t.check().is_ok())
+    fn all(dtype: DataType) -> impl Iterator<Item = Tile> {
+        let shapes = COLUMNS.into_iter().flat_map(|bn| CONSUMERS.into_iter().flat_map(move |wg| STAGES.into_iter().map(move |st| (bn, wg, st))));
+        shapes
+            .flat_map(|(bn, wg, st)| CLUSTERS.into_iter().flat_map(move |cl| [false, true].map(|persistent| Tile { bn, wg, st, cl, persistent })))
+            .filter(move |t| t.check(dtype).is_ok())
+    }
+
+    /// A grid of `units` units: a cluster each, or as many clusters as the SMs hold at once
+    /// (one CTA per SM) walking them.
+    fn grid(self, units: u64, sms: u32) -> u32 {
+        let clusters = if self.persistent { units.min(u64::from(sms / self.cl)) } else { units };
+        (clusters * u64::from(self.cl)) as u32
     }
 
     fn source(self, p: &ConvProblem) -> KernelSource {
@@ -108,6 +131,8 @@ impl Tile {
             .define("BN", self.bn)
             .define("CONSUMERS", self.wg)
             .define("STAGES", self.st)
+            .define("CLUSTER", self.cl)
+            .define("PERSISTENT", u32::from(self.persistent))
             .define("WEIGHT", u32::from(p.direction == Direction::BackwardWeight))
             .define("SPATIAL", p.dims.len())
             .arch_specific()
@@ -149,8 +174,8 @@ impl Split {
     }
 }
 
-/// A config: the block tile and, for backward-weight, the split (fields `ks` and `red`, as
-/// cuda.igemm_tc has them).
+/// A config: the block tile (fields `bn`, `wg`, `st`, `cl`, `ps`) and, for backward-weight,
+/// the split (`ks` and `red`, as cuda.igemm_tc has them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct WgmmaConfig {
     tile: Tile,
@@ -160,22 +185,25 @@ struct WgmmaConfig {
 impl WgmmaConfig {
     fn from_config(p: &ConvProblem, config: &Config) -> Result<Self> {
         let bad = |reason: String| GconvError::BadConfig { text: config.to_string(), reason };
+        let flag = |name: &str, value: u32| match value {
+            0 | 1 => Ok(value == 1),
+            _ => Err(bad(format!("{name} must be 0 or 1"))),
+        };
         let parsed = if p.direction == Direction::BackwardWeight {
-            let [bn, wg, st, slices, red] = config.expect_fields(["bn", "wg", "st", "ks", "red"])?;
-            if red > 1 {
-                return Err(bad("red must be 0 (atomics) or 1 (two-stage)".into()));
-            }
-            WgmmaConfig { tile: Tile { bn, wg, st }, split: Split { slices, two_stage: red == 1 } }
+            let [bn, wg, st, cl, ps, slices, red] = config.expect_fields(["bn", "wg", "st", "cl", "ps", "ks", "red"])?;
+            let tile = Tile { bn, wg, st, cl, persistent: flag("ps", ps)? };
+            WgmmaConfig { tile, split: Split { slices, two_stage: flag("red", red)? } }
         } else {
-            let [bn, wg, st] = config.expect_fields(["bn", "wg", "st"])?;
-            WgmmaConfig { tile: Tile { bn, wg, st }, split: UNSPLIT }
+            let [bn, wg, st, cl, ps] = config.expect_fields(["bn", "wg", "st", "cl", "ps"])?;
+            WgmmaConfig { tile: Tile { bn, wg, st, cl, persistent: flag("ps", ps)? }, split: UNSPLIT }
         };
         parsed.check(p).map_err(bad)?;
         Ok(parsed)
     }
 
     fn to_config(self, direction: Direction) -> Config {
-        let mut fields = vec![("bn", self.tile.bn), ("wg", self.tile.wg), ("st", self.tile.st)];
+        let Tile { bn, wg, st, cl, persistent } = self.tile;
+        let mut fields = vec![("bn", bn), ("wg", wg), ("st", st), ("cl", cl), ("ps", u32::from(persistent))];
         if direction == Direction::BackwardWeight {
             fields.extend([("ks", self.split.slices), ("red", u32::from(self.split.two_stage))]);
         }
@@ -183,7 +211,7 @@ impl WgmmaConfig {
     }
 
     fn check(self, p: &ConvProblem) -> std::result::Result<(), String> {
-        self.tile.check()?;
+        self.tile.check(p.dtype)?;
         let Split { slices, two_stage } = self.split;
         if !SPLITS.contains(&slices) {
             return Err(format!("ks must be one of {SPLITS:?}"));
@@ -191,8 +219,12 @@ impl WgmmaConfig {
         if two_stage && slices == 1 {
             return Err("red 1 (two-stage) needs ks over 1".into());
         }
-        if u64::from(p.g * slices) > MAX_GRID_YZ {
-            return Err(format!("{} groups x {slices} slices exceed the grid's {MAX_GRID_YZ}", p.g));
+        let (row_tiles, units) = self.work(p);
+        if self.tile.cl > 1 && row_tiles < 2 {
+            return Err(format!("cl {} shares loads between row tiles, and this problem has one of {} rows", self.tile.cl, self.tile.rows()));
+        }
+        if units * u64::from(self.tile.cl) > MAX_GRID_X {
+            return Err(format!("{units} work units exceed the grid"));
         }
         let bytes = self.split.workspace_bytes(p);
         if bytes > MAX_WORKSPACE_BYTES {
@@ -201,10 +233,24 @@ impl WgmmaConfig {
         Ok(())
     }
 
+    /// The row tiles and the work units (clusters' worth of row tiles, see the kernel) of the
+    /// largest launch.
+    fn work(self, p: &ConvProblem) -> (u64, u64) {
+        if p.direction == Direction::BackwardWeight {
+            let geo = Geometry::new(p);
+            let row_tiles = (geo.kg as u64).div_ceil(u64::from(self.tile.rows()));
+            let per_tap = row_tiles.div_ceil(u64::from(self.tile.cl)) * (geo.cg as u64).div_ceil(u64::from(self.tile.bn));
+            return (row_tiles, per_tap * geo.filter_volume() as u64 * u64::from(self.split.slices) * u64::from(p.g));
+        }
+        let products = Product::all(p);
+        let largest = products.iter().max_by_key(|product| product.rows);
+        largest.map_or((0, 0), |product| (product.row_tiles(self.tile), product.units(self.tile, p.g)))
+    }
+
     /// Every config for `p`'s direction.
     fn all(p: &ConvProblem) -> Vec<WgmmaConfig> {
         let splits: Vec<Split> = if p.direction == Direction::BackwardWeight { Split::all().collect() } else { vec![UNSPLIT] };
-        Tile::all().flat_map(|tile| splits.iter().map(move |&split| WgmmaConfig { tile, split })).filter(|c| c.check(p).is_ok()).collect()
+        Tile::all(p.dtype).flat_map(|tile| splits.iter().map(move |&split| WgmmaConfig { tile, split })).filter(|c| c.check(p).is_ok()).collect()
     }
 }
 
@@ -381,6 +427,12 @@ impl Product {
         self.rows.div_ceil(u64::from(tile.rows()))
     }
 
+    /// The kernel's work units: clusters' worth of row tiles x column tiles x groups.
+    fn units(&self, tile: Tile, groups: u32) -> u64 {
+        let (_, columns) = self.channels();
+        self.row_tiles(tile).div_ceil(u64::from(tile.cl)) * u64::from(columns.div_ceil(tile.bn)) * u64::from(groups)
+    }
+
     /// Why TMA cannot make this product's im2col loads, if it cannot.
     fn im2col_limits(&self, spatial: usize) -> Result<(), NotApplicable> {
         let reach = (0..3).map(|i| i64::from((self.params.filter[i] - 1).max(0) * self.params.dilation[i])).max().unwrap_or(0);
@@ -411,12 +463,13 @@ impl IgemmWgmma {
     /// 64 where they have no more; two consumers (128 rows) unless one fills the GPU better.
     /// Backward-weight: columns by input channels per group, rows by output channels, and the
     /// fewest slices of the pixels that fill the GPU while each keeps a few blocks of work.
-    /// Four stages where they fit.
+    /// Four stages where they fit; no clusters, a CTA per tile (until measurements say
+    /// otherwise).
     fn default_config(&self, p: &ConvProblem) -> WgmmaConfig {
         let sms = u64::from(self.device.sm_count);
         let with_stages = |bn: u32, wg: u32| {
-            let st = if (Tile { bn, wg, st: 4 }).check().is_ok() { 4 } else { 3 };
-            Tile { bn, wg, st }
+            let tile = |st: u32| Tile { bn, wg, st, cl: 1, persistent: false };
+            if tile(4).check(p.dtype).is_ok() { tile(4) } else { tile(3) }
         };
         let by_channels = |c: u32, wide: bool| match c {
             c if c <= 64 => 64,
@@ -439,9 +492,9 @@ impl IgemmWgmma {
             return WgmmaConfig { tile: with_stages(128, 2), split: UNSPLIT };
         };
         let (_, columns) = product.channels();
-        let blocks = |t: Tile| product.row_tiles(t) * u64::from(columns.div_ceil(t.bn)) * u64::from(p.g);
-        let bn = by_channels(columns, blocks(Tile { bn: 256, wg: 2, st: 4 }) >= sms);
-        let wg = if blocks(Tile { bn, wg: 2, st: 4 }) >= sms { 2 } else { 1 };
+        let blocks = |bn: u32, wg: u32| product.units(with_stages(bn, wg), p.g);
+        let bn = by_channels(columns, blocks(256, 2) >= sms);
+        let wg = if blocks(bn, 2) >= sms { 2 } else { 1 };
         WgmmaConfig { tile: with_stages(bn, wg), split: UNSPLIT }
     }
 }
@@ -463,24 +516,22 @@ impl Solver for IgemmWgmma {
         for product in products.iter().filter(|product| product.has_taps()) {
             product.im2col_limits(p.dims.len())?;
         }
-        let narrowest = Tile { bn: COLUMNS[0], wg: CONSUMERS[0], st: STAGES[0] };
-        require!(u64::from(p.g) <= MAX_GRID_YZ, "too many groups for the grid");
+        let narrowest = WgmmaConfig { tile: Tile { bn: COLUMNS[0], wg: CONSUMERS[0], st: STAGES[0], cl: 1, persistent: false }, split: UNSPLIT };
+        let (_, units) = narrowest.work(p);
+        require!(units <= MAX_GRID_X, "{units} work units at the smallest tile exceed the grid");
+        // The kernels count pixels in 32 bits, a cluster's row tiles past the last included.
+        let pixels = (g.n * g.output_volume().max(g.input_volume())) as u64;
+        require!(pixels <= MAX_GRID_X - 512, "{pixels} pixels are too many for the kernels' 32-bit indices");
         if p.direction == Direction::BackwardWeight {
             require!(p.dtype != DataType::Tf32, "backward-weight needs 16-bit operands (its tiles are MN-major, and tf32 wgmma takes K-major ones only)");
             let (cg, kg) = (g.cg as u32, g.kg as u32);
             require!(cg.is_multiple_of(8) && kg.is_multiple_of(8), "needs the input and output channels per group multiples of 8 (16-byte rows and paired stores), got {cg} and {kg}");
-            require!(g.filter_volume() as u64 <= MAX_GRID_YZ, "too many filter taps for the grid");
-            let tiles = u64::from(kg.div_ceil(narrowest.rows())) * u64::from(cg.div_ceil(narrowest.bn));
-            require!(tiles <= i32::MAX as u64, "too many weight tiles for the grid");
             return Ok(());
         }
         let (src, dst) = products[0].channels();
         let row = row_elements(p.dtype);
         require!(src.is_multiple_of(row), "needs the channels it reduces per group a multiple of {row} (one 128-byte TMA row per tap), got {src}");
         require!(dst.is_multiple_of(8), "needs the channels it writes per group a multiple of 8 (16-byte filter rows and paired stores), got {dst}");
-        require!(u64::from(dst.div_ceil(narrowest.bn)) <= MAX_GRID_YZ, "too many column tiles for the grid");
-        let rows = products.iter().map(|product| product.rows).max().unwrap_or(0);
-        require!(rows.div_ceil(u64::from(narrowest.rows())) <= i32::MAX as u64, "{rows} destination pixels are too many row tiles for the grid");
         if p.direction == Direction::BackwardData {
             require!((p.g as usize * g.filter_volume()) as u64 <= MAX_GRID_YZ, "too many groups x taps for the filter transpose's grid");
         }
@@ -524,18 +575,15 @@ impl Solve<Cuda> for IgemmWgmma {
     fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
         let WgmmaConfig { tile, split } = WgmmaConfig::from_config(p, config)?;
         let source = tile.source(p);
-        let shared = tile.shared_bytes();
+        let shared = tile.shared_bytes(p.dtype);
         let block_dim = (128 * (tile.wg + 1), 1, 1);
+        let sms = self.device.sm_count;
         if p.direction == Direction::BackwardWeight {
             let function = self.device.function(&source, "igemm_wgmma_weight")?;
             launch::allow_shared(&function, shared, self.id())?;
             let geo = Geometry::new(p);
-            let (cg, kg) = (geo.cg as u32, geo.kg as u32);
-            let launch = LaunchConfig {
-                grid_dim: (kg.div_ceil(tile.rows()) * cg.div_ceil(tile.bn), geo.filter_volume() as u32, p.g * split.slices),
-                block_dim,
-                shared_mem_bytes: shared,
-            };
+            let (_, units) = WgmmaConfig { tile, split }.work(p);
+            let launch = LaunchConfig { grid_dim: (tile.grid(units, sms), 1, 1), block_dim, shared_mem_bytes: shared };
             let weights = p.weight_elements();
             let reduce = match split.mode() {
                 0 => None,
@@ -552,7 +600,8 @@ impl Solve<Cuda> for IgemmWgmma {
                 function,
                 launch,
                 dy: ((geo.n * geo.output_volume()) as u64, u64::from(p.k)),
-                im2col: product.im2col(PIXEL_BLOCK, PIXEL_BLOCK),
+                // Each CTA of a cluster loads its share of x's pixels.
+                im2col: product.im2col(PIXEL_BLOCK, PIXEL_BLOCK / tile.cl),
                 params: product.params,
                 dtype: p.dtype,
                 splits: split.slices as i32,
@@ -566,12 +615,7 @@ impl Solve<Cuda> for IgemmWgmma {
         let products = Product::all(p)
             .into_iter()
             .map(|product| {
-                let (_, dst_channels) = product.channels();
-                let launch = LaunchConfig {
-                    grid_dim: (product.row_tiles(tile) as u32, dst_channels.div_ceil(tile.bn), p.g),
-                    block_dim,
-                    shared_mem_bytes: shared,
-                };
+                let launch = LaunchConfig { grid_dim: (tile.grid(product.units(tile, p.g), sms), 1, 1), block_dim, shared_mem_bytes: shared };
                 let im2col = product.has_taps().then(|| product.im2col(row_elements(p.dtype), tile.rows()));
                 ProductLaunch { launch, params: product.params, im2col, filter: (product.filter_offset, product.filter_matrix()), dst_offset: product.dst_offset }
             })
@@ -588,7 +632,7 @@ impl Solve<Cuda> for IgemmWgmma {
             }
             _ => None,
         };
-        Ok(Box::new(WgmmaInvoker { function, products, direction: p.direction, dtype: p.dtype, bn: tile.bn, flip }))
+        Ok(Box::new(WgmmaInvoker { function, products, direction: p.direction, dtype: p.dtype, filter_rows: tile.bn / tile.cl, flip }))
     }
 }
 
@@ -619,7 +663,8 @@ struct WgmmaInvoker {
     products: Vec<ProductLaunch>,
     direction: Direction,
     dtype: DataType,
-    bn: u32,
+    /// The filter rows a CTA loads per block: its cluster's share of the column tile.
+    filter_rows: u32,
     flip: Option<Flip>,
 }
 
@@ -642,7 +687,7 @@ impl Invoker<Cuda> for WgmmaInvoker {
             if let Some(im2col) = &product.im2col {
                 let (offset, (rows, columns)) = product.filter;
                 let src = TensorMap::im2col(src, self.dtype, im2col)?;
-                let filter = TensorMap::tiled(filter.from_byte(offset * elem), self.dtype, rows, columns, self.bn, row_elements(self.dtype))?;
+                let filter = TensorMap::tiled(filter.from_byte(offset * elem), self.dtype, rows, columns, self.filter_rows, row_elements(self.dtype))?;
                 maps = Some((src, filter));
             }
             let Some((src, filter)) = &maps else {
@@ -863,24 +908,100 @@ mod tests {
         }
     }
 
+    /// The tiles the kernel's CTAs visit on the grid the host launches for `units` units, as
+    /// FOR_EACH_UNIT walks them and `decode(unit, rank)` (unit_at's twin) names them; None
+    /// for a cluster's row tile past the last.
+    fn visited(tile: Tile, units: u64, sms: u32, decode: impl Fn(u64, u64) -> Option<[u64; 5]>) -> Vec<[u64; 5]> {
+        let grid = u64::from(tile.grid(units, sms));
+        let cl = u64::from(tile.cl);
+        assert_eq!(grid % cl, 0, "whole clusters");
+        let mut seen = Vec::new();
+        for cta in 0..grid {
+            let walk = if tile.persistent { (cta / cl..units).step_by((grid / cl) as usize).collect() } else { vec![cta / cl] };
+            seen.extend(walk.into_iter().filter_map(|u| decode(u, cta % cl)));
+        }
+        seen
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        /// Every config's grid, walked as the kernels walk their units, visits each tile (of
+        /// every product, group, tap and slice) exactly once.
+        #[test]
+        fn the_grid_visits_every_tile_once(
+            p in small_problem().prop_filter("channels-last", |p| p.layout == Layout::Nhwc),
+            sms in 1u32..160,
+        ) {
+            for config in WgmmaConfig::all(&p) {
+                let tile = config.tile;
+                let cl = u64::from(tile.cl);
+                let (rows, bn) = (u64::from(tile.rows()), u64::from(tile.bn));
+                if p.direction == Direction::BackwardWeight {
+                    let geo = Geometry::new(&p);
+                    let (row_tiles, columns, taps, slices) = ((geo.kg as u64).div_ceil(rows), (geo.cg as u64).div_ceil(bn), geo.filter_volume() as u64, u64::from(config.split.slices));
+                    let row_groups = row_tiles.div_ceil(cl);
+                    let (_, units) = config.work(&p);
+                    let mut seen = visited(tile, units, sms, |u, rank| {
+                        let k = u % row_groups * cl + rank;
+                        let rest = u / row_groups;
+                        let (c, rest) = (rest % columns, rest / columns);
+                        let (tap, rest) = (rest % taps, rest / taps);
+                        (k < row_tiles).then_some([k, c, tap, rest % slices, rest / slices])
+                    });
+                    let all = seen.len();
+                    seen.sort_unstable();
+                    seen.dedup();
+                    prop_assert_eq!(seen.len(), all, "{}: a tile visited twice", config.to_config(p.direction));
+                    prop_assert_eq!(all as u64, row_tiles * columns * taps * slices * u64::from(p.g));
+                    continue;
+                }
+                for product in Product::all(&p) {
+                    let (_, dst) = product.channels();
+                    let (row_tiles, columns) = (product.row_tiles(tile), u64::from(dst).div_ceil(bn));
+                    let row_groups = row_tiles.div_ceil(cl);
+                    let mut seen = visited(tile, product.units(tile, p.g), sms, |u, rank| {
+                        let (n, rest) = (u % columns, u / columns);
+                        let m = rest % row_groups * cl + rank;
+                        (m < row_tiles).then_some([m, n, rest / row_groups, 0, 0])
+                    });
+                    let all = seen.len();
+                    seen.sort_unstable();
+                    seen.dedup();
+                    prop_assert_eq!(seen.len(), all, "{}: a tile visited twice", config.to_config(p.direction));
+                    prop_assert_eq!(all as u64, row_tiles * columns * u64::from(p.g));
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_config_fits_and_round_trips() {
-        let forward = ConvProblem::from_key("v1:fwd:bf16:NHWC:n2:c64:k64:i8x8:f3x3:s1x1:p1x1:d1x1").unwrap();
+        // Two row tiles at most, for backward-weight at 128 rows: every cluster size applies.
+        let forward = ConvProblem::from_key("v1:fwd:bf16:NHWC:n2:c64:k256:i16x16:f3x3:s1x1:p1x1:d1x1").unwrap();
         let weight = ConvProblem { direction: Direction::BackwardWeight, ..forward.clone() };
-        let tiles: Vec<Tile> = Tile::all().collect();
-        assert_eq!(tiles.len(), 17, "all but 256 columns x 2 consumers x 5 stages fit");
-        assert_eq!(WgmmaConfig::all(&forward).len(), 17);
-        assert_eq!(WgmmaConfig::all(&weight).len(), 17 * (1 + 2 * (SPLITS.len() - 1)));
+        // Without a persistent grid all but 256 columns x 2 consumers x 5 stages fit; its
+        // staging area leaves out 256 x 1 x 5 and 256 x 2 x 4 too.
+        let tiles = 2 * (17 + 15);
+        assert_eq!(Tile::all(DataType::Bf16).count(), tiles);
+        assert_eq!(WgmmaConfig::all(&forward).len(), tiles);
+        assert_eq!(WgmmaConfig::all(&weight).len(), tiles * (1 + 2 * (SPLITS.len() - 1)));
+        let staged_in_fp32 = Tile { bn: 128, wg: 2, st: 5, cl: 1, persistent: true };
+        assert!(staged_in_fp32.check(DataType::Bf16).is_ok() && staged_in_fp32.check(DataType::Tf32).is_err());
         for p in [&forward, &weight] {
             for config in WgmmaConfig::all(p) {
                 assert_eq!(WgmmaConfig::from_config(p, &config.to_config(p.direction)).unwrap(), config);
             }
         }
-        let too_big = Config::new([("bn", 256), ("wg", 2), ("st", 5)]);
-        assert!(WgmmaConfig::from_config(&forward, &too_big).unwrap_err().to_string().contains("shared memory"));
-        assert!(WgmmaConfig::from_config(&forward, &Config::new([("bn", 96), ("wg", 2), ("st", 4)])).unwrap_err().to_string().contains("bn must be"));
-        let unsplit_two_stage = Config::new([("bn", 64), ("wg", 1), ("st", 4), ("ks", 1), ("red", 1)]);
-        assert!(WgmmaConfig::from_config(&weight, &unsplit_two_stage).unwrap_err().to_string().contains("needs ks over 1"));
-        assert!(WgmmaConfig::from_config(&weight, &Config::new([("bn", 64), ("wg", 1), ("st", 4)])).is_err(), "backward-weight wants ks and red");
+        let tile = |bn: u32, wg: u32, st: u32, cl: u32, ps: u32| Config::new([("bn", bn), ("wg", wg), ("st", st), ("cl", cl), ("ps", ps)]);
+        let error = |p: &ConvProblem, config: Config| WgmmaConfig::from_config(p, &config).unwrap_err().to_string();
+        assert!(error(&forward, tile(256, 2, 5, 1, 0)).contains("shared memory"));
+        assert!(error(&forward, tile(96, 2, 4, 1, 0)).contains("bn must be"));
+        assert!(error(&forward, tile(64, 1, 4, 4, 0)).contains("cl must be"));
+        assert!(error(&forward, tile(64, 1, 4, 1, 2)).contains("ps must be 0 or 1"));
+        let split = |cl: u32, ks: u32, red: u32| Config::new([("bn", 64), ("wg", 1), ("st", 4), ("cl", cl), ("ps", 0), ("ks", ks), ("red", red)]);
+        let one_row_tile = ConvProblem::from_key("v1:bwd-weight:bf16:NHWC:n2:c64:k64:i8x8:f3x3:s1x1:p1x1:d1x1").unwrap();
+        assert!(error(&one_row_tile, split(2, 1, 0)).contains("shares loads between row tiles"));
+        assert!(error(&weight, split(1, 1, 1)).contains("needs ks over 1"));
+        assert!(WgmmaConfig::from_config(&weight, &tile(64, 1, 4, 1, 0)).is_err(), "backward-weight wants ks and red");
     }
 }
