@@ -178,6 +178,29 @@ fn gpu_depthwise_tiles_on_medium_problems() {
     }
 }
 
+/// cuda.grouped_mma, every config, on grouped problems with 8 to 64 channels per group:
+/// tiles past the destination's edges, strides (backward-data's taps the stride does not
+/// divide, a 1x1 at stride 2 whose odd pixels no tap reaches), a 5x5, dilation with pads over
+/// the filter's span, blocks of groups past the last, 1D and 3D.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_grouped_mma_on_medium_problems() {
+    let rt = runtime();
+    let shapes = [
+        "n2:c64:k64:i15x13:f3x3:s1x1:p1x1:d1x1:g8",
+        "n2:c128:k128:i14x14:f3x3:s2x2:p1x1:d1x1:g8",
+        "n1:c96:k192:i9x11:f3x3:s1x1:p1x1:d1x1:g3",
+        "n2:c64:k96:i12x12:f5x5:s2x2:p2x2:d1x1:g4",
+        "n1:c256:k256:i7x7:f3x3:s1x1:p3x3:d2x2:g4",
+        "n2:c128:k128:i16x16:f1x1:s2x2:p0x0:d1x1:g16",
+        "n2:c48:k48:i40:f3:s3:p1:d1:g6",
+        "n2:c32:k32:i6x7x7:f3x3x3:s1x2x2:p1x1x1:d1x1x1:g4",
+    ];
+    for p in shapes.into_iter().flat_map(channels_last_variants) {
+        check_solvers(&*rt, &p, 64, |s| s.id() == "cuda.grouped_mma").unwrap();
+    }
+}
+
 /// Where a solution's output misses the reference, by destination channel and pixel
 /// (channels-last): whole pixels wrong point at the source tile, whole channels at the filter
 /// tile or the epilogue, everything at the MMA's operand layout. `None` when it matches.

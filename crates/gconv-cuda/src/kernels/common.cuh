@@ -43,6 +43,45 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
     return a;
 }
 
+// ldmatrix: four 8x8 matrices of 16-bit elements from shared memory, lane l giving the address
+// of row l % 8 of matrix l / 8 (sm_75+); .trans transposes each.
+__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void ldmatrix_x2(unsigned* r, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)));
+}
+
+// 16 bytes from global to shared memory by cp.async, or zeros when !valid (src must then still
+// be a mapped address).
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
+}
+
+#if defined(GCONV_BF16) || defined(GCONV_F16)
+// c += a b on the tensor cores, m16n8k16 with fp32 accumulators (sm_80+): a row-major 16 x 16,
+// b column-major 16 x 8, in the fragments ldmatrix gives.
+__device__ __forceinline__ void mma_m16n8k16(float* c, const unsigned* a, const unsigned* b) {
+#if defined(GCONV_BF16)
+#define MMA_16BIT_TYPES "bf16.bf16"
+#else
+#define MMA_16BIT_TYPES "f16.f16"
+#endif
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_16BIT_TYPES ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+
 // The problem in index form, as gconv_core::Geometry: three spatial dimensions (outer ones of
 // size 1 when the rank is lower) and element strides of each tensor. Must match ConvParams in
 // params.rs field for field.

@@ -6,6 +6,7 @@ pub mod depthwise_tiled;
 mod direct;
 pub mod gemm_blas;
 pub mod grouped_direct;
+pub mod grouped_mma;
 pub mod igemm;
 pub mod igemm_wgmma;
 pub mod naive;

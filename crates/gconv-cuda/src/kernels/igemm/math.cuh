@@ -7,29 +7,13 @@
 // rounded to TF32 first.
 #if defined(GCONV_TF32)
 #define MMA_K 8
-#elif defined(GCONV_BF16)
-#define MMA_K 16
-#define MMA_TYPES "bf16.bf16"
 #else
 #define MMA_K 16
-#define MMA_TYPES "f16.f16"
 #endif
 #define WM (BM / WARPS_M)
 #define WN (BN / WARPS_N)
 #define MI (WM / 16)
 #define NI (WN / 8)
-
-__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const elem_t* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const elem_t* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
 
 #if defined(GCONV_TF32)
 __device__ __forceinline__ void mma(float* c, const unsigned* a, const unsigned* b) {
@@ -76,11 +60,7 @@ __device__ __forceinline__ void load_b_pair(unsigned* r, const elem_t* bs, int n
 #endif
 }
 #else
-__device__ __forceinline__ void mma(float* c, const unsigned* a, const unsigned* b) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPES ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
+__device__ __forceinline__ void mma(float* c, const unsigned* a, const unsigned* b) { mma_m16n8k16(c, a, b); }
 
 // A fragment of rows m..m+15 at k..k+15, by ldmatrix (transposing M-major tiles).
 __device__ __forceinline__ void load_a(unsigned* a, const elem_t* as, int m, int k, int lane) {

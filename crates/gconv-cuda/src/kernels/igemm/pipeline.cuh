@@ -7,7 +7,7 @@ template <int W>
 __device__ __forceinline__ void copy_chunk(elem_t* dst, const elem_t* src, bool valid) {
     constexpr int BYTES = W * ELEM_BYTES;
     if constexpr (BYTES == 16) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
+        cp_async_16(dst, src, valid);
     } else if constexpr (BYTES >= 4) {
         asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(smem_addr(dst)), "l"(src), "n"(BYTES), "r"(valid ? BYTES : 0));
     } else {

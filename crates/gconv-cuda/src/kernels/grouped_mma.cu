@@ -1,0 +1,232 @@
+// cuda.grouped_mma: direct convolution on the tensor cores (mma.sync m16n8k16, fp32
+// accumulators) for grouped layers with few channels per group, channels-last 1D, 2D or 3D,
+// forward and backward-data at any stride, dilation and padding.
+//
+// A block computes a TH x TW tile of destination pixels of one image and depth plane, for GB
+// groups at once. The source window the tile reads (with its halo; zeros outside the tensor)
+// sits in shared memory, a pixel per row of GB x RC channels, and so do the groups' filters,
+// a row of taps x RC per destination channel. Each warp multiplies pairs of 16-pixel rows of
+// the tile with one group's filter: the reduction runs over taps x source channels in steps of
+// 16 (one tap's 16 channels, or two taps' 8), and ldmatrix takes each lane's row address from
+// a table of tap offsets, which is the im2col gather; a (pixel, tap) that reads nothing (a
+// tap past the last, or in backward-data one the stride does not divide) points at a zero
+// row. Depth taps run as an outer loop, the window reloaded per source plane.
+//
+// Forward reads x at pixel * stride - pad + tap * dil. Backward-data gathers: dx pixel h
+// takes dy at (h + pad - tap * dil) / stride where that divides, with the filter read
+// transposed (w[k][c] as row c); h + pad = a * stride + r puts h in phase r, whose taps and
+// their offsets from a lane's base row a come from the table of phase r.
+//
+// Compile-time: BACKWARD_DATA, RC (channels per group the product reduces: 8, 16, 32, 64), WC
+// (channels per group it writes, a multiple of 8 up to 64), GB, TH, TW, and the 16-bit type.
+
+#define WARPS 4
+#define THREADS (WARPS * 32)
+#define PIXELS (TH * TW)
+#define M_TILES (PIXELS / 16)
+// A warp's unit of work: two 16-pixel rows of the tile against one group's filter.
+#define PAIRS (M_TILES / 2)
+#define ITEMS (PAIRS * GB)
+#define ITEMS_PER_WARP (ITEMS / WARPS)
+#define N_TILES (WC / 8)
+// Source channels a block reads, and a window pixel's row in shared memory: 16 bytes more
+// than its channels, so that the 8 rows of an ldmatrix spread over the banks.
+#define SLAB (GB * RC)
+#define PIXEL_BYTES (SLAB * 2 + 16)
+static_assert(PIXELS % 32 == 0 && ITEMS % WARPS == 0, "the tile must give every warp whole pairs of rows");
+static_assert(RC == 8 || RC == 16 || RC == 32 || RC == 64, "reduced channels per group: 8, 16, 32 or 64");
+static_assert(WC % 8 == 0 && WC <= 64, "written channels per group: a multiple of 8 up to 64");
+
+__device__ __forceinline__ int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// One spatial dimension (height or width) of a block's source window.
+struct WindowDim {
+    int start, size;
+};
+
+// The source positions destination positions o0 .. o0 + tile - 1 read, over every tap: forward
+// o * stride - pad + f * dil; backward-data the (h + pad - f * dil) / stride that divide.
+__device__ __forceinline__ WindowDim window_dim(int o0, int tile, int taps, int stride, int pad, int dil) {
+    const int reach = (taps - 1) * dil;
+#if BACKWARD_DATA
+    return {floor_div(o0 + pad - reach, stride), (tile - 1 + reach + stride - 1) / stride + 1};
+#else
+    return {o0 * stride - pad, (tile - 1) * stride + reach + 1};
+#endif
+}
+
+// The tap steps of the reduction: 16 elements of taps x RC each, the last padded.
+__device__ __forceinline__ int steps(int taps) { return (taps * RC + 15) / 16; }
+// Taps the steps cover, the padding included.
+__device__ __forceinline__ int padded_taps(int taps) { return steps(taps) * 16 / RC; }
+
+extern "C" __global__ void __launch_bounds__(THREADS, 4)
+    grouped_mma(ConvParams p, const elem_t* src, const elem_t* w, elem_t* dst) {
+    extern __shared__ __align__(16) unsigned char smem[];
+#if BACKWARD_DATA
+    const int* src_ext = p.out;
+    const int* dst_ext = p.in;
+    const int* ss = p.ys;
+    const int* ds = p.xs;
+#else
+    const int* src_ext = p.in;
+    const int* dst_ext = p.out;
+    const int* ss = p.xs;
+    const int* ds = p.ys;
+#endif
+    const int tiles_w = (dst_ext[2] + TW - 1) / TW;
+    const int oy0 = blockIdx.x / tiles_w * TH, ox0 = blockIdx.x % tiles_w * TW;
+    const int n = blockIdx.y / dst_ext[0], od = blockIdx.y % dst_ext[0];
+    const int g0 = blockIdx.z * GB;
+    const WindowDim wy = window_dim(oy0, TH, p.fil[1], p.stride[1], p.pad[1], p.dil[1]);
+    const WindowDim wx = window_dim(ox0, TW, p.fil[2], p.stride[2], p.pad[2], p.dil[2]);
+    const int taps = p.fil[1] * p.fil[2], tap_slots = padded_taps(taps);
+    const int k_row = p.fil[0] * steps(taps) * 16 + 8;  // a filter row, 16 bytes of padding
+#if BACKWARD_DATA
+    const int phases_y = p.stride[1], phases_x = p.stride[2];
+#else
+    const int phases_y = 1, phases_x = 1;
+#endif
+
+    // Shared memory: the window, the filters (GB x WC rows), a zero row, the tap table (per
+    // phase and tap slot, the offset in window pixels from a lane's base pixel, or -1). All
+    // but the table in multiples of 16 bytes, as ldmatrix wants its rows.
+    unsigned char* window = smem;
+    elem_t* filter = reinterpret_cast<elem_t*>(window + wy.size * wx.size * PIXEL_BYTES);
+    unsigned char* zero_row = reinterpret_cast<unsigned char*>(filter + GB * WC * k_row);
+    int* table = reinterpret_cast<int*>(zero_row + 16);
+    const int tid = threadIdx.x;
+
+    if (tid < 4) reinterpret_cast<unsigned*>(zero_row)[tid] = 0;
+    for (int i = tid; i < phases_y * phases_x * tap_slots; i += THREADS) {
+        const int phase = i / tap_slots, tap = i % tap_slots;
+        int offset = -1;
+        if (tap < taps) {
+            const int fh = tap / p.fil[2], fw = tap % p.fil[2];
+#if BACKWARD_DATA
+            // h + pad = a * stride + r reads dy at a + (r - fh * dil) / stride where that divides.
+            const int ry = phase / phases_x - fh * p.dil[1], rx = phase % phases_x - fw * p.dil[2];
+            if (ry % p.stride[1] == 0 && rx % p.stride[2] == 0) offset = ry / p.stride[1] * wx.size + rx / p.stride[2];
+#else
+            offset = fh * p.dil[1] * wx.size + fw * p.dil[2];
+#endif
+        }
+        table[i] = offset;
+    }
+    // The filters: row (group, destination channel), element (depth tap, step x 16 + e) for the
+    // tap and source channel (taps x RC) e indexes, zero past them and past the last group.
+    const int row_steps = steps(taps) * 16;
+    for (int i = tid; i < GB * WC * p.fil[0] * row_steps; i += THREADS) {
+        const int row = i / (p.fil[0] * row_steps), col = i % (p.fil[0] * row_steps);
+        const int gi = row / WC, wc = row % WC, fd = col / row_steps, kk = col % row_steps;
+        const int g = g0 + gi, tap = kk / RC, rc = kk % RC;
+        elem_t v = from_f32(0.0f);
+        if (g < p.g && tap < taps) {
+            const int fh = tap / p.fil[2], fw = tap % p.fil[2];
+#if BACKWARD_DATA
+            v = w[offset(p.ws, g * p.kg + rc, wc, fd, fh, fw)];
+#else
+            v = w[offset(p.ws, g * p.kg + wc, rc, fd, fh, fw)];
+#endif
+        }
+        filter[row * k_row + col] = v;
+    }
+
+    const int warp = tid / 32, lane = tid % 32;
+    const int khalf = lane / 16;
+    // The window pixel a lane's ldmatrix row (destination pixel `pixel` of the tile) reads
+    // from at tap offset zero, and its phase's row of the tap table.
+    auto lane_row = [&](int pixel, int& base, int& phase) {
+        const int oy = oy0 + pixel / TW, ox = ox0 + pixel % TW;
+#if BACKWARD_DATA
+        base = ((oy + p.pad[1]) / p.stride[1] - wy.start) * wx.size + (ox + p.pad[2]) / p.stride[2] - wx.start;
+        phase = ((oy + p.pad[1]) % p.stride[1] * phases_x + (ox + p.pad[2]) % p.stride[2]) * tap_slots;
+#else
+        base = (oy - oy0) * p.stride[1] * wx.size + (ox - ox0) * p.stride[2];
+        phase = 0;
+#endif
+    };
+
+    float acc[ITEMS_PER_WARP][2][N_TILES][4];
+#pragma unroll
+    for (int it = 0; it < ITEMS_PER_WARP; ++it)
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < N_TILES; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[it][mt][nt][e] = 0.0f;
+
+    const int chunks = SLAB / 8, window_pixels = wy.size * wx.size;
+    for (int fd = 0; fd < p.fil[0]; ++fd) {
+        const int sd = src_coord(od, fd, p.stride[0], p.pad[0], p.dil[0], src_ext[0], BACKWARD_DATA);
+        if (sd < 0) continue;
+        __syncthreads();  // the previous plane's reads are done (and the tables written)
+        for (int i = tid; i < window_pixels * chunks; i += THREADS) {
+            const int pixel = i / chunks, chunk = i % chunks;
+            const int sy = wy.start + pixel / wx.size, sx = wx.start + pixel % wx.size;
+            const int c = g0 * RC + chunk * 8;
+            const bool valid = sy >= 0 && sy < src_ext[1] && sx >= 0 && sx < src_ext[2] && c < p.g * RC;
+            const elem_t* from = valid ? src + offset(ss, n, c, sd, sy, sx) : src;
+            cp_async_16(window + pixel * PIXEL_BYTES + chunk * 16, from, valid);
+        }
+        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+        __syncthreads();
+#pragma unroll
+        for (int it = 0; it < ITEMS_PER_WARP; ++it) {
+            const int item = warp * ITEMS_PER_WARP + it, gi = item / PAIRS;
+            int base[2], phase[2];
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) lane_row((item % PAIRS * 2 + mt) * 16 + lane % 16, base[mt], phase[mt]);
+            const elem_t* filter_rows = filter + (gi * WC + lane % 8 + (lane / 16) * 8) * k_row + fd * row_steps + ((lane / 8) % 2) * 8;
+            for (int step = 0; step < steps(taps); ++step) {
+                // This lane's 8 elements of the step: one tap's channels rc .. rc + 7.
+                const int kk = step * 16 + khalf * 8, tap = kk / RC, rc = kk % RC;
+                unsigned a[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+                    const int off = table[phase[mt] + tap];
+                    const unsigned char* row = off < 0 ? zero_row : window + (base[mt] + off) * PIXEL_BYTES + (gi * RC + rc) * 2;
+                    ldmatrix_x4(a[mt], row);
+                }
+#pragma unroll
+                for (int nt = 0; nt < N_TILES; nt += 2) {
+                    unsigned b[4];
+                    if (nt + 1 < N_TILES) {
+                        ldmatrix_x4(b, filter_rows + nt * 8 * k_row + step * 16);
+                    } else {
+                        ldmatrix_x2(b, filter_rows + nt * 8 * k_row + step * 16);
+                    }
+#pragma unroll
+                    for (int mt = 0; mt < 2; ++mt) {
+                        mma_m16n8k16(acc[it][mt][nt], a[mt], b);
+                        if (nt + 1 < N_TILES) mma_m16n8k16(acc[it][mt][nt + 1], a[mt], b + 2);
+                    }
+                }
+            }
+        }
+    }
+
+    // Each accumulator pair: destination pixel row lane / 4 (and + 8) of its 16-pixel row,
+    // channels 2 (lane % 4) + {0, 1} of its 8.
+#pragma unroll
+    for (int it = 0; it < ITEMS_PER_WARP; ++it) {
+        const int item = warp * ITEMS_PER_WARP + it, pair = item % PAIRS, g = g0 + item / PAIRS;
+        if (g >= p.g) continue;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int pixel = (pair * 2 + mt) * 16 + lane / 4 + half * 8;
+                const int oy = oy0 + pixel / TW, ox = ox0 + pixel % TW;
+                if (oy >= dst_ext[1] || ox >= dst_ext[2]) continue;
+#pragma unroll
+                for (int nt = 0; nt < N_TILES; ++nt) {
+                    const elem_t pair_values[2] = {from_f32(acc[it][mt][nt][2 * half]), from_f32(acc[it][mt][nt][2 * half + 1])};
+                    elem_t* at = dst + offset(ds, n, g * WC + nt * 8 + (lane % 4) * 2, od, oy, ox);
+                    *reinterpret_cast<unsigned*>(at) = *reinterpret_cast<const unsigned*>(pair_values);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,391 @@
+//! `cuda.grouped_mma`: grouped convolutions with few channels per group (8 to 64 reduced, up
+//! to 64 written), forward and backward-data at any stride, on the tensor cores' `mma.sync`
+//! (kernels/grouped_mma.cu), channels-last 1D, 2D and 3D, bf16 and fp16.
+//!
+//! A block stages the source window of a `th` x `tw` tile of destination pixels (halo and
+//! zero padding included) for `gb` groups in shared memory, with those groups' filters; its
+//! warps multiply 16-pixel rows of the tile by each group's filter, the im2col gather done by
+//! ldmatrix's per-lane row addresses from a table of tap offsets. Backward-data gathers dy
+//! directly (no phase split): a pixel's taps the stride does not divide read a zero row, which
+//! costs tensor-core work the memory-bound small groups have to spare.
+
+use std::sync::Arc;
+
+use cudarc::driver::LaunchConfig;
+use gconv_core::geometry::Geometry;
+use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
+
+use super::direct::{DirectInvoker, Kernels};
+use super::{builds_from_kernel, BuiltFrom};
+use crate::device::CudaDevice;
+use crate::launch;
+use crate::{ConvParams, Cuda, KernelSource};
+
+const SOURCE: &str = include_str!("../kernels/grouped_mma.cu");
+const WARPS: u32 = 4;
+/// Destination tiles (rows x columns): 64 or 128 pixels in rows of 16 for ldmatrix, one row
+/// for 1D.
+const TILES: [(u32, u32); 6] = [(4, 16), (8, 8), (8, 16), (16, 8), (1, 64), (1, 128)];
+const GROUPS_PER_BLOCK: [u32; 5] = [1, 2, 4, 8, 16];
+/// Channels per group the product reduces: ldmatrix rows of 8, a tap's channels per step of 16.
+const REDUCED: [u32; 4] = [8, 16, 32, 64];
+const MAX_WRITTEN: u32 = 64;
+/// A warp's items (two 16-pixel rows x one group) and their accumulators per thread: the
+/// kernel's register budget (four blocks of 128 threads per SM) holds no more without spills.
+const MAX_ITEMS_PER_WARP: u32 = 4;
+const MAX_ACCUMULATORS: u32 = 64;
+/// So that two blocks fit an SM.
+const MAX_SHARED_BYTES: u64 = 96 << 10;
+const MAX_GRID_YZ: u64 = 65_535;
+
+pub struct GroupedMma {
+    pub device: Arc<CudaDevice>,
+}
+
+/// Channels per group the product reduces and writes: forward C/G and K/G, backward-data
+/// the other way round.
+fn channels(p: &ConvProblem) -> (u32, u32) {
+    let geo = Geometry::new(p);
+    let (cg, kg) = (geo.cg as u32, geo.kg as u32);
+    if p.direction == Direction::BackwardData { (kg, cg) } else { (cg, kg) }
+}
+
+/// The destination's extents (depth, rows, columns).
+fn destination(p: &ConvProblem) -> [u32; 3] {
+    let geo = Geometry::new(p);
+    (if p.direction == Direction::BackwardData { geo.input } else { geo.output }).map(|v| v as u32)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tile {
+    th: u32,
+    tw: u32,
+    gb: u32,
+}
+
+impl Tile {
+    fn all() -> impl Iterator<Item = Tile> {
+        TILES.into_iter().flat_map(|(th, tw)| GROUPS_PER_BLOCK.into_iter().map(move |gb| Tile { th, tw, gb }))
+    }
+
+    fn items_per_warp(self) -> u32 {
+        self.th * self.tw / 32 * self.gb / WARPS
+    }
+
+    fn check(self, p: &ConvProblem) -> std::result::Result<(), String> {
+        if !TILES.contains(&(self.th, self.tw)) {
+            return Err(format!("th x tw must be one of {TILES:?}"));
+        }
+        if !GROUPS_PER_BLOCK.contains(&self.gb) {
+            return Err(format!("gb must be one of {GROUPS_PER_BLOCK:?}"));
+        }
+        let pairs = self.th * self.tw / 32;
+        if !(pairs * self.gb).is_multiple_of(WARPS) {
+            return Err(format!("{pairs} pairs of pixel rows x {} groups do not split over {WARPS} warps", self.gb));
+        }
+        let (_, written) = channels(p);
+        let items = self.items_per_warp();
+        if items > MAX_ITEMS_PER_WARP || items * written > MAX_ACCUMULATORS {
+            return Err(format!("{items} items per warp x {written} channels exceed the registers ({MAX_ITEMS_PER_WARP} items, {MAX_ACCUMULATORS} accumulators)"));
+        }
+        if p.dims.len() == 1 && self.th > 1 {
+            return Err("1D problems take one-row tiles (th 1)".into());
+        }
+        let bytes = self.shared_bytes(p);
+        if bytes > MAX_SHARED_BYTES {
+            return Err(format!("needs {bytes} bytes of shared memory, more than {MAX_SHARED_BYTES}"));
+        }
+        Ok(())
+    }
+
+    /// The kernel's layout: the source window (a row of gb x reduced channels and 16 bytes
+    /// per pixel), the filters (a row per group and written channel: depth taps x the steps of
+    /// 16 over taps x reduced channels, and 8 elements), a zero row, the tap table (an int per
+    /// phase and padded tap).
+    fn shared_bytes(self, p: &ConvProblem) -> u64 {
+        let geo = Geometry::new(p);
+        let (reduced, written) = (u64::from(channels(p).0), u64::from(channels(p).1));
+        let backward = p.direction == Direction::BackwardData;
+        let window = |i: usize, tile: u32| {
+            let (stride, reach) = (geo.stride[i] as u64, ((geo.filter[i] - 1) * geo.dilation[i]) as u64);
+            let tile = u64::from(tile);
+            if backward { (tile - 1 + reach).div_ceil(stride) + 1 } else { (tile - 1) * stride + reach + 1 }
+        };
+        let pixels = window(1, self.th) * window(2, self.tw);
+        let gb = u64::from(self.gb);
+        let taps = (geo.filter[1] * geo.filter[2]) as u64;
+        let steps = (taps * reduced).div_ceil(16);
+        let filter_row = geo.filter[0] as u64 * steps * 16 + 8;
+        let phases = if backward { (geo.stride[1] * geo.stride[2]) as u64 } else { 1 };
+        pixels * (gb * reduced * 2 + 16) + gb * written * filter_row * 2 + 16 + phases * steps * 16 / reduced * 4
+    }
+
+    fn to_config(self) -> Config {
+        Config::new([("th", self.th), ("tw", self.tw), ("gb", self.gb)])
+    }
+
+    fn from_config(p: &ConvProblem, config: &Config) -> Result<Self> {
+        let [th, tw, gb] = config.expect_fields(["th", "tw", "gb"])?;
+        let tile = Tile { th, tw, gb };
+        tile.check(p).map_err(|reason| GconvError::BadConfig { text: config.to_string(), reason })?;
+        Ok(tile)
+    }
+
+    fn source(self, p: &ConvProblem) -> KernelSource {
+        let (reduced, written) = channels(p);
+        KernelSource::new("grouped_mma.cu", SOURCE, p.dtype)
+            .define("BACKWARD_DATA", u32::from(p.direction == Direction::BackwardData))
+            .define("RC", reduced)
+            .define("WC", written)
+            .define("GB", self.gb)
+            .define("TH", self.th)
+            .define("TW", self.tw)
+    }
+
+    fn blocks(self, p: &ConvProblem) -> (u64, u64, u64) {
+        let [depth, rows, cols] = destination(p).map(u64::from);
+        (rows.div_ceil(u64::from(self.th)) * cols.div_ceil(u64::from(self.tw)), u64::from(p.n) * depth, u64::from(p.g.div_ceil(self.gb)))
+    }
+}
+
+impl GroupedMma {
+    /// Rows of 16 where the destination is that wide (4 of them at a forward stride, whose
+    /// window grows with it), 8 x 8 where it is narrower, one row of 128 in 1D; as many
+    /// groups as make a 64-channel source slab, fewer where the tile must shrink to fit.
+    fn default_tile(&self, p: &ConvProblem) -> Option<Tile> {
+        let [_, _, cols] = destination(p);
+        let strided = p.direction == Direction::Forward && Geometry::new(p).stride.iter().any(|&s| s > 1);
+        let shapes: &[(u32, u32)] = match p.dims.len() {
+            1 => &[(1, 128), (1, 64)],
+            _ if cols < 16 => &[(8, 8), (4, 16)],
+            _ if strided => &[(4, 16), (8, 8)],
+            _ => &[(8, 16), (4, 16), (8, 8)],
+        };
+        let (reduced, _) = channels(p);
+        let widest = (64 / reduced).max(1);
+        let candidates = shapes.iter().flat_map(|&(th, tw)| GROUPS_PER_BLOCK.into_iter().rev().filter(move |&gb| gb <= widest).map(move |gb| Tile { th, tw, gb }));
+        candidates.into_iter().find(|t| t.check(p).is_ok()).or_else(|| Tile::all().find(|t| t.check(p).is_ok()))
+    }
+}
+
+impl Solver for GroupedMma {
+    fn id(&self) -> &'static str {
+        "cuda.grouped_mma"
+    }
+
+    fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
+        let (major, minor) = self.device.capability;
+        require!(major >= 8, "needs mma.sync on 16-bit types (sm_80 or newer), this is sm_{major}{minor}");
+        require!(p.layout == Layout::Nhwc, "reads channels-last (NWC, NHWC, NDHWC) tensors only");
+        require!(matches!(p.dtype, DataType::Bf16 | DataType::F16), "multiplies bf16 or fp16 on the tensor cores");
+        require!(p.direction != Direction::BackwardWeight, "computes forward and backward-data; backward-weight is not implemented");
+        require!(p.g > 1, "for grouped convolutions (dense ones go to the implicit GEMMs)");
+        let (reduced, written) = channels(p);
+        require!(REDUCED.contains(&reduced), "reduces {reduced} channels per group; takes {REDUCED:?}");
+        require!(written.is_multiple_of(8) && written <= MAX_WRITTEN, "writes {written} channels per group; takes multiples of 8 up to {MAX_WRITTEN}");
+        let Some(tile) = Tile::all().find(|t| t.check(p).is_ok()) else {
+            return Err(NotApplicable::because("no tile's source window and filters fit in shared memory"));
+        };
+        let (x, y, z) = tile.blocks(p);
+        require!(y <= MAX_GRID_YZ && z <= MAX_GRID_YZ && x <= u64::from(i32::MAX as u32), "too many images x depth planes or tiles for the grid");
+        Ok(())
+    }
+
+    fn workspace_bytes(&self, _p: &ConvProblem, _config: &Config) -> u64 {
+        0
+    }
+
+    fn default_config(&self, p: &ConvProblem) -> Config {
+        self.default_tile(p).map_or_else(Config::empty, Tile::to_config)
+    }
+
+    fn configs<'a>(&'a self, p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
+        Box::new(Tile::all().filter(|t| t.check(p).is_ok()).map(Tile::to_config))
+    }
+
+    fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {
+        Tile::from_config(p, config).map(|_| ())
+    }
+
+    builds_from_kernel!();
+}
+
+impl BuiltFrom for GroupedMma {
+    fn device(&self) -> &CudaDevice {
+        &self.device
+    }
+
+    fn kernel(&self, p: &ConvProblem, config: &Config) -> Result<Option<KernelSource>> {
+        Ok(Some(Tile::from_config(p, config)?.source(p)))
+    }
+}
+
+impl Solve<Cuda> for GroupedMma {
+    fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
+        let tile = Tile::from_config(p, config)?;
+        let function = self.device.function(&tile.source(p), "grouped_mma")?;
+        let shared_mem_bytes = tile.shared_bytes(p) as u32;
+        launch::allow_shared(&function, shared_mem_bytes, self.id())?;
+        let (x, y, z) = tile.blocks(p);
+        let launch = LaunchConfig { grid_dim: (x as u32, y as u32, z as u32), block_dim: (WARPS * 32, 1, 1), shared_mem_bytes };
+        Ok(Box::new(DirectInvoker { solver: self.id(), params: ConvParams::new(p), direction: p.direction, kernels: Kernels::Gather { function, launch } }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gconv_core::reference::reference;
+    use gconv_core::ConvTensors;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// The kernel on the CPU, indexing as it does: each block's source window (zeros outside
+    /// the tensor and past the last group), the tap table, the filter rows, each ldmatrix
+    /// row's base pixel and phase, the reduction in steps of 16 over taps x channels; an index
+    /// outside the window shared_bytes allots fails the test. What no block writes stays NaN.
+    fn emulate(p: &ConvProblem, t: &ConvTensors, tile: Tile) -> Vec<f64> {
+        let q = ConvParams::new(p);
+        let backward = p.direction == Direction::BackwardData;
+        let (rc, wc) = (i64::from(channels(p).0), i64::from(channels(p).1));
+        let (src, dst_len, src_ext, dst_ext, ss, ds) = match backward {
+            true => (t.y.to_f32(), t.x.len(), q.output, q.input, q.ys, q.xs),
+            false => (t.x.to_f32(), t.y.len(), q.input, q.output, q.xs, q.ys),
+        };
+        let (src_ext, dst_ext) = (src_ext.map(i64::from), dst_ext.map(i64::from));
+        let w = t.w.to_f32();
+        let [fil, stride, pad, dil] = [q.filter, q.stride, q.pad, q.dilation].map(|a| a.map(i64::from));
+        let at = |s: &[i32; 5], outer: i64, c: i64, pos: [i64; 3]| (outer * i64::from(s[0]) + c * i64::from(s[1]) + (0..3).map(|i| pos[i] * i64::from(s[2 + i])).sum::<i64>()) as usize;
+        let window_dim = |o0: i64, tile: i64, i: usize| {
+            let reach = (fil[i] - 1) * dil[i];
+            match backward {
+                true => ((o0 + pad[i] - reach).div_euclid(stride[i]), (tile - 1 + reach + stride[i] - 1) / stride[i] + 1),
+                false => (o0 * stride[i] - pad[i], (tile - 1) * stride[i] + reach + 1),
+            }
+        };
+        let (th, tw, gb, groups) = (i64::from(tile.th), i64::from(tile.tw), i64::from(tile.gb), i64::from(p.g));
+        let taps = fil[1] * fil[2];
+        let steps = (taps * rc + 15) / 16;
+        let tap_slots = steps * 16 / rc;
+        let phases_x = if backward { stride[2] } else { 1 };
+        let (_, wx_size) = window_dim(0, tw, 2);
+        let phases = if backward { stride[1] * stride[2] } else { 1 };
+        let table: Vec<Option<i64>> = (0..phases * tap_slots)
+            .map(|i| {
+                let (phase, tap) = (i / tap_slots, i % tap_slots);
+                if tap >= taps {
+                    return None;
+                }
+                let (fh, fw) = (tap / fil[2], tap % fil[2]);
+                if !backward {
+                    return Some(fh * dil[1] * wx_size + fw * dil[2]);
+                }
+                let (ry, rx) = (phase / phases_x - fh * dil[1], phase % phases_x - fw * dil[2]);
+                (ry % stride[1] == 0 && rx % stride[2] == 0).then(|| ry / stride[1] * wx_size + rx / stride[2])
+            })
+            .collect();
+        let filter = |g: i64, n: i64, fd: i64, kk: i64| -> f64 {
+            let (tap, c) = (kk / rc, kk % rc);
+            if g >= groups || tap >= taps {
+                return 0.0;
+            }
+            // w[k][c]: forward's k is group g's output channel n, backward-data's dy's channel c.
+            let (k, c_in) = if backward { (g * rc + c, n) } else { (g * wc + n, c) };
+            f64::from(w[at(&q.ws, k, c_in, [fd, tap / fil[2], tap % fil[2]])])
+        };
+        // The kernel's layout: window, filter rows (padded by 8), zero row, table.
+        let ((_, y_size), filter_row) = (window_dim(0, th, 1), fil[0] * steps * 16 + 8);
+        let layout = y_size * wx_size * (gb * rc * 2 + 16) + gb * wc * filter_row * 2 + 16 + phases * tap_slots * 4;
+        assert_eq!(layout as u64, tile.shared_bytes(p), "shared_bytes and the kernel's layout differ");
+        let mut dst = vec![f64::NAN; dst_len];
+        let (tiles_h, tiles_w) = ((dst_ext[1] + th - 1) / th, (dst_ext[2] + tw - 1) / tw);
+        for (block, n, od, g0) in grid_blocks(tiles_h * tiles_w, i64::from(p.n), dst_ext[0], (groups + gb - 1) / gb) {
+            let (oy0, ox0) = (block / tiles_w * th, block % tiles_w * tw);
+            let ((y_start, y_size), (x_start, x_size)) = (window_dim(oy0, th, 1), window_dim(ox0, tw, 2));
+            let window = |pixel: i64, sd: i64, g: i64, c: i64| -> f64 {
+                assert!((0..y_size * x_size).contains(&pixel), "window pixel {pixel} outside its {y_size} x {x_size}");
+                let (sy, sx) = (y_start + pixel / x_size, x_start + pixel % x_size);
+                if sy < 0 || sy >= src_ext[1] || sx < 0 || sx >= src_ext[2] || g >= groups {
+                    return 0.0;
+                }
+                f64::from(src[at(&ss, n, g * rc + c, [sd, sy, sx])])
+            };
+            for pixel in 0..th * tw {
+                let (oy, ox) = (oy0 + pixel / tw, ox0 + pixel % tw);
+                let (base, phase) = match backward {
+                    true => (
+                        ((oy + pad[1]) / stride[1] - y_start) * x_size + (ox + pad[2]) / stride[2] - x_start,
+                        ((oy + pad[1]) % stride[1] * phases_x + (ox + pad[2]) % stride[2]) * tap_slots,
+                    ),
+                    false => ((oy - oy0) * stride[1] * x_size + (ox - ox0) * stride[2], 0),
+                };
+                for g in g0 * gb..(g0 + 1) * gb {
+                    for n_out in 0..wc {
+                        let mut sum = 0.0;
+                        for fd in 0..fil[0] {
+                            let sd = src_coord(od, fd, stride[0], pad[0], dil[0], src_ext[0], backward);
+                            let Some(sd) = sd else { continue };
+                            for kk in 0..steps * 16 {
+                                if let Some(offset) = table[(phase + kk / rc) as usize] {
+                                    sum += window(base + offset, sd, g, kk % rc) * filter(g, n_out, fd, kk);
+                                }
+                            }
+                        }
+                        if g < groups && oy < dst_ext[1] && ox < dst_ext[2] {
+                            dst[at(&ds, n, g * wc + n_out, [od, oy, ox])] = sum;
+                        }
+                    }
+                }
+            }
+        }
+        dst
+    }
+
+    /// Every block of the grid: tile, image, depth plane, block of groups.
+    fn grid_blocks(tiles: i64, images: i64, depth: i64, group_blocks: i64) -> impl Iterator<Item = (i64, i64, i64, i64)> {
+        (0..tiles).flat_map(move |b| (0..images).flat_map(move |n| (0..depth).flat_map(move |d| (0..group_blocks).map(move |g| (b, n, d, g)))))
+    }
+
+    /// common.cuh's src_coord.
+    fn src_coord(dst: i64, f: i64, stride: i64, pad: i64, dil: i64, extent: i64, backward: bool) -> Option<i64> {
+        if !backward {
+            let i = dst * stride + f * dil - pad;
+            return (0..extent).contains(&i).then_some(i);
+        }
+        let t = dst + pad - f * dil;
+        (t >= 0 && t % stride == 0 && t / stride < extent).then(|| t / stride)
+    }
+
+    /// Grouped problems with the channels this solver takes, 1D to 3D, forward and
+    /// backward-data, strides, dilations and pads over the filter's span.
+    fn grouped_problem() -> impl Strategy<Value = ConvProblem> {
+        let shape = (1usize..=3, prop::sample::select(vec![8u32, 16, 32]), prop::sample::select(vec![8u32, 16, 24]), 2u32..=3, any::<bool>());
+        let geometry = (prop::collection::vec((3u32..=9, 1u32..=3, 1u32..=3, 0u32..=2, 1u32..=2), 3), 1u32..=2);
+        (shape, geometry).prop_filter_map("a valid problem", |((dims, reduced, written, g, backward), (dims_geometry, n))| {
+            let (c, k) = if backward { (written * g, reduced * g) } else { (reduced * g, written * g) };
+            // Field i (input, filter, stride, pad, dilation) of each dimension, as the key writes it.
+            let join = |i: usize| dims_geometry[..dims].iter().map(|d| [d.0, d.1, d.2, d.3, d.4][i].to_string()).collect::<Vec<_>>().join("x");
+            let direction = if backward { "bwd-data" } else { "fwd" };
+            let key = format!("v1:{direction}:bf16:NHWC:n{n}:c{c}:k{k}:i{}:f{}:s{}:p{}:d{}:g{g}", join(0), join(1), join(2), join(3), join(4));
+            ConvProblem::from_key(&key).ok()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        /// Every config's blocks, indexing as the kernel does, compute the convolution and
+        /// write every destination element.
+        #[test]
+        fn the_kernels_indexing_is_the_convolution(p in grouped_problem()) {
+            let t = ConvTensors::random(&p, 5);
+            let exact = reference(&p, &t);
+            let scale = exact.iter().fold(1.0f64, |m, r| m.max(r.abs()));
+            for tile in Tile::all().filter(|tile| tile.check(&p).is_ok()) {
+                let got = emulate(&p, &t, tile);
+                prop_assert!(got.iter().all(|v| v.is_finite()), "{} {tile:?}: an element no block writes", p.key());
+                let worst = got.iter().zip(&exact).map(|(g, r)| (g - r).abs() / scale).fold(0.0, f64::max);
+                prop_assert!(worst < 1e-9, "{} {tile:?}: off by {worst:e}", p.key());
+            }
+        }
+    }
+}
