@@ -89,13 +89,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
 #endif
 
     // Shared memory: the window, the filters (GB x WC rows), a zero row, the tap table (per
-    // phase and tap slot, the offset in window pixels from a lane's base pixel, or -1). All
-    // but the table in multiples of 16 bytes, as ldmatrix wants its rows.
+    // phase and tap slot, the offset in window pixels from a lane's base pixel, or -1), and
+    // per filter column (tap and channel) its offset in w, or -1 past the taps. All but the
+    // tables in multiples of 16 bytes, as ldmatrix wants its rows.
+    const int row_steps = steps(taps) * 16;
     unsigned char* window = smem;
     elem_t* filter = reinterpret_cast<elem_t*>(window + wy.size * wx.size * PIXEL_BYTES);
     unsigned char* zero_row = reinterpret_cast<unsigned char*>(filter + GB * WC * k_row);
     int* table = reinterpret_cast<int*>(zero_row + 16);
-    const int tid = threadIdx.x;
+    int* column_offsets = table + phases_y * phases_x * tap_slots;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
     if (tid < 4) reinterpret_cast<unsigned*>(zero_row)[tid] = 0;
     for (int i = tid; i < phases_y * phases_x * tap_slots; i += THREADS) {
@@ -115,24 +118,31 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
     }
     // The filters: row (group, destination channel), element (depth tap, step x 16 + e) for the
     // tap and source channel (taps x RC) e indexes, zero past them and past the last group.
-    const int row_steps = steps(taps) * 16;
-    for (int i = tid; i < GB * WC * p.fil[0] * row_steps; i += THREADS) {
-        const int row = i / (p.fil[0] * row_steps), col = i % (p.fil[0] * row_steps);
-        const int gi = row / WC, wc = row % WC, fd = col / row_steps, kk = col % row_steps;
-        const int g = g0 + gi, tap = kk / RC, rc = kk % RC;
-        elem_t v = from_f32(0.0f);
-        if (g < p.g && tap < taps) {
-            const int fh = tap / p.fil[2], fw = tap % p.fil[2];
+    // w[k][c] has forward's k the row's channel, backward-data's the column's.
+    for (int kk = tid; kk < row_steps; kk += THREADS) {
+        const int tap = kk / RC, rc = kk % RC;
 #if BACKWARD_DATA
-            v = w[offset(p.ws, g * p.kg + rc, wc, fd, fh, fw)];
+        const int along = rc * p.ws[0];
 #else
-            v = w[offset(p.ws, g * p.kg + wc, rc, fd, fh, fw)];
+        const int along = rc * p.ws[1];
 #endif
+        column_offsets[kk] = tap < taps ? along + tap / p.fil[2] * p.ws[3] + tap % p.fil[2] * p.ws[4] : -1;
+    }
+    __syncthreads();
+    for (int row = warp; row < GB * WC * p.fil[0]; row += WARPS) {
+        const int fd = row % p.fil[0], wc = row / p.fil[0] % WC, g = g0 + row / p.fil[0] / WC;
+#if BACKWARD_DATA
+        const int across = g * p.kg * p.ws[0] + wc * p.ws[1] + fd * p.ws[2];
+#else
+        const int across = (g * p.kg + wc) * p.ws[0] + fd * p.ws[2];
+#endif
+        elem_t* to = filter + (row / p.fil[0]) * k_row + fd * row_steps;
+        for (int kk = lane; kk < row_steps; kk += 32) {
+            const int along = column_offsets[kk];
+            to[kk] = g < p.g && along >= 0 ? w[across + along] : from_f32(0.0f);
         }
-        filter[row * k_row + col] = v;
     }
 
-    const int warp = tid / 32, lane = tid % 32;
     const int khalf = lane / 16;
     // The window pixel a lane's ldmatrix row (destination pixel `pixel` of the tile) reads
     // from at tap offset zero, and its phase's row of the tap table.

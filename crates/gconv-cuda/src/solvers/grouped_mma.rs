@@ -101,7 +101,7 @@ impl Tile {
     /// The kernel's layout: the source window (a row of gb x reduced channels and 16 bytes
     /// per pixel), the filters (a row per group and written channel: depth taps x the steps of
     /// 16 over taps x reduced channels, and 8 elements), a zero row, the tap table (an int per
-    /// phase and padded tap).
+    /// phase and padded tap), the filter columns' offsets (an int per step element).
     fn shared_bytes(self, p: &ConvProblem) -> u64 {
         let geo = Geometry::new(p);
         let (reduced, written) = (u64::from(channels(p).0), u64::from(channels(p).1));
@@ -117,7 +117,7 @@ impl Tile {
         let steps = (taps * reduced).div_ceil(16);
         let filter_row = geo.filter[0] as u64 * steps * 16 + 8;
         let phases = if backward { (geo.stride[1] * geo.stride[2]) as u64 } else { 1 };
-        pixels * (gb * reduced * 2 + 16) + gb * written * filter_row * 2 + 16 + phases * steps * 16 / reduced * 4
+        pixels * (gb * reduced * 2 + 16) + gb * written * filter_row * 2 + 16 + phases * steps * 16 / reduced * 4 + steps * 16 * 4
     }
 
     fn to_config(self) -> Config {
@@ -284,18 +284,25 @@ mod tests {
                 (ry % stride[1] == 0 && rx % stride[2] == 0).then(|| ry / stride[1] * wx_size + rx / stride[2])
             })
             .collect();
+        // The filter element of row (g, n) at depth tap fd and column kk: w at the row's offset
+        // (`across`) plus the column's (`along`, none past the taps); w[k][c] has forward's k
+        // the row's channel, backward-data's the column's.
+        let ws = q.ws.map(i64::from);
         let filter = |g: i64, n: i64, fd: i64, kk: i64| -> f64 {
             let (tap, c) = (kk / rc, kk % rc);
             if g >= groups || tap >= taps {
                 return 0.0;
             }
-            // w[k][c]: forward's k is group g's output channel n, backward-data's dy's channel c.
-            let (k, c_in) = if backward { (g * rc + c, n) } else { (g * wc + n, c) };
-            f64::from(w[at(&q.ws, k, c_in, [fd, tap / fil[2], tap % fil[2]])])
+            let tap_part = tap / fil[2] * ws[3] + tap % fil[2] * ws[4];
+            let (across, along) = match backward {
+                true => (g * rc * ws[0] + n * ws[1] + fd * ws[2], c * ws[0] + tap_part),
+                false => ((g * wc + n) * ws[0] + fd * ws[2], c * ws[1] + tap_part),
+            };
+            f64::from(w[(across + along) as usize])
         };
-        // The kernel's layout: window, filter rows (padded by 8), zero row, table.
+        // The kernel's layout: window, filter rows (padded by 8), zero row, tap table, column offsets.
         let ((_, y_size), filter_row) = (window_dim(0, th, 1), fil[0] * steps * 16 + 8);
-        let layout = y_size * wx_size * (gb * rc * 2 + 16) + gb * wc * filter_row * 2 + 16 + phases * tap_slots * 4;
+        let layout = y_size * wx_size * (gb * rc * 2 + 16) + gb * wc * filter_row * 2 + 16 + phases * tap_slots * 4 + steps * 16 * 4;
         assert_eq!(layout as u64, tile.shared_bytes(p), "shared_bytes and the kernel's layout differ");
         let mut dst = vec![f64::NAN; dst_len];
         let (tiles_h, tiles_w) = ((dst_ext[1] + th - 1) / th, (dst_ext[2] + tw - 1) / tw);
