@@ -178,10 +178,12 @@ fn gpu_depthwise_tiles_on_medium_problems() {
     }
 }
 
-/// cuda.grouped_mma, every config, on grouped problems with 8 to 64 channels per group:
-/// tiles past the destination's edges, strides (backward-data's taps the stride does not
-/// divide, a 1x1 at stride 2 whose odd pixels no tap reaches), a 5x5, dilation with pads over
-/// the filter's span, blocks of groups past the last, 1D and 3D.
+/// cuda.grouped_mma in every direction, up to 64 configs spread over each space, on grouped
+/// problems with 8 to 64 channels per group: tiles past the destination's edges, strides
+/// (backward-data's taps the stride does not divide, a 1x1 at stride 2 whose odd pixels no
+/// tap reaches), a 5x5, dilation with pads over the filter's span, blocks of groups past the
+/// last, 1D and 3D; backward-weight with 8, 24 and 64 output channels per group (one, three
+/// and eight accumulator columns), blocks walking one or several output tiles.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_grouped_mma_on_medium_problems() {

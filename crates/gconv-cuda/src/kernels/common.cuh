@@ -61,6 +61,10 @@ __device__ __forceinline__ void ldmatrix_x2(unsigned* r, const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)));
 }
 
+__device__ __forceinline__ void ldmatrix_x2_trans(unsigned* r, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)));
+}
+
 // 16 bytes from global to shared memory by cp.async, or zeros when !valid (src must then still
 // be a mapped address).
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {

@@ -147,9 +147,3 @@ extern "C" __global__ void gd_bwd_weight_partial(ConvParams p, const elem_t* x, 
 #pragma unroll
         for (int c = 0; c < CG; ++c) atomicAdd(&ws[offset(p.ws, g * KG + k, c, fd, fh, fw)], acc[k][c]);
 }
-
-// Backward-weight, stage 2: the fp32 sums, rounded once into dw (same layout).
-extern "C" __global__ void gd_bwd_weight_store(ConvParams p, const float* ws, elem_t* dw) {
-    const int count = p.g * p.kg * p.ws[0];
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) dw[i] = from_f32(ws[i]);
-}

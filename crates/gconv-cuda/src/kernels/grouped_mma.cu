@@ -1,3 +1,4 @@
+#line 2 "grouped_mma.cu"
 // cuda.grouped_mma: direct convolution on the tensor cores (mma.sync m16n8k16, fp32
 // accumulators) for grouped layers with few channels per group, channels-last 1D, 2D or 3D,
 // forward and backward-data at any stride, dilation and padding.
@@ -20,8 +21,6 @@
 // Compile-time: BACKWARD_DATA, RC (channels per group the product reduces: 8, 16, 32, 64), WC
 // (channels per group it writes, a multiple of 8 up to 64), GB, TH, TW, and the 16-bit type.
 
-#define WARPS 4
-#define THREADS (WARPS * 32)
 #define PIXELS (TH * TW)
 #define M_TILES (PIXELS / 16)
 // A warp's unit of work: two 16-pixel rows of the tile against one group's filter.
@@ -36,24 +35,6 @@
 static_assert(PIXELS % 32 == 0 && ITEMS % WARPS == 0, "the tile must give every warp whole pairs of rows");
 static_assert(RC == 8 || RC == 16 || RC == 32 || RC == 64, "reduced channels per group: 8, 16, 32 or 64");
 static_assert(WC % 8 == 0 && WC <= 64, "written channels per group: a multiple of 8 up to 64");
-
-__device__ __forceinline__ int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-
-// One spatial dimension (height or width) of a block's source window.
-struct WindowDim {
-    int start, size;
-};
-
-// The source positions destination positions o0 .. o0 + tile - 1 read, over every tap: forward
-// o * stride - pad + f * dil; backward-data the (h + pad - f * dil) / stride that divide.
-__device__ __forceinline__ WindowDim window_dim(int o0, int tile, int taps, int stride, int pad, int dil) {
-    const int reach = (taps - 1) * dil;
-#if BACKWARD_DATA
-    return {floor_div(o0 + pad - reach, stride), (tile - 1 + reach + stride - 1) / stride + 1};
-#else
-    return {o0 * stride - pad, (tile - 1) * stride + reach + 1};
-#endif
-}
 
 // The tap steps of the reduction: 16 elements of taps x RC each, the last padded.
 __device__ __forceinline__ int steps(int taps) { return (taps * RC + 15) / 16; }
@@ -78,8 +59,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
     const int oy0 = blockIdx.x / tiles_w * TH, ox0 = blockIdx.x % tiles_w * TW;
     const int n = blockIdx.y / dst_ext[0], od = blockIdx.y % dst_ext[0];
     const int g0 = blockIdx.z * GB;
-    const WindowDim wy = window_dim(oy0, TH, p.fil[1], p.stride[1], p.pad[1], p.dil[1]);
-    const WindowDim wx = window_dim(ox0, TW, p.fil[2], p.stride[2], p.pad[2], p.dil[2]);
+    const WindowDim wy = window_dim<BACKWARD_DATA>(oy0, TH, p.fil[1], p.stride[1], p.pad[1], p.dil[1]);
+    const WindowDim wx = window_dim<BACKWARD_DATA>(ox0, TW, p.fil[2], p.stride[2], p.pad[2], p.dil[2]);
     const int taps = p.fil[1] * p.fil[2], tap_slots = padded_taps(taps);
     const int k_row = p.fil[0] * steps(taps) * 16 + 8;  // a filter row, 16 bytes of padding
 #if BACKWARD_DATA
@@ -167,19 +148,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[it][mt][nt][e] = 0.0f;
 
-    const int chunks = SLAB / 8, window_pixels = wy.size * wx.size;
     for (int fd = 0; fd < p.fil[0]; ++fd) {
         const int sd = src_coord(od, fd, p.stride[0], p.pad[0], p.dil[0], src_ext[0], BACKWARD_DATA);
         if (sd < 0) continue;
         __syncthreads();  // the previous plane's reads are done (and the tables written)
-        for (int i = tid; i < window_pixels * chunks; i += THREADS) {
-            const int pixel = i / chunks, chunk = i % chunks;
-            const int sy = wy.start + pixel / wx.size, sx = wx.start + pixel % wx.size;
-            const int c = g0 * RC + chunk * 8;
-            const bool valid = sy >= 0 && sy < src_ext[1] && sx >= 0 && sx < src_ext[2] && c < p.g * RC;
-            const elem_t* from = valid ? src + offset(ss, n, c, sd, sy, sx) : src;
-            cp_async_16(window + pixel * PIXEL_BYTES + chunk * 16, from, valid);
-        }
+        stage_pixels<SLAB / 8>(window, PIXEL_BYTES, src, ss, src_ext, n, sd, wy, wx, g0 * RC, p.g * RC);
         asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
         __syncthreads();
 #pragma unroll

@@ -16,7 +16,7 @@ use crate::device::CudaDevice;
 use crate::launch::flat;
 use crate::{ConvParams, Cuda, KernelSource};
 
-const SOURCE: &str = include_str!("../kernels/grouped.cu");
+const SOURCE: &str = concat!(include_str!("../kernels/grouped.cu"), include_str!("../kernels/weight_store.cuh"));
 const MAX_CHANNELS: u32 = 8;
 const COLUMN_TILES: [u32; 3] = [1, 2, 4];
 
@@ -135,7 +135,7 @@ impl Solve<Cuda> for GroupedDirect {
                 let weights = p.weight_elements() as u32;
                 Kernels::Weight {
                     partial: function("gd_bwd_weight_partial")?,
-                    store: function("gd_bwd_weight_store")?,
+                    store: function("weight_store")?,
                     partial_launch: LaunchConfig { grid_dim: (group_blocks * row_blocks, taps, 1), block_dim: (block_x, block_y, 1), shared_mem_bytes: 0 },
                     sums: p.weight_elements(),
                     blocks: weights.div_ceil(THREADS).clamp(1, sms * 8),

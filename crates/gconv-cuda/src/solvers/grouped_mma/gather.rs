@@ -1,6 +1,4 @@
-//! `cuda.grouped_mma`: grouped convolutions with few channels per group (8 to 64 reduced, up
-//! to 64 written), forward and backward-data at any stride, on the tensor cores' `mma.sync`
-//! (kernels/grouped_mma.cu), channels-last 1D, 2D and 3D, bf16 and fp16.
+//! cuda.grouped_mma's forward and backward-data (kernels/grouped_mma.cu), at any stride.
 //!
 //! A block stages the source window of a `th` x `tw` tile of destination pixels (halo and
 //! zero padding included) for `gb` groups in shared memory, with those groups' filters; its
@@ -9,24 +7,17 @@
 //! directly (no phase split): a pixel's taps the stride does not divide read a zero row, which
 //! costs tensor-core work the memory-bound small groups have to spare.
 
-use std::sync::Arc;
-
 use cudarc::driver::LaunchConfig;
 use gconv_core::geometry::Geometry;
-use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
+use gconv_core::{require, Config, ConvProblem, Direction, NotApplicable, Result};
 
-use super::direct::{DirectInvoker, Kernels};
-use super::{builds_from_kernel, BuiltFrom};
-use crate::device::CudaDevice;
+use super::{BlockTile, GROUPS_PER_BLOCK, MAX_SHARED_BYTES, TILES, WARPS};
+use crate::device::{CudaDevice, SmLimits};
 use crate::launch;
-use crate::{ConvParams, Cuda, KernelSource};
+use crate::solvers::direct::Kernels;
+use crate::KernelSource;
 
-const SOURCE: &str = include_str!("../kernels/grouped_mma.cu");
-const WARPS: u32 = 4;
-/// Destination tiles (rows x columns): 64 or 128 pixels in rows of 16 for ldmatrix, one row
-/// for 1D.
-const TILES: [(u32, u32); 6] = [(4, 16), (8, 8), (8, 16), (16, 8), (1, 64), (1, 128)];
-const GROUPS_PER_BLOCK: [u32; 5] = [1, 2, 4, 8, 16];
+const SOURCE: &str = concat!(include_str!("../../kernels/grouped_mma_tiles.cuh"), include_str!("../../kernels/grouped_mma.cu"));
 /// Channels per group the product reduces: ldmatrix rows of 8, a tap's channels per step of 16.
 const REDUCED: [u32; 4] = [8, 16, 32, 64];
 const MAX_WRITTEN: u32 = 64;
@@ -34,13 +25,6 @@ const MAX_WRITTEN: u32 = 64;
 /// kernel's register budget (four blocks of 128 threads per SM) holds no more without spills.
 const MAX_ITEMS_PER_WARP: u32 = 4;
 const MAX_ACCUMULATORS: u32 = 64;
-/// So that two blocks fit an SM.
-const MAX_SHARED_BYTES: u64 = 96 << 10;
-const MAX_GRID_YZ: u64 = 65_535;
-
-pub struct GroupedMma {
-    pub device: Arc<CudaDevice>,
-}
 
 /// Channels per group the product reduces and writes: forward C/G and K/G, backward-data
 /// the other way round.
@@ -57,19 +41,50 @@ fn destination(p: &ConvProblem) -> [u32; 3] {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Tile {
+pub(super) struct Tile {
     th: u32,
     tw: u32,
     gb: u32,
 }
 
 impl Tile {
-    fn all() -> impl Iterator<Item = Tile> {
-        TILES.into_iter().flat_map(|(th, tw)| GROUPS_PER_BLOCK.into_iter().map(move |gb| Tile { th, tw, gb }))
-    }
-
     fn items_per_warp(self) -> u32 {
         self.th * self.tw / 32 * self.gb / WARPS
+    }
+
+    /// The kernel's layout: the source window (a row of gb x reduced channels and 16 bytes
+    /// per pixel), the filters (a row per group and written channel: depth taps x the steps of
+    /// 16 over taps x reduced channels, and 8 elements), a zero row, the tap table (an int per
+    /// phase and padded tap), the filter columns' offsets (an int per step element).
+    fn shared_bytes(self, p: &ConvProblem) -> u64 {
+        let geo = Geometry::new(p);
+        let (reduced, written) = (u64::from(channels(p).0), u64::from(channels(p).1));
+        let backward = p.direction == Direction::BackwardData;
+        let window = |i: usize, tile: u32| {
+            let (stride, reach) = (geo.stride[i] as u64, ((geo.filter[i] - 1) * geo.dilation[i]) as u64);
+            let tile = u64::from(tile);
+            if backward { (tile - 1 + reach).div_ceil(stride) + 1 } else { (tile - 1) * stride + reach + 1 }
+        };
+        let pixels = window(1, self.th) * window(2, self.tw);
+        let gb = u64::from(self.gb);
+        let taps = (geo.filter[1] * geo.filter[2]) as u64;
+        let steps = (taps * reduced).div_ceil(16);
+        let filter_row = geo.filter[0] as u64 * steps * 16 + 8;
+        let phases = if backward { (geo.stride[1] * geo.stride[2]) as u64 } else { 1 };
+        pixels * (gb * reduced * 2 + 16) + gb * written * filter_row * 2 + 16 + phases * steps * 16 / reduced * 4 + steps * 16 * 4
+    }
+}
+
+impl BlockTile for Tile {
+    fn takes(p: &ConvProblem) -> Result<(), NotApplicable> {
+        let (reduced, written) = channels(p);
+        require!(REDUCED.contains(&reduced), "reduces {reduced} channels per group; takes {REDUCED:?}");
+        require!(written.is_multiple_of(8) && written <= MAX_WRITTEN, "writes {written} channels per group; takes multiples of 8 up to {MAX_WRITTEN}");
+        Ok(())
+    }
+
+    fn all() -> Vec<Tile> {
+        TILES.into_iter().flat_map(|(th, tw)| GROUPS_PER_BLOCK.into_iter().map(move |gb| Tile { th, tw, gb })).collect()
     }
 
     fn check(self, p: &ConvProblem) -> std::result::Result<(), String> {
@@ -98,37 +113,36 @@ impl Tile {
         Ok(())
     }
 
-    /// The kernel's layout: the source window (a row of gb x reduced channels and 16 bytes
-    /// per pixel), the filters (a row per group and written channel: depth taps x the steps of
-    /// 16 over taps x reduced channels, and 8 elements), a zero row, the tap table (an int per
-    /// phase and padded tap), the filter columns' offsets (an int per step element).
-    fn shared_bytes(self, p: &ConvProblem) -> u64 {
-        let geo = Geometry::new(p);
-        let (reduced, written) = (u64::from(channels(p).0), u64::from(channels(p).1));
-        let backward = p.direction == Direction::BackwardData;
-        let window = |i: usize, tile: u32| {
-            let (stride, reach) = (geo.stride[i] as u64, ((geo.filter[i] - 1) * geo.dilation[i]) as u64);
-            let tile = u64::from(tile);
-            if backward { (tile - 1 + reach).div_ceil(stride) + 1 } else { (tile - 1) * stride + reach + 1 }
+    /// Rows of 16 where the destination is that wide (4 of them at a forward stride, whose
+    /// window grows with it), 8 x 8 where it is narrower, one row of 128 in 1D; as many
+    /// groups as make a 64-channel source slab, fewer where the tile must shrink to fit.
+    fn preferred(p: &ConvProblem, _sms: u32, _sm: &SmLimits) -> Option<Tile> {
+        let [_, _, cols] = destination(p);
+        let strided = p.direction == Direction::Forward && Geometry::new(p).stride.iter().any(|&s| s > 1);
+        let shapes: &[(u32, u32)] = match p.dims.len() {
+            1 => &[(1, 128), (1, 64)],
+            _ if cols < 16 => &[(8, 8), (4, 16)],
+            _ if strided => &[(4, 16), (8, 8)],
+            _ => &[(8, 16), (4, 16), (8, 8)],
         };
-        let pixels = window(1, self.th) * window(2, self.tw);
-        let gb = u64::from(self.gb);
-        let taps = (geo.filter[1] * geo.filter[2]) as u64;
-        let steps = (taps * reduced).div_ceil(16);
-        let filter_row = geo.filter[0] as u64 * steps * 16 + 8;
-        let phases = if backward { (geo.stride[1] * geo.stride[2]) as u64 } else { 1 };
-        pixels * (gb * reduced * 2 + 16) + gb * written * filter_row * 2 + 16 + phases * steps * 16 / reduced * 4 + steps * 16 * 4
+        let (reduced, _) = channels(p);
+        let widest = (64 / reduced).max(1);
+        let candidates = shapes.iter().flat_map(|&(th, tw)| GROUPS_PER_BLOCK.into_iter().rev().filter(move |&gb| gb <= widest).map(move |gb| Tile { th, tw, gb }));
+        candidates.into_iter().find(|t| t.check(p).is_ok()).or_else(|| Tile::fitting(p).next())
     }
 
     fn to_config(self) -> Config {
         Config::new([("th", self.th), ("tw", self.tw), ("gb", self.gb)])
     }
 
-    fn from_config(p: &ConvProblem, config: &Config) -> Result<Self> {
+    fn from_fields(config: &Config) -> Result<Tile> {
         let [th, tw, gb] = config.expect_fields(["th", "tw", "gb"])?;
-        let tile = Tile { th, tw, gb };
-        tile.check(p).map_err(|reason| GconvError::BadConfig { text: config.to_string(), reason })?;
-        Ok(tile)
+        Ok(Tile { th, tw, gb })
+    }
+
+    fn grid(self, p: &ConvProblem) -> (u64, u64, u64) {
+        let [depth, rows, cols] = destination(p).map(u64::from);
+        (rows.div_ceil(u64::from(self.th)) * cols.div_ceil(u64::from(self.tw)), u64::from(p.n) * depth, u64::from(p.g.div_ceil(self.gb)))
     }
 
     fn source(self, p: &ConvProblem) -> KernelSource {
@@ -142,93 +156,13 @@ impl Tile {
             .define("TW", self.tw)
     }
 
-    fn blocks(self, p: &ConvProblem) -> (u64, u64, u64) {
-        let [depth, rows, cols] = destination(p).map(u64::from);
-        (rows.div_ceil(u64::from(self.th)) * cols.div_ceil(u64::from(self.tw)), u64::from(p.n) * depth, u64::from(p.g.div_ceil(self.gb)))
-    }
-}
-
-impl GroupedMma {
-    /// Rows of 16 where the destination is that wide (4 of them at a forward stride, whose
-    /// window grows with it), 8 x 8 where it is narrower, one row of 128 in 1D; as many
-    /// groups as make a 64-channel source slab, fewer where the tile must shrink to fit.
-    fn default_tile(&self, p: &ConvProblem) -> Option<Tile> {
-        let [_, _, cols] = destination(p);
-        let strided = p.direction == Direction::Forward && Geometry::new(p).stride.iter().any(|&s| s > 1);
-        let shapes: &[(u32, u32)] = match p.dims.len() {
-            1 => &[(1, 128), (1, 64)],
-            _ if cols < 16 => &[(8, 8), (4, 16)],
-            _ if strided => &[(4, 16), (8, 8)],
-            _ => &[(8, 16), (4, 16), (8, 8)],
-        };
-        let (reduced, _) = channels(p);
-        let widest = (64 / reduced).max(1);
-        let candidates = shapes.iter().flat_map(|&(th, tw)| GROUPS_PER_BLOCK.into_iter().rev().filter(move |&gb| gb <= widest).map(move |gb| Tile { th, tw, gb }));
-        candidates.into_iter().find(|t| t.check(p).is_ok()).or_else(|| Tile::all().find(|t| t.check(p).is_ok()))
-    }
-}
-
-impl Solver for GroupedMma {
-    fn id(&self) -> &'static str {
-        "cuda.grouped_mma"
-    }
-
-    fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
-        let (major, minor) = self.device.capability;
-        require!(major >= 8, "needs mma.sync on 16-bit types (sm_80 or newer), this is sm_{major}{minor}");
-        require!(p.layout == Layout::Nhwc, "reads channels-last (NWC, NHWC, NDHWC) tensors only");
-        require!(matches!(p.dtype, DataType::Bf16 | DataType::F16), "multiplies bf16 or fp16 on the tensor cores");
-        require!(p.direction != Direction::BackwardWeight, "computes forward and backward-data; backward-weight is not implemented");
-        require!(p.g > 1, "for grouped convolutions (dense ones go to the implicit GEMMs)");
-        let (reduced, written) = channels(p);
-        require!(REDUCED.contains(&reduced), "reduces {reduced} channels per group; takes {REDUCED:?}");
-        require!(written.is_multiple_of(8) && written <= MAX_WRITTEN, "writes {written} channels per group; takes multiples of 8 up to {MAX_WRITTEN}");
-        let Some(tile) = Tile::all().find(|t| t.check(p).is_ok()) else {
-            return Err(NotApplicable::because("no tile's source window and filters fit in shared memory"));
-        };
-        let (x, y, z) = tile.blocks(p);
-        require!(y <= MAX_GRID_YZ && z <= MAX_GRID_YZ && x <= u64::from(i32::MAX as u32), "too many images x depth planes or tiles for the grid");
-        Ok(())
-    }
-
-    fn workspace_bytes(&self, _p: &ConvProblem, _config: &Config) -> u64 {
-        0
-    }
-
-    fn default_config(&self, p: &ConvProblem) -> Config {
-        self.default_tile(p).map_or_else(Config::empty, Tile::to_config)
-    }
-
-    fn configs<'a>(&'a self, p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
-        Box::new(Tile::all().filter(|t| t.check(p).is_ok()).map(Tile::to_config))
-    }
-
-    fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {
-        Tile::from_config(p, config).map(|_| ())
-    }
-
-    builds_from_kernel!();
-}
-
-impl BuiltFrom for GroupedMma {
-    fn device(&self) -> &CudaDevice {
-        &self.device
-    }
-
-    fn kernel(&self, p: &ConvProblem, config: &Config) -> Result<Option<KernelSource>> {
-        Ok(Some(Tile::from_config(p, config)?.source(p)))
-    }
-}
-
-impl Solve<Cuda> for GroupedMma {
-    fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
-        let tile = Tile::from_config(p, config)?;
-        let function = self.device.function(&tile.source(p), "grouped_mma")?;
-        let shared_mem_bytes = tile.shared_bytes(p) as u32;
-        launch::allow_shared(&function, shared_mem_bytes, self.id())?;
-        let (x, y, z) = tile.blocks(p);
+    fn kernels(self, p: &ConvProblem, device: &CudaDevice, solver: &str) -> Result<Kernels> {
+        let function = device.function(&self.source(p), "grouped_mma")?;
+        let shared_mem_bytes = self.shared_bytes(p) as u32;
+        launch::allow_shared(&function, shared_mem_bytes, solver)?;
+        let (x, y, z) = self.grid(p);
         let launch = LaunchConfig { grid_dim: (x as u32, y as u32, z as u32), block_dim: (WARPS * 32, 1, 1), shared_mem_bytes };
-        Ok(Box::new(DirectInvoker { solver: self.id(), params: ConvParams::new(p), direction: p.direction, kernels: Kernels::Gather { function, launch } }))
+        Ok(Kernels::Gather { function, launch })
     }
 }
 
@@ -239,6 +173,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::ConvParams;
 
     /// The kernel on the CPU, indexing as it does: each block's source window (zeros outside
     /// the tensor and past the last group), the tap table, the filter rows, each ldmatrix
@@ -387,7 +322,7 @@ mod tests {
             let t = ConvTensors::random(&p, 5);
             let exact = reference(&p, &t);
             let scale = exact.iter().fold(1.0f64, |m, r| m.max(r.abs()));
-            for tile in Tile::all().filter(|tile| tile.check(&p).is_ok()) {
+            for tile in Tile::fitting(&p) {
                 let got = emulate(&p, &t, tile);
                 prop_assert!(got.iter().all(|v| v.is_finite()), "{} {tile:?}: an element no block writes", p.key());
                 let worst = got.iter().zip(&exact).map(|(g, r)| (g - r).abs() / scale).fold(0.0, f64::max);
