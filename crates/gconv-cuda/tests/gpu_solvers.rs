@@ -6,7 +6,7 @@
 use gconv_core::testing::{channels_last_variants, check_conversions, check_every_solver, check_every_solver_is_reached, check_solvers, small_problem};
 use gconv_core::reference::reference;
 use gconv_core::verify::{error_scale_floor, verify};
-use gconv_core::{Config, ConvProblem, ConvTensors, Direction, Runtime, TimingMethod, TimingOptions};
+use gconv_core::{Config, ConvProblem, ConvTensors, Direction, Runtime, Solver, TimingMethod, TimingOptions};
 use gconv_cuda::CudaRuntime;
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
@@ -198,9 +198,14 @@ fn gpu_grouped_mma_on_medium_problems() {
         "n2:c48:k48:i40:f3:s3:p1:d1:g6",
         "n2:c32:k32:i6x7x7:f3x3x3:s1x2x2:p1x1x1:d1x1x1:g4",
     ];
-    for p in shapes.into_iter().flat_map(channels_last_variants) {
-        check_solvers(&*rt, &p, 64, |s| s.id() == "cuda.grouped_mma").unwrap();
-    }
+    // The default config and a spread of up to 48 over the space (backward-weight's is the widest).
+    let configs = |solver: &dyn Solver, p: &ConvProblem| {
+        let space: Vec<Config> = solver.configs(p).collect();
+        let taken = space.len().min(48);
+        let spread = (0..taken).map(|i| space[(2 * i + 1) * space.len() / (2 * taken)].clone());
+        std::iter::once(solver.default_config(p)).chain(spread).collect()
+    };
+    list_misses(&*rt, "cuda.grouped_mma", &shapes, configs);
 }
 
 /// Where a solution's output misses the reference, by destination channel and pixel
@@ -259,7 +264,6 @@ fn misses(rt: &dyn Runtime, p: &ConvProblem, (inputs, exact): (&ConvTensors, &[f
 #[ignore = "needs a CUDA GPU"]
 fn gpu_wgmma_implicit_gemm_on_medium_problems() {
     let rt = runtime();
-    let solver = rt.solver("cuda.igemm_wgmma").unwrap();
     let shapes = [
         "n2:c64:k64:i9x11:f3x3:s1x1:p1x1:d1x1",
         "n1:c128:k72:i15x13:f3x3:s2x2:p1x1:d1x1",
@@ -280,18 +284,25 @@ fn gpu_wgmma_implicit_gemm_on_medium_problems() {
         // More tiles than a persistent grid has clusters, at every tile.
         "n8:c64:k256:i48x48:f3x3:s1x1:p1x1:d1x1",
     ];
+    // Every tile shape without clusters or a persistent grid, and with them at three stages;
+    // backward-weight's splits (x 15) on the smallest tile shape only.
+    let sampled = |c: &Config| {
+        let plain = c.get("cl") == Some(1) && c.get("ps") == Some(0);
+        let smallest = [c.get("bn"), c.get("wg"), c.get("st")] == [Some(64), Some(1), Some(3)];
+        (plain || c.get("st") == Some(3)) && (c.get("ks").is_none_or(|ks| ks == 1) || smallest)
+    };
+    list_misses(&*rt, "cuda.igemm_wgmma", &shapes, |solver, p| solver.configs(p).filter(sampled).collect());
+}
+
+/// Runs `solver` with the `configs` it lists for each variant of `shapes` it applies to and
+/// fails listing every run that misses the reference, with where it misses.
+fn list_misses(rt: &dyn Runtime, solver: &str, shapes: &[&str], configs: impl Fn(&dyn Solver, &ConvProblem) -> Vec<Config>) {
+    let solver = rt.solver(solver).unwrap();
     let (mut failures, mut runs) = (Vec::new(), 0);
-    for p in shapes.into_iter().flat_map(channels_last_variants).filter(|p| solver.applicable(p).is_ok()) {
+    for p in shapes.iter().flat_map(|shape| channels_last_variants(shape)).filter(|p| solver.applicable(p).is_ok()) {
         let inputs = ConvTensors::random(&p, 11);
         let exact = reference(&p, &inputs);
-        // Every tile shape without clusters or a persistent grid, and with them at three
-        // stages; backward-weight's splits (x 15) on the smallest tile shape only.
-        let sampled = |c: &Config| {
-            let plain = c.get("cl") == Some(1) && c.get("ps") == Some(0);
-            let smallest = [c.get("bn"), c.get("wg"), c.get("st")] == [Some(64), Some(1), Some(3)];
-            (plain || c.get("st") == Some(3)) && (c.get("ks").is_none_or(|ks| ks == 1) || smallest)
-        };
-        let configs: Vec<Config> = solver.configs(&p).filter(sampled).collect();
+        let configs = configs(solver, &p);
         // Builds in parallel first: a failed one shows again, in its own words, below.
         std::thread::scope(|scope| {
             for config in &configs {
@@ -300,14 +311,14 @@ fn gpu_wgmma_implicit_gemm_on_medium_problems() {
         });
         for config in configs {
             runs += 1;
-            match misses(&*rt, &p, (&inputs, &exact), &config, solver.id()) {
+            match misses(rt, &p, (&inputs, &exact), &config, solver.id()) {
                 Ok(None) => {}
                 Ok(Some(miss)) => failures.push(format!("{config} on {}: {miss}", p.key())),
                 Err(e) => failures.push(format!("{config} on {}: {e}", p.key())),
             }
         }
     }
-    assert!(runs > 0, "cuda.igemm_wgmma applied to none of the problems");
+    assert!(runs > 0, "{} applied to none of the problems", solver.id());
     assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
 }
 
