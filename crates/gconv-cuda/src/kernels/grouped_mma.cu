@@ -36,6 +36,10 @@ static_assert(PIXELS % 32 == 0 && ITEMS % WARPS == 0, "the tile must give every 
 static_assert(RC == 8 || RC == 16 || RC == 32 || RC == 64, "reduced channels per group: 8, 16, 32 or 64");
 static_assert(WC % 8 == 0 && WC <= 64, "written channels per group: a multiple of 8 up to 64");
 
+// A tap table entry for a (phase, tap) that reads nothing; backward-data's offsets from a
+// lane's base pixel are negative too.
+#define NO_TAP (-0x7fffffff - 1)
+
 // The tap steps of the reduction: 16 elements of taps x RC each, the last padded.
 __device__ __forceinline__ int steps(int taps) { return (taps * RC + 15) / 16; }
 // Taps the steps cover, the padding included.
@@ -70,7 +74,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
 #endif
 
     // Shared memory: the window, the filters (GB x WC rows), a zero row, the tap table (per
-    // phase and tap slot, the offset in window pixels from a lane's base pixel, or -1), and
+    // phase and tap slot, the offset in window pixels from a lane's base pixel, or NO_TAP), and
     // per filter column (tap and channel) its offset in w, or -1 past the taps. All but the
     // tables in multiples of 16 bytes, as ldmatrix wants its rows.
     const int row_steps = steps(taps) * 16;
@@ -84,7 +88,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
     if (tid < 4) reinterpret_cast<unsigned*>(zero_row)[tid] = 0;
     for (int i = tid; i < phases_y * phases_x * tap_slots; i += THREADS) {
         const int phase = i / tap_slots, tap = i % tap_slots;
-        int offset = -1;
+        int offset = NO_TAP;
         if (tap < taps) {
             const int fh = tap / p.fil[2], fw = tap % p.fil[2];
 #if BACKWARD_DATA
@@ -169,7 +173,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
 #pragma unroll
                 for (int mt = 0; mt < 2; ++mt) {
                     const int off = table[phase[mt] + tap];
-                    const unsigned char* row = off < 0 ? zero_row : window + (base[mt] + off) * PIXEL_BYTES + (gi * RC + rc) * 2;
+                    const unsigned char* row = off == NO_TAP ? zero_row : window + (base[mt] + off) * PIXEL_BYTES + (gi * RC + rc) * 2;
                     ldmatrix_x4(a[mt], row);
                 }
 #pragma unroll

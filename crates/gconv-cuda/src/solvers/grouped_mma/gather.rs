@@ -205,18 +205,19 @@ mod tests {
         let phases_x = if backward { stride[2] } else { 1 };
         let (_, wx_size) = window_dim(0, tw, 2);
         let phases = if backward { stride[1] * stride[2] } else { 1 };
-        let table: Vec<Option<i64>> = (0..phases * tap_slots)
+        // The kernel's table of ints, NO_TAP where a (phase, tap) reads nothing.
+        let table: Vec<i64> = (0..phases * tap_slots)
             .map(|i| {
                 let (phase, tap) = (i / tap_slots, i % tap_slots);
                 if tap >= taps {
-                    return None;
+                    return NO_TAP;
                 }
                 let (fh, fw) = (tap / fil[2], tap % fil[2]);
                 if !backward {
-                    return Some(fh * dil[1] * wx_size + fw * dil[2]);
+                    return fh * dil[1] * wx_size + fw * dil[2];
                 }
                 let (ry, rx) = (phase / phases_x - fh * dil[1], phase % phases_x - fw * dil[2]);
-                (ry % stride[1] == 0 && rx % stride[2] == 0).then(|| ry / stride[1] * wx_size + rx / stride[2])
+                if ry % stride[1] == 0 && rx % stride[2] == 0 { ry / stride[1] * wx_size + rx / stride[2] } else { NO_TAP }
             })
             .collect();
         // The filter element of row (g, n) at depth tap fd and column kk: w at the row's offset
@@ -268,7 +269,8 @@ mod tests {
                             let sd = src_coord(od, fd, stride[0], pad[0], dil[0], src_ext[0], backward);
                             let Some(sd) = sd else { continue };
                             for kk in 0..steps * 16 {
-                                if let Some(offset) = table[(phase + kk / rc) as usize] {
+                                let offset = table[(phase + kk / rc) as usize];
+                                if offset != NO_TAP {
                                     sum += window(base + offset, sd, g, kk % rc) * filter(g, n_out, fd, kk);
                                 }
                             }
@@ -282,6 +284,9 @@ mod tests {
         }
         dst
     }
+
+    /// The kernel's NO_TAP.
+    const NO_TAP: i64 = i32::MIN as i64;
 
     /// Every block of the grid: tile, image, depth plane, block of groups.
     fn grid_blocks(tiles: i64, images: i64, depth: i64, group_blocks: i64) -> impl Iterator<Item = (i64, i64, i64, i64)> {
