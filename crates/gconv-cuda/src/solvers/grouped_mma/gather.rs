@@ -11,7 +11,7 @@ use cudarc::driver::LaunchConfig;
 use gconv_core::geometry::Geometry;
 use gconv_core::{require, Config, ConvProblem, Direction, NotApplicable, Result};
 
-use super::{BlockTile, GROUPS_PER_BLOCK, MAX_SHARED_BYTES, TILES, WARPS};
+use super::{check_block, check_fit, preferred_shapes, BlockTile, GROUPS_PER_BLOCK, TILES, WARPS};
 use crate::device::{CudaDevice, SmLimits};
 use crate::launch;
 use crate::solvers::direct::Kernels;
@@ -88,12 +88,7 @@ impl BlockTile for Tile {
     }
 
     fn check(self, p: &ConvProblem) -> std::result::Result<(), String> {
-        if !TILES.contains(&(self.th, self.tw)) {
-            return Err(format!("th x tw must be one of {TILES:?}"));
-        }
-        if !GROUPS_PER_BLOCK.contains(&self.gb) {
-            return Err(format!("gb must be one of {GROUPS_PER_BLOCK:?}"));
-        }
+        check_block(self.th, self.tw, self.gb)?;
         let pairs = self.th * self.tw / 32;
         if !(pairs * self.gb).is_multiple_of(WARPS) {
             return Err(format!("{pairs} pairs of pixel rows x {} groups do not split over {WARPS} warps", self.gb));
@@ -103,28 +98,15 @@ impl BlockTile for Tile {
         if items > MAX_ITEMS_PER_WARP || items * written > MAX_ACCUMULATORS {
             return Err(format!("{items} items per warp x {written} channels exceed the registers ({MAX_ITEMS_PER_WARP} items, {MAX_ACCUMULATORS} accumulators)"));
         }
-        if p.dims.len() == 1 && self.th > 1 {
-            return Err("1D problems take one-row tiles (th 1)".into());
-        }
-        let bytes = self.shared_bytes(p);
-        if bytes > MAX_SHARED_BYTES {
-            return Err(format!("needs {bytes} bytes of shared memory, more than {MAX_SHARED_BYTES}"));
-        }
-        Ok(())
+        check_fit(p, self.th, self.shared_bytes(p))
     }
 
-    /// Rows of 16 where the destination is that wide (4 of them at a forward stride, whose
-    /// window grows with it), 8 x 8 where it is narrower, one row of 128 in 1D; as many
-    /// groups as make a 64-channel source slab, fewer where the tile must shrink to fit.
+    /// The preferred shapes over the destination (a forward stride widens the window); as
+    /// many groups as make a 64-channel source slab, fewer where the tile must shrink to fit.
     fn preferred(p: &ConvProblem, _sms: u32, _sm: &SmLimits) -> Option<Tile> {
         let [_, _, cols] = destination(p);
         let strided = p.direction == Direction::Forward && Geometry::new(p).stride.iter().any(|&s| s > 1);
-        let shapes: &[(u32, u32)] = match p.dims.len() {
-            1 => &[(1, 128), (1, 64)],
-            _ if cols < 16 => &[(8, 8), (4, 16)],
-            _ if strided => &[(4, 16), (8, 8)],
-            _ => &[(8, 16), (4, 16), (8, 8)],
-        };
+        let shapes = preferred_shapes(p, cols, strided);
         let (reduced, _) = channels(p);
         let widest = (64 / reduced).max(1);
         let candidates = shapes.iter().flat_map(|&(th, tw)| GROUPS_PER_BLOCK.into_iter().rev().filter(move |&gb| gb <= widest).map(move |gb| Tile { th, tw, gb }));

@@ -32,6 +32,40 @@ pub struct GroupedMma {
     pub device: Arc<CudaDevice>,
 }
 
+/// Why a tile shape or groups per block is not one of the kernels', if it is not.
+fn check_block(th: u32, tw: u32, gb: u32) -> std::result::Result<(), String> {
+    if !TILES.contains(&(th, tw)) {
+        return Err(format!("th x tw must be one of {TILES:?}"));
+    }
+    if !GROUPS_PER_BLOCK.contains(&gb) {
+        return Err(format!("gb must be one of {GROUPS_PER_BLOCK:?}"));
+    }
+    Ok(())
+}
+
+/// Why a tile of `th` rows taking `shared_bytes` does not fit the problem, if it does not.
+fn check_fit(p: &ConvProblem, th: u32, shared_bytes: u64) -> std::result::Result<(), String> {
+    if p.dims.len() == 1 && th > 1 {
+        return Err("1D problems take one-row tiles (th 1)".into());
+    }
+    if shared_bytes > MAX_SHARED_BYTES {
+        return Err(format!("needs {shared_bytes} bytes of shared memory, more than {MAX_SHARED_BYTES}"));
+    }
+    Ok(())
+}
+
+/// Tile shapes in order of preference: rows of 16 pixels where the tiled extent (`cols`) is
+/// that wide (4 of them where a stride widens the window), 8 x 8 where it is narrower, one row
+/// of 128 in 1D.
+fn preferred_shapes(p: &ConvProblem, cols: u32, strided: bool) -> &'static [(u32, u32)] {
+    match p.dims.len() {
+        1 => &[(1, 128), (1, 64)],
+        _ if cols < 16 => &[(8, 8), (4, 16)],
+        _ if strided => &[(4, 16), (8, 8)],
+        _ => &[(8, 16), (4, 16), (8, 8)],
+    }
+}
+
 /// A kernel's space of block tiles: what the solver asks of the forward/backward-data one and
 /// of the backward-weight one.
 trait BlockTile: Copy + PartialEq + Sized {

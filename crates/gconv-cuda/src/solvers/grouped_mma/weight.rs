@@ -12,7 +12,7 @@ use cudarc::driver::LaunchConfig;
 use gconv_core::geometry::Geometry;
 use gconv_core::{require, Config, ConvProblem, NotApplicable, Result};
 
-use super::{BlockTile, GROUPS_PER_BLOCK, MAX_SHARED_BYTES, TILES, WARPS};
+use super::{check_block, check_fit, preferred_shapes, BlockTile, GROUPS_PER_BLOCK, TILES, WARPS};
 use crate::device::{CudaDevice, SmLimits};
 use crate::launch;
 use crate::solvers::direct::{self, Kernels};
@@ -95,12 +95,7 @@ impl BlockTile for Tile {
     }
 
     fn check(self, p: &ConvProblem) -> std::result::Result<(), String> {
-        if !TILES.contains(&(self.th, self.tw)) {
-            return Err(format!("th x tw must be one of {TILES:?}"));
-        }
-        if !GROUPS_PER_BLOCK.contains(&self.gb) {
-            return Err(format!("gb must be one of {GROUPS_PER_BLOCK:?}"));
-        }
+        check_block(self.th, self.tw, self.gb)?;
         if !ROW_TILES.contains(&self.mb) {
             return Err(format!("mb must be one of {ROW_TILES:?}"));
         }
@@ -122,29 +117,16 @@ impl BlockTile for Tile {
         if items > MAX_ITEMS_PER_WARP || tiles > MAX_WARP_TILES {
             return Err(format!("{items} row tiles per warp of {tiles} accumulator tiles exceed the registers ({MAX_ITEMS_PER_WARP} row tiles, {MAX_WARP_TILES} accumulator tiles)"));
         }
-        if p.dims.len() == 1 && self.th > 1 {
-            return Err("1D problems take one-row tiles (th 1)".into());
-        }
-        let bytes = self.shared_bytes(p);
-        if bytes > MAX_SHARED_BYTES {
-            return Err(format!("needs {bytes} bytes of shared memory, more than {MAX_SHARED_BYTES}"));
-        }
-        Ok(())
+        check_fit(p, self.th, self.shared_bytes(p))
     }
 
     /// The fewest chunks of each group's filter rows (each chunk reads x and dy again), then
-    /// the fewest rows computed and not stored, then the tile shape (rows of 16 output pixels
-    /// where the output is that wide, 8 x 8 where it is narrower, one row of 128 in 1D), then
-    /// the most groups up to a 64-channel x slab (the widest reads). Then as many output tiles
+    /// the fewest rows computed and not stored, then the preferred shapes over the output,
+    /// then the most groups up to a 64-channel x slab (the widest reads). Then as many output tiles
     /// per block as leave one wave of the blocks the SMs hold at a time.
     fn preferred(p: &ConvProblem, sms: u32, sm: &SmLimits) -> Option<Tile> {
         let geo = Geometry::new(p);
-        let cols = geo.output[2];
-        let shapes: &[(u32, u32)] = match p.dims.len() {
-            1 => &[(1, 128), (1, 64)],
-            _ if cols < 16 => &[(8, 8), (4, 16)],
-            _ => &[(8, 16), (4, 16), (8, 8)],
-        };
+        let shapes = preferred_shapes(p, geo.output[2] as u32, false);
         let rows = row_tiles(p);
         let widest = (64 / geo.cg as u32).max(1);
         let blocks = shapes.iter().enumerate().flat_map(|(rank, &(th, tw))| {
