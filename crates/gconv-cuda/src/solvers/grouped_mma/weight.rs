@@ -104,7 +104,7 @@ impl BlockTile for Tile {
         }
         let units = self.units(p);
         if self.ub > 1 && u64::from(self.ub / 2) >= units {
-            return Err(format!("{} output tiles per block, more than the problem's {units}", self.ub));
+            return Err(format!("{} output tiles per block where the problem has {units}: half as many walks them all", self.ub));
         }
         if !(self.gb * self.mb).is_multiple_of(WARPS) {
             return Err(format!("{} groups x {} row tiles do not split over {WARPS} warps", self.gb, self.mb));
