@@ -96,7 +96,7 @@ trait BlockTile: Copy + PartialEq + Sized {
     fn applicable(p: &ConvProblem) -> Result<(), NotApplicable> {
         Self::takes(p)?;
         let Some(tile) = Self::fitting(p).next() else {
-            return Err(NotApplicable::because("no tile's pixels and filters fit in shared memory"));
+            return Err(NotApplicable::because("no tile config fits: every one exceeds the shared memory or the registers"));
         };
         let (x, y, z) = tile.grid(p);
         require!(y <= MAX_GRID_YZ && z <= MAX_GRID_YZ && x <= u64::from(i32::MAX as u32), "too many tiles, planes or groups for the grid");
