@@ -140,9 +140,11 @@ pub fn check_every_solver_is_reached(rt: &dyn Runtime, keys: &[&str], sample: us
         check_every_solver(rt, &p, sample)?;
         reached.extend(rt.solvers().into_iter().filter(|s| s.applicable(&p).is_ok()).map(|s| s.id()));
     }
-    match rt.solvers().into_iter().find(|s| !reached.contains(s.id())) {
-        Some(s) => Err(format!("{} never ran", s.id())),
-        None => Ok(()),
+    let missed: Vec<&str> = rt.solvers().into_iter().map(|s| s.id()).filter(|id| !reached.contains(id)).collect();
+    if missed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("never ran: {}", missed.join(", ")))
     }
 }
 

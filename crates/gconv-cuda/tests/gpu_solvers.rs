@@ -122,6 +122,8 @@ fn gpu_every_registered_solver_is_reached() {
         "v1:fwd:f16:NDHWC:n1:c8:k8:i4x6x6:f3x3x3:s1x1x1:p1x1x1:d1x1x1:g8",
         "v1:bwd-data:f32:NHWC:n2:c12:k8:i7x7:f3x3:s2x2:p1x1:d1x1:g2",
         "v1:fwd:bf16:NHWC:n2:c16:k32:i9x9:f3x3:s2x2:p1x1:d1x1:g4",
+        "v1:fwd:bf16:NHWC:n2:c64:k64:i9x9:f3x3:s1x1:p1x1:d1x1",
+        "v1:bwd-weight:f16:NHWC:n2:c32:k32:i9x7:f3x3:s1x1:p1x1:d1x1:g4",
     ];
     check_every_solver_is_reached(&*runtime(), &keys, 3).unwrap();
 }
