@@ -44,26 +44,31 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 }
 
 // ldmatrix: four 8x8 matrices of 16-bit elements from shared memory, lane l giving the address
-// of row l % 8 of matrix l / 8 (sm_75+); .trans transposes each.
-__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
+// (a shared-state-space address, or a pointer) of row l % 8 of matrix l / 8 (sm_75+); .trans
+// transposes each.
+__device__ __forceinline__ void ldmatrix_x4(unsigned* r, unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
 
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
+__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const void* p) { ldmatrix_x4(r, smem_addr(p)); }
+
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
 
-__device__ __forceinline__ void ldmatrix_x2(unsigned* r, const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)));
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const void* p) { ldmatrix_x4_trans(r, smem_addr(p)); }
+
+__device__ __forceinline__ void ldmatrix_x2(unsigned* r, unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
 }
 
-__device__ __forceinline__ void ldmatrix_x2_trans(unsigned* r, const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)));
+__device__ __forceinline__ void ldmatrix_x2(unsigned* r, const void* p) { ldmatrix_x2(r, smem_addr(p)); }
+
+__device__ __forceinline__ void ldmatrix_x2_trans(unsigned* r, unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
 }
+
+__device__ __forceinline__ void ldmatrix_x2_trans(unsigned* r, const void* p) { ldmatrix_x2_trans(r, smem_addr(p)); }
 
 // 16 bytes from global to shared memory by cp.async, or zeros when !valid (src must then still
 // be a mapped address).

@@ -9,9 +9,9 @@
 // a row of taps x RC per destination channel. Each warp multiplies pairs of 16-pixel rows of
 // the tile with one group's filter: the reduction runs over taps x source channels in steps of
 // 16 (one tap's 16 channels, or two taps' 8), and ldmatrix takes each lane's row address from
-// a table of tap offsets, which is the im2col gather; a (pixel, tap) that reads nothing (a
-// tap past the last, or in backward-data one the stride does not divide) points at a zero
-// row. Depth taps run as an outer loop, the window reloaded per source plane.
+// a table of offsets per half step (8 elements: a tap's channels), which is the im2col gather;
+// a (pixel, tap) that reads nothing (a tap past the last, or in backward-data one the stride
+// does not divide) points at a zero row. Depth taps run as an outer loop, the window reloaded per source plane.
 //
 // Forward reads x at pixel * stride - pad + tap * dil. Backward-data gathers: dx pixel h
 // takes dy at (h + pad - tap * dil) / stride where that divides, with the filter read
@@ -42,8 +42,6 @@ static_assert(WC % 8 == 0 && WC <= 64, "written channels per group: a multiple o
 
 // The tap steps of the reduction: 16 elements of taps x RC each, the last padded.
 __device__ __forceinline__ int steps(int taps) { return (taps * RC + 15) / 16; }
-// Taps the steps cover, the padding included.
-__device__ __forceinline__ int padded_taps(int taps) { return steps(taps) * 16 / RC; }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 4)
     grouped_mma(ConvParams p, const elem_t* src, const elem_t* w, elem_t* dst) {
@@ -65,7 +63,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
     const int g0 = blockIdx.z * GB;
     const WindowDim wy = window_dim<BACKWARD_DATA>(oy0, TH, p.fil[1], p.stride[1], p.pad[1], p.dil[1]);
     const WindowDim wx = window_dim<BACKWARD_DATA>(ox0, TW, p.fil[2], p.stride[2], p.pad[2], p.dil[2]);
-    const int taps = p.fil[1] * p.fil[2], tap_slots = padded_taps(taps);
+    const int taps = p.fil[1] * p.fil[2], half_steps = steps(taps) * 2;
     const int k_row = p.fil[0] * steps(taps) * 16 + 8;  // a filter row, 16 bytes of padding
 #if BACKWARD_DATA
     const int phases_y = p.stride[1], phases_x = p.stride[2];
@@ -74,7 +72,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
 #endif
 
     // Shared memory: the window, the filters (GB x WC rows), a zero row, the tap table (per
-    // phase and tap slot, the offset in window pixels from a lane's base pixel, or NO_TAP), and
+    // phase and half step, the byte offset of the half step's 8 elements from a lane's base
+    // pixel row, or NO_TAP), and
     // per filter column (tap and channel) its offset in w, or -1 past the taps. All but the
     // tables in multiples of 16 bytes, as ldmatrix wants its rows.
     const int row_steps = steps(taps) * 16;
@@ -82,21 +81,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
     elem_t* filter = reinterpret_cast<elem_t*>(window + wy.size * wx.size * PIXEL_BYTES);
     unsigned char* zero_row = reinterpret_cast<unsigned char*>(filter + GB * WC * k_row);
     int* table = reinterpret_cast<int*>(zero_row + 16);
-    int* column_offsets = table + phases_y * phases_x * tap_slots;
+    int* column_offsets = table + phases_y * phases_x * half_steps;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
     if (tid < 4) reinterpret_cast<unsigned*>(zero_row)[tid] = 0;
-    for (int i = tid; i < phases_y * phases_x * tap_slots; i += THREADS) {
-        const int phase = i / tap_slots, tap = i % tap_slots;
+    for (int i = tid; i < phases_y * phases_x * half_steps; i += THREADS) {
+        const int phase = i / half_steps, tap = i % half_steps * 8 / RC, rc = i % half_steps * 8 % RC;
         int offset = NO_TAP;
         if (tap < taps) {
             const int fh = tap / p.fil[2], fw = tap % p.fil[2];
 #if BACKWARD_DATA
             // h + pad = a * stride + r reads dy at a + (r - fh * dil) / stride where that divides.
             const int ry = phase / phases_x - fh * p.dil[1], rx = phase % phases_x - fw * p.dil[2];
-            if (ry % p.stride[1] == 0 && rx % p.stride[2] == 0) offset = ry / p.stride[1] * wx.size + rx / p.stride[2];
+            if (ry % p.stride[1] == 0 && rx % p.stride[2] == 0) offset = (ry / p.stride[1] * wx.size + rx / p.stride[2]) * PIXEL_BYTES + rc * 2;
 #else
-            offset = fh * p.dil[1] * wx.size + fw * p.dil[2];
+            offset = (fh * p.dil[1] * wx.size + fw * p.dil[2]) * PIXEL_BYTES + rc * 2;
 #endif
         }
         table[i] = offset;
@@ -114,34 +113,52 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
         column_offsets[kk] = tap < taps ? along + tap / p.fil[2] * p.ws[3] + tap % p.fil[2] * p.ws[4] : -1;
     }
     __syncthreads();
-    for (int row = warp; row < GB * WC * p.fil[0]; row += WARPS) {
-        const int fd = row % p.fil[0], wc = row / p.fil[0] % WC, g = g0 + row / p.fil[0] / WC;
 #if BACKWARD_DATA
-        const int across = g * p.kg * p.ws[0] + wc * p.ws[1] + fd * p.ws[2];
+    const bool rows_contiguous = false;
 #else
-        const int across = (g * p.kg + wc) * p.ws[0] + fd * p.ws[2];
+    // Forward's rows are w's own where the filter is channels-last (k, taps, channels innermost):
+    // then they are 16-byte copies, in flight together with the first window's.
+    const bool rows_contiguous = p.ws[1] == 1 && p.ws[4] == RC && p.ws[3] == p.fil[2] * RC && p.ws[2] == taps * RC;
 #endif
-        elem_t* to = filter + (row / p.fil[0]) * k_row + fd * row_steps;
-        for (int kk = lane; kk < row_steps; kk += 32) {
-            const int along = column_offsets[kk];
-            to[kk] = g < p.g && along >= 0 ? w[across + along] : from_f32(0.0f);
+    if (rows_contiguous) {
+        const int chunks = row_steps / 8;
+        for (int i = tid; i < GB * WC * p.fil[0] * chunks; i += THREADS) {
+            const int row = i / chunks, chunk = i % chunks;
+            const int fd = row % p.fil[0], wc = row / p.fil[0] % WC, g = g0 + row / p.fil[0] / WC;
+            const bool valid = g < p.g && chunk * 8 < taps * RC;
+            const elem_t* from = valid ? w + (g * p.kg + wc) * p.ws[0] + fd * p.ws[2] + chunk * 8 : w;
+            cp_async_16(filter + (row / p.fil[0]) * k_row + fd * row_steps + chunk * 8, from, valid);
+        }
+    } else {
+        for (int row = warp; row < GB * WC * p.fil[0]; row += WARPS) {
+            const int fd = row % p.fil[0], wc = row / p.fil[0] % WC, g = g0 + row / p.fil[0] / WC;
+#if BACKWARD_DATA
+            const int across = g * p.kg * p.ws[0] + wc * p.ws[1] + fd * p.ws[2];
+#else
+            const int across = (g * p.kg + wc) * p.ws[0] + fd * p.ws[2];
+#endif
+            elem_t* to = filter + (row / p.fil[0]) * k_row + fd * row_steps;
+            for (int kk = lane; kk < row_steps; kk += 32) {
+                const int along = column_offsets[kk];
+                to[kk] = g < p.g && along >= 0 ? w[across + along] : from_f32(0.0f);
+            }
         }
     }
 
-    const int khalf = lane / 16;
     // The window pixel a lane's ldmatrix row (destination pixel `pixel` of the tile) reads
     // from at tap offset zero, and its phase's row of the tap table.
     auto lane_row = [&](int pixel, int& base, int& phase) {
         const int oy = oy0 + pixel / TW, ox = ox0 + pixel % TW;
 #if BACKWARD_DATA
         base = ((oy + p.pad[1]) / p.stride[1] - wy.start) * wx.size + (ox + p.pad[2]) / p.stride[2] - wx.start;
-        phase = ((oy + p.pad[1]) % p.stride[1] * phases_x + (ox + p.pad[2]) % p.stride[2]) * tap_slots;
+        phase = ((oy + p.pad[1]) % p.stride[1] * phases_x + (ox + p.pad[2]) % p.stride[2]) * half_steps;
 #else
         base = (oy - oy0) * p.stride[1] * wx.size + (ox - ox0) * p.stride[2];
         phase = 0;
 #endif
     };
 
+    const unsigned window_addr = smem_addr(window), zero_addr = smem_addr(zero_row);
     float acc[ITEMS_PER_WARP][2][N_TILES][4];
 #pragma unroll
     for (int it = 0; it < ITEMS_PER_WARP; ++it)
@@ -162,27 +179,35 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
 #pragma unroll
         for (int it = 0; it < ITEMS_PER_WARP; ++it) {
             const int item = warp * ITEMS_PER_WARP + it, gi = item / PAIRS;
-            int base[2], phase[2];
+            // Per 16-pixel row: this lane's row address at tap offset zero (its group's channels
+            // in the window pixel) and its row of the tap table (the half step it takes: lanes
+            // 16 .. 31 the second 8 elements of each step).
+            unsigned row_base[2];
+            int row_table[2];
 #pragma unroll
-            for (int mt = 0; mt < 2; ++mt) lane_row((item % PAIRS * 2 + mt) * 16 + lane % 16, base[mt], phase[mt]);
-            const elem_t* filter_rows = filter + (gi * WC + lane % 8 + (lane / 16) * 8) * k_row + fd * row_steps + ((lane / 8) % 2) * 8;
+            for (int mt = 0; mt < 2; ++mt) {
+                int base, phase;
+                lane_row((item % PAIRS * 2 + mt) * 16 + lane % 16, base, phase);
+                row_base[mt] = window_addr + base * PIXEL_BYTES + gi * RC * 2;
+                row_table[mt] = phase + lane / 16;
+            }
+            const unsigned filter_row = smem_addr(filter + (gi * WC + lane % 8 + (lane / 16) * 8) * k_row + fd * row_steps + ((lane / 8) % 2) * 8);
+#pragma unroll 2
             for (int step = 0; step < steps(taps); ++step) {
-                // This lane's 8 elements of the step: one tap's channels rc .. rc + 7.
-                const int kk = step * 16 + khalf * 8, tap = kk / RC, rc = kk % RC;
                 unsigned a[2][4];
 #pragma unroll
                 for (int mt = 0; mt < 2; ++mt) {
-                    const int off = table[phase[mt] + tap];
-                    const unsigned char* row = off == NO_TAP ? zero_row : window + (base[mt] + off) * PIXEL_BYTES + (gi * RC + rc) * 2;
-                    ldmatrix_x4(a[mt], row);
+                    const int off = table[row_table[mt] + step * 2];
+                    ldmatrix_x4(a[mt], off == NO_TAP ? zero_addr : row_base[mt] + off);
                 }
 #pragma unroll
                 for (int nt = 0; nt < N_TILES; nt += 2) {
                     unsigned b[4];
+                    const unsigned at = filter_row + (nt * 8 * k_row + step * 16) * 2;
                     if (nt + 1 < N_TILES) {
-                        ldmatrix_x4(b, filter_rows + nt * 8 * k_row + step * 16);
+                        ldmatrix_x4(b, at);
                     } else {
-                        ldmatrix_x2(b, filter_rows + nt * 8 * k_row + step * 16);
+                        ldmatrix_x2(b, at);
                     }
 #pragma unroll
                     for (int mt = 0; mt < 2; ++mt) {
@@ -193,6 +218,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
             }
         }
     }
+
+    // A block no depth tap reaches still has its filter copies in flight.
+    asm volatile("cp.async.wait_all;" ::: "memory");
 
     // Each accumulator pair: destination pixel row lane / 4 (and + 8) of its 16-pixel row,
     // channels 2 (lane % 4) + {0, 1} of its 8.

@@ -89,12 +89,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
         asm volatile("cp.async.commit_group;\ncp.async.wait_group 1;" ::: "memory");
         __syncthreads();
         if (source_plane(u) >= 0) {
-            const unsigned char* window = smem + buffer * stage_bytes;
-            const unsigned char* dy_tile = window + wy_size * wx_size * X_BYTES;
+            const unsigned window = smem_addr(smem + buffer * stage_bytes);
+            const unsigned dy_tile = window + wy_size * wx_size * X_BYTES;
+#pragma unroll 2
             for (int step = 0; step < PIXELS / 16; ++step) {
                 const int pixel = step * 16 + x_pixel;
-                const unsigned char* x_row = window + (pixel / TW * p.stride[1] * wx_size + pixel % TW * p.stride[2]) * X_BYTES;
-                const unsigned char* dy_row = dy_tile + (step * 16 + dy_pixel) * DY_BYTES + dy_channel_bytes;
+                const unsigned x_row = window + (pixel / TW * p.stride[1] * wx_size + pixel % TW * p.stride[2]) * X_BYTES;
+                const unsigned dy_row = dy_tile + (step * 16 + dy_pixel) * DY_BYTES + dy_channel_bytes;
                 unsigned b[N_TILES * 2];
 #pragma unroll
                 for (int it = 0; it < ITEMS_PER_WARP; ++it) {
@@ -103,7 +104,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
                     if (it == 0 || item % MB == 0) {
 #pragma unroll
                         for (int nt = 0; nt < N_TILES; nt += 2) {
-                            const unsigned char* at = dy_row + (gi * KG + nt * 8) * 2;
+                            const unsigned at = dy_row + (gi * KG + nt * 8) * 2;
                             if (nt + 1 < N_TILES) {
                                 ldmatrix_x4_trans(b + nt * 2, at);
                             } else {

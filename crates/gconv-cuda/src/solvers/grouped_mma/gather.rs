@@ -55,7 +55,7 @@ impl Tile {
     /// The kernel's layout: the source window (a row of gb x reduced channels and 16 bytes
     /// per pixel), the filters (a row per group and written channel: depth taps x the steps of
     /// 16 over taps x reduced channels, and 8 elements), a zero row, the tap table (an int per
-    /// phase and padded tap), the filter columns' offsets (an int per step element).
+    /// phase and half step), the filter columns' offsets (an int per step element).
     fn shared_bytes(self, p: &ConvProblem) -> u64 {
         let geo = Geometry::new(p);
         let (reduced, written) = (u64::from(channels(p).0), u64::from(channels(p).1));
@@ -71,7 +71,7 @@ impl Tile {
         let steps = (taps * reduced).div_ceil(16);
         let filter_row = geo.filter[0] as u64 * steps * 16 + 8;
         let phases = if backward { (geo.stride[1] * geo.stride[2]) as u64 } else { 1 };
-        pixels * (gb * reduced * 2 + 16) + gb * written * filter_row * 2 + 16 + phases * steps * 16 / reduced * 4 + steps * 16 * 4
+        pixels * (gb * reduced * 2 + 16) + gb * written * filter_row * 2 + 16 + phases * steps * 2 * 4 + steps * 16 * 4
     }
 }
 
@@ -183,23 +183,24 @@ mod tests {
         let (th, tw, gb, groups) = (i64::from(tile.th), i64::from(tile.tw), i64::from(tile.gb), i64::from(p.g));
         let taps = fil[1] * fil[2];
         let steps = (taps * rc + 15) / 16;
-        let tap_slots = steps * 16 / rc;
+        let (half_steps, pixel_bytes) = (steps * 2, gb * rc * 2 + 16);
         let phases_x = if backward { stride[2] } else { 1 };
         let (_, wx_size) = window_dim(0, tw, 2);
         let phases = if backward { stride[1] * stride[2] } else { 1 };
-        // The kernel's table of ints, NO_TAP where a (phase, tap) reads nothing.
-        let table: Vec<i64> = (0..phases * tap_slots)
+        // The kernel's table: per phase and half step (a tap's channels c0 .. c0 + 7) the byte
+        // offset from a lane's base pixel row, NO_TAP where it reads nothing.
+        let table: Vec<i64> = (0..phases * half_steps)
             .map(|i| {
-                let (phase, tap) = (i / tap_slots, i % tap_slots);
+                let (phase, tap, c0) = (i / half_steps, i % half_steps * 8 / rc, i % half_steps * 8 % rc);
                 if tap >= taps {
                     return NO_TAP;
                 }
                 let (fh, fw) = (tap / fil[2], tap % fil[2]);
                 if !backward {
-                    return fh * dil[1] * wx_size + fw * dil[2];
+                    return (fh * dil[1] * wx_size + fw * dil[2]) * pixel_bytes + c0 * 2;
                 }
                 let (ry, rx) = (phase / phases_x - fh * dil[1], phase % phases_x - fw * dil[2]);
-                if ry % stride[1] == 0 && rx % stride[2] == 0 { ry / stride[1] * wx_size + rx / stride[2] } else { NO_TAP }
+                if ry % stride[1] == 0 && rx % stride[2] == 0 { (ry / stride[1] * wx_size + rx / stride[2]) * pixel_bytes + c0 * 2 } else { NO_TAP }
             })
             .collect();
         // The filter element of row (g, n) at depth tap fd and column kk: w at the row's offset
@@ -220,27 +221,31 @@ mod tests {
         };
         // The kernel's layout: window, filter rows (padded by 8), zero row, tap table, column offsets.
         let ((_, y_size), filter_row) = (window_dim(0, th, 1), fil[0] * steps * 16 + 8);
-        let layout = y_size * wx_size * (gb * rc * 2 + 16) + gb * wc * filter_row * 2 + 16 + phases * tap_slots * 4 + steps * 16 * 4;
+        let layout = y_size * wx_size * (gb * rc * 2 + 16) + gb * wc * filter_row * 2 + 16 + phases * half_steps * 4 + steps * 16 * 4;
         assert_eq!(layout as u64, tile.shared_bytes(p), "shared_bytes and the kernel's layout differ");
         let mut dst = vec![f64::NAN; dst_len];
         let (tiles_h, tiles_w) = ((dst_ext[1] + th - 1) / th, (dst_ext[2] + tw - 1) / tw);
         for (block, n, od, g0) in grid_blocks(tiles_h * tiles_w, i64::from(p.n), dst_ext[0], (groups + gb - 1) / gb) {
             let (oy0, ox0) = (block / tiles_w * th, block % tiles_w * tw);
             let ((y_start, y_size), (x_start, x_size)) = (window_dim(oy0, th, 1), window_dim(ox0, tw, 2));
-            let window = |pixel: i64, sd: i64, g: i64, c: i64| -> f64 {
-                assert!((0..y_size * x_size).contains(&pixel), "window pixel {pixel} outside its {y_size} x {x_size}");
-                let (sy, sx) = (y_start + pixel / x_size, x_start + pixel % x_size);
+            // The element at a byte address of the window: its pixel row, and its channel of the
+            // block's groups (never the row's 16 bytes of padding).
+            let window = |byte: i64, sd: i64| -> f64 {
+                assert!((0..y_size * x_size * pixel_bytes).contains(&byte), "byte {byte} outside the {y_size} x {x_size} window");
+                let (pixel, slab_c) = (byte / pixel_bytes, byte % pixel_bytes / 2);
+                assert!(slab_c < gb * rc, "channel {slab_c} in a pixel row's padding");
+                let (sy, sx, g) = (y_start + pixel / x_size, x_start + pixel % x_size, g0 * gb + slab_c / rc);
                 if sy < 0 || sy >= src_ext[1] || sx < 0 || sx >= src_ext[2] || g >= groups {
                     return 0.0;
                 }
-                f64::from(src[at(&ss, n, g * rc + c, [sd, sy, sx])])
+                f64::from(src[at(&ss, n, g * rc + slab_c % rc, [sd, sy, sx])])
             };
             for pixel in 0..th * tw {
                 let (oy, ox) = (oy0 + pixel / tw, ox0 + pixel % tw);
                 let (base, phase) = match backward {
                     true => (
                         ((oy + pad[1]) / stride[1] - y_start) * x_size + (ox + pad[2]) / stride[2] - x_start,
-                        ((oy + pad[1]) % stride[1] * phases_x + (ox + pad[2]) % stride[2]) * tap_slots,
+                        ((oy + pad[1]) % stride[1] * phases_x + (ox + pad[2]) % stride[2]) * half_steps,
                     ),
                     false => ((oy - oy0) * stride[1] * x_size + (ox - ox0) * stride[2], 0),
                 };
@@ -250,10 +255,13 @@ mod tests {
                         for fd in 0..fil[0] {
                             let sd = src_coord(od, fd, stride[0], pad[0], dil[0], src_ext[0], backward);
                             let Some(sd) = sd else { continue };
+                            // A lane's row: its base pixel row's group channels, plus the table's
+                            // offset for its half step; ldmatrix reads 8 elements from there.
+                            let row_base = base * pixel_bytes + (g - g0 * gb) * rc * 2;
                             for kk in 0..steps * 16 {
-                                let offset = table[(phase + kk / rc) as usize];
+                                let offset = table[(phase + kk / 8) as usize];
                                 if offset != NO_TAP {
-                                    sum += window(base + offset, sd, g, kk % rc) * filter(g, n_out, fd, kk);
+                                    sum += window(row_base + offset + kk % 8 * 2, sd) * filter(g, n_out, fd, kk);
                                 }
                             }
                         }
