@@ -14,9 +14,10 @@
 // does not divide) points at a zero row. Depth taps run as an outer loop, the window reloaded per source plane.
 //
 // Forward reads x at pixel * stride - pad + tap * dil. Backward-data gathers: dx pixel h
-// takes dy at (h + pad - tap * dil) / stride where that divides, with the filter read
-// transposed (w[k][c] as row c); h + pad = a * stride + r puts h in phase r, whose taps and
-// their offsets from a lane's base row a come from the table of phase r.
+// takes dy at (h + pad - tap * dil) / stride where that divides, with the filter transposed
+// (its staged rows are the reduction's, tap and k, each the WC channels c of w[k][c], and
+// ldmatrix.trans reads them); h + pad = a * stride + r puts h in phase r, whose taps and their
+// offsets from a lane's base row a come from the table of phase r.
 //
 // Compile-time: BACKWARD_DATA, RC (channels per group the product reduces: 8, 16, 32, 64), WC
 // (channels per group it writes, a multiple of 8 up to 64), GB, TH, TW, and the 16-bit type.
@@ -35,6 +36,9 @@
 static_assert(PIXELS % 32 == 0 && ITEMS % WARPS == 0, "the tile must give every warp whole pairs of rows");
 static_assert(RC == 8 || RC == 16 || RC == 32 || RC == 64, "reduced channels per group: 8, 16, 32 or 64");
 static_assert(WC % 8 == 0 && WC <= 64, "written channels per group: a multiple of 8 up to 64");
+// Backward-data's filter row in bytes: an odd number of 16-byte units, so that the 8 rows of
+// an ldmatrix spread over the banks.
+#define FILTER_PITCH ((WC / 8 | 1) * 16)
 
 // A tap table entry for a (phase, tap) that reads nothing; backward-data's offsets from a
 // lane's base pixel are negative too.
@@ -64,24 +68,29 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
     const WindowDim wy = window_dim<BACKWARD_DATA>(oy0, TH, p.fil[1], p.stride[1], p.pad[1], p.dil[1]);
     const WindowDim wx = window_dim<BACKWARD_DATA>(ox0, TW, p.fil[2], p.stride[2], p.pad[2], p.dil[2]);
     const int taps = p.fil[1] * p.fil[2], half_steps = steps(taps) * 2;
-    const int k_row = p.fil[0] * steps(taps) * 16 + 8;  // a filter row, 16 bytes of padding
 #if BACKWARD_DATA
     const int phases_y = p.stride[1], phases_x = p.stride[2];
 #else
     const int phases_y = 1, phases_x = 1;
 #endif
 
-    // Shared memory: the window, the filters (GB x WC rows), a zero row, the tap table (per
-    // phase and half step, the byte offset of the half step's 8 elements from a lane's base
-    // pixel row, or NO_TAP), and
-    // per filter column (tap and channel) its offset in w, or -1 past the taps. All but the
-    // tables in multiples of 16 bytes, as ldmatrix wants its rows.
+    // Shared memory: the window, the filters, a zero row, the tap table (per phase and half
+    // step, the byte offset of the half step's 8 elements from a lane's base pixel row, or
+    // NO_TAP), and forward's offset in w per filter column (tap and channel), -1 past the
+    // taps. All but the tables in multiples of 16 bytes, as ldmatrix wants its rows.
     const int row_steps = steps(taps) * 16;
+#if BACKWARD_DATA
+    // Per group and depth tap, row_steps rows of FILTER_PITCH bytes.
+    const int filter_bytes = GB * p.fil[0] * row_steps * FILTER_PITCH;
+#else
+    // A row per group and destination channel: depth taps x row_steps elements, and 8.
+    const int k_row = p.fil[0] * row_steps + 8;
+    const int filter_bytes = GB * WC * k_row * 2;
+#endif
     unsigned char* window = smem;
-    elem_t* filter = reinterpret_cast<elem_t*>(window + wy.size * wx.size * PIXEL_BYTES);
-    unsigned char* zero_row = reinterpret_cast<unsigned char*>(filter + GB * WC * k_row);
+    unsigned char* filter = window + wy.size * wx.size * PIXEL_BYTES;
+    unsigned char* zero_row = filter + filter_bytes;
     int* table = reinterpret_cast<int*>(zero_row + 16);
-    int* column_offsets = table + phases_y * phases_x * half_steps;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
     if (tid < 4) reinterpret_cast<unsigned*>(zero_row)[tid] = 0;
@@ -100,26 +109,37 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
         }
         table[i] = offset;
     }
+#if BACKWARD_DATA
+    // The filters: row (group, depth tap, reduction index kk: tap kk / RC and output channel
+    // kk % RC), the WC channels c of w[k][c] at that tap, zero past the taps and the last
+    // group. Where c is innermost they are 16-byte copies, in flight with the first window's.
+    const bool rows_contiguous = p.ws[1] == 1 && (p.ws[0] | p.ws[2] | p.ws[3] | p.ws[4]) % 8 == 0;
+    for (int i = tid; i < GB * p.fil[0] * row_steps * (WC / 8); i += THREADS) {
+        const int row = i / (WC / 8), c0 = i % (WC / 8) * 8;
+        const int kk = row % row_steps, fd = row / row_steps % p.fil[0], g = g0 + row / row_steps / p.fil[0];
+        const int tap = kk / RC;
+        const bool valid = g < p.g && tap < taps;
+        const int at = valid ? (g * p.kg + kk % RC) * p.ws[0] + c0 * p.ws[1] + fd * p.ws[2] + tap / p.fil[2] * p.ws[3] + tap % p.fil[2] * p.ws[4] : 0;
+        unsigned char* to = filter + row * FILTER_PITCH + c0 * 2;
+        if (rows_contiguous) {
+            cp_async_16(to, w + at, valid);
+        } else {
+            for (int e = 0; e < 8; ++e) reinterpret_cast<elem_t*>(to)[e] = valid ? w[at + e * p.ws[1]] : from_f32(0.0f);
+        }
+    }
+#else
     // The filters: row (group, destination channel), element (depth tap, step x 16 + e) for the
     // tap and source channel (taps x RC) e indexes, zero past them and past the last group.
-    // w[k][c] has forward's k the row's channel, backward-data's the column's.
+    int* column_offsets = table + half_steps;
     for (int kk = tid; kk < row_steps; kk += THREADS) {
-        const int tap = kk / RC, rc = kk % RC;
-#if BACKWARD_DATA
-        const int along = rc * p.ws[0];
-#else
-        const int along = rc * p.ws[1];
-#endif
-        column_offsets[kk] = tap < taps ? along + tap / p.fil[2] * p.ws[3] + tap % p.fil[2] * p.ws[4] : -1;
+        const int tap = kk / RC;
+        column_offsets[kk] = tap < taps ? kk % RC * p.ws[1] + tap / p.fil[2] * p.ws[3] + tap % p.fil[2] * p.ws[4] : -1;
     }
     __syncthreads();
-#if BACKWARD_DATA
-    const bool rows_contiguous = false;
-#else
-    // Forward's rows are w's own where the filter is channels-last (k, taps, channels innermost):
+    // The rows are w's own where the filter is channels-last (k, taps, channels innermost):
     // then they are 16-byte copies, in flight together with the first window's.
     const bool rows_contiguous = p.ws[1] == 1 && p.ws[4] == RC && p.ws[3] == p.fil[2] * RC && p.ws[2] == taps * RC;
-#endif
+    elem_t* filter_elems = reinterpret_cast<elem_t*>(filter);
     if (rows_contiguous) {
         const int chunks = row_steps / 8;
         for (int i = tid; i < GB * WC * p.fil[0] * chunks; i += THREADS) {
@@ -127,23 +147,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
             const int fd = row % p.fil[0], wc = row / p.fil[0] % WC, g = g0 + row / p.fil[0] / WC;
             const bool valid = g < p.g && chunk * 8 < taps * RC;
             const elem_t* from = valid ? w + (g * p.kg + wc) * p.ws[0] + fd * p.ws[2] + chunk * 8 : w;
-            cp_async_16(filter + (row / p.fil[0]) * k_row + fd * row_steps + chunk * 8, from, valid);
+            cp_async_16(filter_elems + (row / p.fil[0]) * k_row + fd * row_steps + chunk * 8, from, valid);
         }
     } else {
         for (int row = warp; row < GB * WC * p.fil[0]; row += WARPS) {
             const int fd = row % p.fil[0], wc = row / p.fil[0] % WC, g = g0 + row / p.fil[0] / WC;
-#if BACKWARD_DATA
-            const int across = g * p.kg * p.ws[0] + wc * p.ws[1] + fd * p.ws[2];
-#else
             const int across = (g * p.kg + wc) * p.ws[0] + fd * p.ws[2];
-#endif
-            elem_t* to = filter + (row / p.fil[0]) * k_row + fd * row_steps;
+            elem_t* to = filter_elems + (row / p.fil[0]) * k_row + fd * row_steps;
             for (int kk = lane; kk < row_steps; kk += 32) {
                 const int along = column_offsets[kk];
                 to[kk] = g < p.g && along >= 0 ? w[across + along] : from_f32(0.0f);
             }
         }
     }
+#endif
 
     // The window pixel a lane's ldmatrix row (destination pixel `pixel` of the tile) reads
     // from at tap offset zero, and its phase's row of the tap table.
@@ -191,7 +208,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
                 row_base[mt] = window_addr + base * PIXEL_BYTES + gi * RC * 2;
                 row_table[mt] = phase + lane / 16;
             }
-            const unsigned filter_row = smem_addr(filter + (gi * WC + lane % 8 + (lane / 16) * 8) * k_row + fd * row_steps + ((lane / 8) % 2) * 8);
+            // This lane's B row for ldmatrix x4: matrices (k 0-7, n 0-7), (k 8-15, n 0-7),
+            // (k 0-7, n 8-15), (k 8-15, n 8-15) of a step's 16 x 16, n a pair of N tiles.
+#if BACKWARD_DATA
+            const unsigned filter_row = smem_addr(filter) + ((gi * p.fil[0] + fd) * row_steps + (lane / 8) % 2 * 8 + lane % 8) * FILTER_PITCH + lane / 16 * 16;
+            const int b_step = 16 * FILTER_PITCH, b_pair = 32;
+#else
+            const unsigned filter_row = smem_addr(filter_elems + (gi * WC + lane % 8 + (lane / 16) * 8) * k_row + fd * row_steps + ((lane / 8) % 2) * 8);
+            const int b_step = 32, b_pair = 32 * k_row;
+#endif
 #pragma unroll 2
             for (int step = 0; step < steps(taps); ++step) {
                 unsigned a[2][4];
@@ -203,12 +228,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
 #pragma unroll
                 for (int nt = 0; nt < N_TILES; nt += 2) {
                     unsigned b[4];
-                    const unsigned at = filter_row + (nt * 8 * k_row + step * 16) * 2;
+                    const unsigned at = filter_row + nt / 2 * b_pair + step * b_step;
+#if BACKWARD_DATA
+                    if (nt + 1 < N_TILES) {
+                        ldmatrix_x4_trans(b, at);
+                    } else {
+                        ldmatrix_x2_trans(b, at);
+                    }
+#else
                     if (nt + 1 < N_TILES) {
                         ldmatrix_x4(b, at);
                     } else {
                         ldmatrix_x2(b, at);
                     }
+#endif
 #pragma unroll
                     for (int mt = 0; mt < 2; ++mt) {
                         mma_m16n8k16(acc[it][mt][nt], a[mt], b);

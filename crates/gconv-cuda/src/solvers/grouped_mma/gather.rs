@@ -40,6 +40,11 @@ fn destination(p: &ConvProblem) -> [u32; 3] {
     (if p.direction == Direction::BackwardData { geo.input } else { geo.output }).map(|v| v as u32)
 }
 
+/// The kernel's FILTER_PITCH: backward-data's filter row, in bytes.
+fn filter_pitch(written: u64) -> u64 {
+    (written / 8 | 1) * 16
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Tile {
     th: u32,
@@ -53,9 +58,11 @@ impl Tile {
     }
 
     /// The kernel's layout: the source window (a row of gb x reduced channels and 16 bytes
-    /// per pixel), the filters (a row per group and written channel: depth taps x the steps of
-    /// 16 over taps x reduced channels, and 8 elements), a zero row, the tap table (an int per
-    /// phase and half step), the filter columns' offsets (an int per step element).
+    /// per pixel), the filters, a zero row, the tap table (an int per phase and half step),
+    /// and forward's filter columns' offsets (an int per step element). Forward's filters are
+    /// a row per group and written channel (depth taps x the steps of 16 over taps x reduced
+    /// channels, and 8 elements); backward-data's a row per group, depth tap and step element,
+    /// of the written channels padded to an odd number of 16 bytes.
     fn shared_bytes(self, p: &ConvProblem) -> u64 {
         let geo = Geometry::new(p);
         let (reduced, written) = (u64::from(channels(p).0), u64::from(channels(p).1));
@@ -69,9 +76,13 @@ impl Tile {
         let gb = u64::from(self.gb);
         let taps = (geo.filter[1] * geo.filter[2]) as u64;
         let steps = (taps * reduced).div_ceil(16);
-        let filter_row = geo.filter[0] as u64 * steps * 16 + 8;
-        let phases = if backward { (geo.stride[1] * geo.stride[2]) as u64 } else { 1 };
-        pixels * (gb * reduced * 2 + 16) + gb * written * filter_row * 2 + 16 + phases * steps * 2 * 4 + steps * 16 * 4
+        let depth_taps = geo.filter[0] as u64;
+        let tables = if backward {
+            gb * depth_taps * steps * 16 * filter_pitch(written) + (geo.stride[1] * geo.stride[2]) as u64 * steps * 2 * 4
+        } else {
+            gb * written * (depth_taps * steps * 16 + 8) * 2 + steps * 2 * 4 + steps * 16 * 4
+        };
+        pixels * (gb * reduced * 2 + 16) + 16 + tables
     }
 }
 
@@ -219,9 +230,13 @@ mod tests {
             };
             f64::from(w[(across + along) as usize])
         };
-        // The kernel's layout: window, filter rows (padded by 8), zero row, tap table, column offsets.
-        let ((_, y_size), filter_row) = (window_dim(0, th, 1), fil[0] * steps * 16 + 8);
-        let layout = y_size * wx_size * (gb * rc * 2 + 16) + gb * wc * filter_row * 2 + 16 + phases * half_steps * 4 + steps * 16 * 4;
+        // The kernel's layout: window, filter rows, zero row, tap table, forward's column offsets.
+        let (_, y_size) = window_dim(0, th, 1);
+        let filters = match backward {
+            true => gb * fil[0] * steps * 16 * filter_pitch(wc as u64) as i64,
+            false => gb * wc * (fil[0] * steps * 16 + 8) * 2 + steps * 16 * 4,
+        };
+        let layout = y_size * wx_size * (gb * rc * 2 + 16) + filters + 16 + phases * half_steps * 4;
         assert_eq!(layout as u64, tile.shared_bytes(p), "shared_bytes and the kernel's layout differ");
         let mut dst = vec![f64::NAN; dst_len];
         let (tiles_h, tiles_w) = ((dst_ext[1] + th - 1) / th, (dst_ext[2] + tw - 1) / tw);
