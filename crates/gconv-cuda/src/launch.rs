@@ -195,21 +195,21 @@ impl TensorMap {
         })
     }
 
-    /// The tiled map of a row-major `rows` x `columns` matrix of `dtype` in `buffer`, read in
-    /// boxes of `box_rows` x `box_columns`.
-    pub fn tiled(buffer: Buffer, dtype: DataType, rows: u64, columns: u64, box_rows: u32, box_columns: u32) -> Result<Self> {
+    /// The tiled map of a packed 3D array of `dtype` in `buffer`, extents innermost first,
+    /// read in boxes of `boxes` (out-of-range elements zero-filled).
+    pub fn tiled(buffer: Buffer, dtype: DataType, extents: [u64; 3], boxes: [u32; 3]) -> Result<Self> {
         let elem = dtype.size_bytes() as u64;
-        if rows * columns * elem > buffer.bytes {
-            return Err(GconvError::Backend(format!("a {rows} x {columns} tiled map reaches past its {}-byte buffer", buffer.bytes)));
+        if extents.iter().product::<u64>() * elem > buffer.bytes {
+            return Err(GconvError::Backend(format!("a tiled map of {extents:?} reaches past its {}-byte buffer", buffer.bytes)));
         }
-        let (extents, strides, boxes, element_strides) = ([columns, rows], [columns * elem], [box_columns, box_rows], [1u32, 1]);
+        let (strides, element_strides) = ([extents[0] * elem, extents[0] * extents[1] * elem], [1u32; 3]);
         let data_type = tma_type(dtype)?;
-        // SAFETY: as in `im2col`, for rank 2.
+        // SAFETY: as in `im2col`, for rank 3.
         Self::encoded("encode a tiled tensor map", |map| unsafe {
             cu::cuTensorMapEncodeTiled(
                 map,
                 data_type,
-                2,
+                3,
                 buffer.ptr as *mut std::ffi::c_void,
                 extents.as_ptr(),
                 strides.as_ptr(),

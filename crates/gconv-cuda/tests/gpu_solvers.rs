@@ -259,7 +259,8 @@ fn misses(rt: &dyn Runtime, p: &ConvProblem, (inputs, exact): (&ConvTensors, &[f
 /// cuda.igemm_wgmma (sm_90 only), a sample of its configs, on problems its channel rules admit: row
 /// tiles crossing images, column tiles past K/G, strides (backward-data's sub-pixel phases,
 /// phases no tap reaches, a stride with a dilation that shares a factor), dilation, pads
-/// (wider than the filter reaches too), groups, a 1x1 and a wide 1x3, 1D and 3D; failures
+/// (wider than the filter reaches too), groups, a 1x1 and a wide 1x3, 1D and 3D, dense
+/// channels short of a TMA row (and grouped ones refused); failures
 /// listed with where they miss. Backward-weight too, its slices of the pixels summed by
 /// atomics and in two stages.
 #[test]
@@ -285,6 +286,10 @@ fn gpu_wgmma_implicit_gemm_on_medium_problems() {
         "n1:c64:k128:i6x7x7:f3x3x3:s2x2x2:p1x1x1:d1x1x1",
         // More tiles than a persistent grid has clusters, at every tile.
         "n8:c64:k256:i48x48:f3x3:s1x1:p1x1:d1x1",
+        // Dense channels short of a 128-byte row: the maps' zeros fill the last block of a tap.
+        "n2:c24:k144:i14x14:f1x1:s1x1:p0x0:d1x1",
+        "n1:c40:k104:i9x11:f3x3:s2x2:p1x1:d1x1",
+        "n1:c8:k16:i5x6x6:f3x3x3:s1x1x1:p1x1x1:d1x1x1",
     ];
     // Every tile shape without clusters or a persistent grid, and with them at three stages;
     // backward-weight's splits (x 15) on the smallest tile shape only.
@@ -294,6 +299,9 @@ fn gpu_wgmma_implicit_gemm_on_medium_problems() {
         (plain || c.get("st") == Some(3)) && (c.get("ks").is_none_or(|ks| ks == 1) || smallest)
     };
     list_misses(&*rt, "cuda.igemm_wgmma", &shapes, |solver, p| solver.configs(p).filter(sampled).collect());
+    let grouped = ConvProblem::from_key("v1:fwd:bf16:NHWC:n1:c48:k48:i8x8:f3x3:s1x1:p1x1:d1x1:g2").unwrap();
+    let reason = rt.solver("cuda.igemm_wgmma").unwrap().applicable(&grouped).unwrap_err().to_string();
+    assert!(reason.contains("grouped layer"), "{reason}");
 }
 
 /// Runs `solver` with the `configs` it lists for each variant of `shapes` it applies to and

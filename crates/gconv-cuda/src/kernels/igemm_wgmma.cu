@@ -3,8 +3,9 @@
 //
 // Forward and backward-data (igemm_wgmma): per group g, GEMM rows are the destination's pixels
 // (M = images x depth x height x width), columns its channels of the group, and the reduction
-// runs over taps x source channels of the group in blocks of 64 channels of one tap; both tiles
-// K-major. Forward reads x with the filter; backward-data is the same product over dy with the
+// runs over taps x source channels of the group in blocks of 64 channels of one tap (a dense
+// layer's last block of a tap may run past its channels: both maps read zeros there); both
+// tiles K-major. Forward reads x with the filter; backward-data is the same product over dy with the
 // filter flipped and transposed (flip_filter below), once per sub-pixel phase of a strided
 // convolution (the destination pixels one residue class of taps reaches, written with the
 // stride: the host passes dx's pointer moved to the phase's first pixel and its strides
@@ -150,16 +151,17 @@ __device__ __forceinline__ void load_im2col(unsigned dst, const TensorMap* map, 
     }
 }
 
-// A box of a row-major matrix by a tiled map: its rows from `row` on, its columns from
-// `column` on (the filter's rows x 64 reduction elements, or dy's 64 pixels x 64 channels).
+// A box of a 3D array by a tiled map, from (x, y, z) on, x innermost: the filter's rows x
+// 64 reduction elements (x a tap's channels, y the tap, z the row), or dy's 64 pixels x 64
+// channels (z 0).
 template <bool MULTICAST>
-__device__ __forceinline__ void load_tile(unsigned dst, const TensorMap* map, int column, int row, unsigned bar) {
+__device__ __forceinline__ void load_tile(unsigned dst, const TensorMap* map, int x, int y, int z, unsigned bar) {
     if constexpr (MULTICAST && CLUSTER > 1) {
-        asm volatile(TMA_LOAD("2d", "tile") ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;"
-                     ::"r"(dst), "l"(map), "r"(column), "r"(row), "r"(bar), "h"(CLUSTER_MASK)
+        asm volatile(TMA_LOAD("3d", "tile") ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;"
+                     ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(z), "r"(bar), "h"(CLUSTER_MASK)
                      : "memory");
     } else {
-        asm volatile(TMA_LOAD("2d", "tile") " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst), "l"(map), "r"(column), "r"(row), "r"(bar) : "memory");
+        asm volatile(TMA_LOAD("3d", "tile") " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(z), "r"(bar) : "memory");
     }
 }
 
@@ -449,7 +451,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                     const int s = produce(pl, it);
                     const int q = block * PIXEL_BLOCK, share = q + rank * SHARE_PIXELS;
 #pragma unroll
-                    for (int j = 0; j < CONSUMERS; ++j) load_tile<false>(pl.stage(s) + j * TILE64_BYTES, &dy_map, t.g * p.kg + t.k0 + 64 * j, q, pl.full(s));
+                    for (int j = 0; j < CONSUMERS; ++j) load_tile<false>(pl.stage(s) + j * TILE64_BYTES, &dy_map, t.g * p.kg + t.k0 + 64 * j, q, 0, pl.full(s));
                     int pos[3];
                     window_start(p, share % pixels, pos);
 #pragma unroll
@@ -507,7 +509,8 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     extern __shared__ unsigned char raw[];
     const Pipeline pl = pipeline_init(raw);
     const int rank = cluster_rank();
-    const int chunks = p.cg / BK, blocks = p.fil[0] * p.fil[1] * p.fil[2] * chunks;
+    // A dense layer's last chunk may run past its channels: TMA reads zeros there.
+    const int chunks = (p.cg + BK - 1) / BK, blocks = p.fil[0] * p.fil[1] * p.fil[2] * chunks;
     const int pixels = p.out[0] * p.out[1] * p.out[2];
     const int m_total = p.n * pixels;
     const int row_groups = ((m_total + BM - 1) / BM + CLUSTER - 1) / CLUSTER, column_tiles = (p.kg + BN - 1) / BN;
@@ -539,7 +542,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                     tap_offsets(p, f, off);
                     load_im2col<false>(pl.stage(s), &src_map, t.g * p.cg + c0, pos, n, off, pl.full(s));
                     const unsigned share = rank * B_SHARE_ROWS;
-                    load_tile<true>(pl.stage(s) + A_BYTES + share * ROW_BYTES, &filter_map, tap * p.cg + c0, t.g * p.kg + t.n0 + share, pl.full(s));
+                    load_tile<true>(pl.stage(s) + A_BYTES + share * ROW_BYTES, &filter_map, c0, tap, t.g * p.kg + t.n0 + share, pl.full(s));
                 }
             }
         }

@@ -416,11 +416,12 @@ impl Product {
         (self.params.cg as u32, self.params.kg as u32)
     }
 
-    /// The filter as a matrix: a row per destination channel, taps x source channels per
-    /// group wide.
-    fn filter_matrix(&self) -> (u64, u64) {
+    /// The filter's extents, innermost first: source channels per group, taps, a row per
+    /// destination channel. A reduction block's channels past the group's are the map's
+    /// zeros, never the next tap's.
+    fn filter_extents(&self) -> [u64; 3] {
         let (src, dst) = self.channels();
-        (u64::from(self.params.g as u32 * dst), u64::from(self.taps() * src))
+        [u64::from(src), u64::from(self.taps()), u64::from(self.params.g as u32 * dst)]
     }
 
     fn row_tiles(&self, tile: Tile) -> u64 {
@@ -533,8 +534,11 @@ impl Solver for IgemmWgmma {
             return Ok(());
         }
         let (src, dst) = products[0].channels();
-        let row = row_elements(p.dtype);
-        require!(src.is_multiple_of(row), "needs the channels it reduces per group a multiple of {row} (one 128-byte TMA row per tap), got {src}");
+        let (row, aligned) = (row_elements(p.dtype), 16 / p.dtype.size_bytes() as u32);
+        require!(src.is_multiple_of(aligned), "needs the channels it reduces per group a multiple of {aligned} (16-byte pixel and filter rows for TMA), got {src}");
+        // A reduction block reads a 128-byte row of channels at each tap: past a dense layer's
+        // last channel TMA reads zeros, but past a group's it would read the next group's.
+        require!(p.g == 1 || src.is_multiple_of(row), "needs a grouped layer's channels it reduces per group a multiple of {row} (one 128-byte TMA row per tap), got {src}");
         require!(dst.is_multiple_of(8), "needs the channels it writes per group a multiple of 8 (16-byte filter rows and paired stores), got {dst}");
         if p.direction == Direction::BackwardData {
             require!((p.g as usize * g.filter_volume()) as u64 <= MAX_GRID_YZ, "too many groups x taps for the filter transpose's grid");
@@ -621,7 +625,7 @@ impl Solve<Cuda> for IgemmWgmma {
             .map(|product| {
                 let launch = LaunchConfig { grid_dim: (tile.grid(product.units(tile, p.g), sms), 1, 1), block_dim, shared_mem_bytes: shared };
                 let im2col = product.has_taps().then(|| product.im2col(row_elements(p.dtype), tile.rows()));
-                ProductLaunch { launch, params: product.params, im2col, filter: (product.filter_offset, product.filter_matrix()), dst_offset: product.dst_offset }
+                ProductLaunch { launch, params: product.params, im2col, filter: (product.filter_offset, product.filter_extents()), dst_offset: product.dst_offset }
             })
             .collect();
         let flip = match p.direction {
@@ -655,8 +659,8 @@ struct ProductLaunch {
     /// The source's map; none where no tap reaches (the kernel reads nothing and stores
     /// zeros, handed the maps of the product before it).
     im2col: Option<Im2col>,
-    /// The filter matrix: its offset in elements, rows and columns.
-    filter: (u64, (u64, u64)),
+    /// The filter: its offset in elements, and extents.
+    filter: (u64, [u64; 3]),
     dst_offset: u64,
 }
 
@@ -689,9 +693,9 @@ impl Invoker<Cuda> for WgmmaInvoker {
             // Tensor maps hold the buffers' addresses, so they are made per run (a few
             // microseconds of host time; a captured graph keeps the ones it was captured with).
             if let Some(im2col) = &product.im2col {
-                let (offset, (rows, columns)) = product.filter;
+                let (offset, extents) = product.filter;
                 let src = TensorMap::im2col(src, self.dtype, im2col)?;
-                let filter = TensorMap::tiled(filter.from_byte(offset * elem), self.dtype, rows, columns, self.filter_rows, row_elements(self.dtype))?;
+                let filter = TensorMap::tiled(filter.from_byte(offset * elem), self.dtype, extents, [row_elements(self.dtype), 1, self.filter_rows])?;
                 maps = Some((src, filter));
             }
             let Some((src, filter)) = &maps else {
@@ -733,7 +737,7 @@ impl Invoker<Cuda> for WeightInvoker {
         if let Some(reduce) = self.reduce.as_ref().filter(|r| r.zero_bytes > 0) {
             b.zero_workspace(reduce.zero_bytes)?;
         }
-        let dy = TensorMap::tiled(b.y, self.dtype, self.dy.0, self.dy.1, PIXEL_BLOCK, PIXEL_BLOCK)?;
+        let dy = TensorMap::tiled(b.y, self.dtype, [self.dy.1, self.dy.0, 1], [PIXEL_BLOCK, PIXEL_BLOCK, 1])?;
         let x = TensorMap::im2col(b.x, self.dtype, &self.im2col)?;
         let args = [
             Arg::TensorMap(&dy),
@@ -816,7 +820,8 @@ mod tests {
             let (groups, cg, kg) = (i64::from(q.g), i64::from(q.cg), i64::from(q.kg));
             let taps = fil.iter().product::<i64>();
             let pixels = out.iter().product::<i64>();
-            let (_, columns) = product.filter_matrix();
+            let extents = product.filter_extents().map(|e| e as i64);
+            let (row_len, all_channels) = (i64::from(row_elements(p.dtype)), groups * cg);
             let at = |s: &[i32; 5], outer: i64, c: i64, pos: [i64; 3]| outer * i64::from(s[0]) + c * i64::from(s[1]) + (0..3).map(|i| pos[i] * i64::from(s[2 + i])).sum::<i64>();
             for m in 0..product.rows as i64 {
                 let (image, pixel) = (m / pixels, m % pixels);
@@ -830,9 +835,12 @@ mod tests {
                         if (0..3).any(|i| !(0..input[i]).contains(&pos[i])) {
                             continue;
                         }
-                        for c in 0..cg {
-                            let s = f64::from(src[at(&q.xs, image, g * cg + c, pos) as usize]);
-                            sum += s * filter[(product.filter_offset as i64 + row * columns as i64 + tap * cg + c) as usize];
+                        // Blocks of a 128-byte row of channels; both maps read zeros past their
+                        // channels, x's past the last group's and the filter's past each group's.
+                        for c in 0..(cg + row_len - 1) / row_len * row_len {
+                            let s = if g * cg + c < all_channels { f64::from(src[at(&q.xs, image, g * cg + c, pos) as usize]) } else { 0.0 };
+                            let f = if c < extents[0] { filter[(product.filter_offset as i64 + (row * extents[1] + tap) * extents[0] + c) as usize] } else { 0.0 };
+                            sum += s * f;
                         }
                     }
                     dst[(product.dst_offset as i64 + at(&q.ys, image, row, o)) as usize] = sum;
