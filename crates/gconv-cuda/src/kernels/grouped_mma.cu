@@ -38,7 +38,7 @@ static_assert(RC == 8 || RC == 16 || RC == 32 || RC == 64, "reduced channels per
 static_assert(WC % 8 == 0 && WC <= 64, "written channels per group: a multiple of 8 up to 64");
 // Backward-data's filter row in bytes: an odd number of 16-byte units, so that the 8 rows of
 // an ldmatrix spread over the banks.
-#define FILTER_PITCH ((WC / 8 | 1) * 16)
+#define FILTER_PITCH (((WC / 8) | 1) * 16)
 
 // A tap table entry for a (phase, tap) that reads nothing; backward-data's offsets from a
 // lane's base pixel are negative too.

@@ -42,7 +42,7 @@ fn destination(p: &ConvProblem) -> [u32; 3] {
 
 /// The kernel's FILTER_PITCH: backward-data's filter row, in bytes.
 fn filter_pitch(written: u64) -> u64 {
-    (written / 8 | 1) * 16
+    ((written / 8) | 1) * 16
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
