@@ -556,6 +556,10 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 #else
         elem_t* staged = reinterpret_cast<elem_t*>(raw + (pl.base - smem_addr(raw))) + slice * 64 * STAGED_ROW;
 #endif
+        // A destination packed in pixel order (forward; backward-data at stride 1) has row m at
+        // m times the pixel stride: no divisions per row.
+        const bool packed = (p.out[1] == 1 || p.ys[3] == p.out[2] * p.ys[4]) && (p.out[0] == 1 || p.ys[2] == p.out[1] * p.out[2] * p.ys[4]) &&
+                            (p.n == 1 || p.ys[0] == pixels * p.ys[4]);
         int it = 0;
         FOR_EACH_UNIT(u, units) {
             consume<false>(pl, it, blocks, slice, d);
@@ -577,9 +581,13 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                 const int row = i / CHUNKS, column = i % CHUNKS * CHUNK;
                 const int m = t.m0 + slice * 64 + row, n = t.n0 + column;
                 if (m >= m_total || n >= p.kg) continue;
-                const int pixel = m % pixels;
-                elem_t* at = dst + offset(p.ys, m / pixels, t.g * p.kg + n, pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]);
-                *reinterpret_cast<uint4*>(at) = *reinterpret_cast<const uint4*>(staged + row * STAGED_ROW + column);
+                const int channel = t.g * p.kg + n;
+                int at = m * p.ys[4] + channel * p.ys[1];
+                if (!packed) {
+                    const int pixel = m % pixels;
+                    at = offset(p.ys, m / pixels, channel, pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]);
+                }
+                *reinterpret_cast<uint4*>(dst + at) = *reinterpret_cast<const uint4*>(staged + row * STAGED_ROW + column);
             }
         }
     }
