@@ -122,7 +122,7 @@ impl Tile {
     /// A grid of `units` units: a cluster each, or as many clusters as the SMs hold at once
     /// (one CTA per SM) walking them.
     fn grid(self, units: u64, sms: u32) -> u32 {
-        let clusters = if self.persistent { units.min(u64::from(sms / self.cl)) } else { units };
+        let clusters = if self.persistent { units.min(u64::from(sms / self.cl).max(1)) } else { units };
         (clusters * u64::from(self.cl)) as u32
     }
 
