@@ -292,7 +292,7 @@ fn gpu_wgmma_implicit_gemm_on_medium_problems() {
         "n1:c8:k16:i5x6x6:f3x3x3:s1x1x1:p1x1x1:d1x1x1",
     ];
     // Every tile shape without clusters or a persistent grid, and with them at three stages;
-    // backward-weight's splits (x 15) on the smallest tile shape only.
+    // the splits (backward-weight's 15, the others' up to 9) on the smallest tile shape only.
     let sampled = |c: &Config| {
         let plain = c.get("cl") == Some(1) && c.get("ps") == Some(0);
         let smallest = [c.get("bn"), c.get("wg"), c.get("st")] == [Some(64), Some(1), Some(3)];

@@ -497,32 +497,41 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 #else
 
 // Forward and backward-data (see the top): per group, destination pixels by BM, its channels
-// by BN; the reduction runs over taps x BK-channel chunks of the source. A unit: CLUSTER row
-// tiles of one column tile and group (columns innermost, so that clusters running together
-// read the same pixels), sharing the filter's tile, of which each CTA loads BN / CLUSTER rows.
+// by BN; the reduction runs over taps x BK-channel chunks of the source, split into `splits`
+// slices of its blocks. A unit: CLUSTER row tiles of one column tile, slice and group (columns
+// innermost, so that clusters running together read the same pixels, then rows, slices,
+// groups), sharing the filter's tile, of which each CTA loads BN / CLUSTER rows. mode 0 stores
+// into dst; 1 adds into the fp32 workspace ws (zeroed before); 2 stores the slice's fp32 copy
+// of the destination (slice_elements apart) into ws. ws lies as dst does: at the product's
+// first pixel, with the destination's strides.
 struct Unit {
-    int m0, n0, g;
+    int m0, n0, slice, g;
 };
 
 extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
-    igemm_wgmma(const __grid_constant__ TensorMap src_map, const __grid_constant__ TensorMap filter_map, ConvParams p, elem_t* dst) {
+    igemm_wgmma(const __grid_constant__ TensorMap src_map, const __grid_constant__ TensorMap filter_map, ConvParams p, elem_t* dst, float* ws, int splits, int mode,
+                int slice_elements) {
     extern __shared__ unsigned char raw[];
     const Pipeline pl = pipeline_init(raw);
     const int rank = cluster_rank();
     // A dense layer's last chunk may run past its channels: TMA reads zeros there.
-    const int chunks = (p.cg + BK - 1) / BK, blocks = p.fil[0] * p.fil[1] * p.fil[2] * chunks;
+    const int chunks = (p.cg + BK - 1) / BK, all_blocks = p.fil[0] * p.fil[1] * p.fil[2] * chunks;
     const int pixels = p.out[0] * p.out[1] * p.out[2];
     const int m_total = p.n * pixels;
     const int row_groups = ((m_total + BM - 1) / BM + CLUSTER - 1) / CLUSTER, column_tiles = (p.kg + BN - 1) / BN;
-    const int units = row_groups * column_tiles * p.g;
+    const int units = row_groups * column_tiles * splits * p.g;
     auto unit_at = [&](int u) {
         Unit t;
         t.n0 = u % column_tiles * BN;
         u /= column_tiles;
         t.m0 = (u % row_groups * CLUSTER + rank) * BM;
-        t.g = u / row_groups;
+        u /= row_groups;
+        t.slice = u % splits;
+        t.g = u / splits;
         return t;
     };
+    // A slice's reduction blocks run from its first block to the next slice's.
+    auto first_block = [&](int slice) { return (int)((long long)all_blocks * slice / splits); };
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         if (producer_start(&src_map, &filter_map)) {
@@ -533,7 +542,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                 const int n = t.m0 / pixels;
                 int pos[3];
                 window_start(p, t.m0 % pixels, pos);
-                for (int block = 0; block < blocks; ++block, ++it) {
+                for (int block = first_block(t.slice); block < first_block(t.slice + 1); ++block, ++it) {
                     const int s = produce(pl, it);
                     const int tap = block / chunks, c0 = block % chunks * BK;
                     int f[3];
@@ -560,34 +569,50 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // m times the pixel stride: no divisions per row.
         const bool packed = (p.out[1] == 1 || p.ys[3] == p.out[2] * p.ys[4]) && (p.out[0] == 1 || p.ys[2] == p.out[1] * p.out[2] * p.ys[4]) &&
                             (p.n == 1 || p.ys[0] == pixels * p.ys[4]);
+        auto dst_index = [&](int m, int channel) {
+            if (packed) return m * p.ys[4] + channel * p.ys[1];
+            const int pixel = m % pixels;
+            return offset(p.ys, m / pixels, channel, pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]);
+        };
         int it = 0;
         FOR_EACH_UNIT(u, units) {
+            const Unit t = unit_at(u);
+            const int first = first_block(t.slice), blocks = first_block(t.slice + 1) - first;
             consume<false>(pl, it, blocks, slice, d);
             it += blocks;
-            const Unit t = unit_at(u);
-            // The results leave through shared memory, so that each destination row goes in
-            // 16-byte chunks, a warp's stores contiguous.
+            if (mode != 0) {
+                // fp32 partial sums, a pair of channels at a time (channels-last: adjacent).
+                for_each_pair(d, [&](int row, int column, float v0, float v1) {
+                    const int m = t.m0 + slice * 64 + row, n = t.n0 + column;
+                    if (m >= m_total || n >= p.kg) return;
+                    const int at = dst_index(m, t.g * p.kg + n);
+                    if (mode == 1) {
+                        atomicAdd(ws + at, v0);
+                        atomicAdd(ws + at + 1, v1);
+                    } else {
+                        *reinterpret_cast<float2*>(ws + (long long)t.slice * slice_elements + at) = make_float2(v0, v1);
+                    }
+                });
+                zero(d);
+            } else {
+                // The results leave through shared memory, so that each destination row goes in
+                // 16-byte chunks, a warp's stores contiguous.
 #if PERSISTENT
-            warpgroup_sync(slice);  // its rows of the unit before have left
+                warpgroup_sync(slice);  // its rows of the unit before have left
 #else
-            consumers_sync();  // every consumer is done with the stages (their loads all landed)
+                consumers_sync();  // every consumer is done with the stages (their loads all landed)
 #endif
-            for_each_pair(d, [&](int row, int column, float v0, float v1) { store_pair(staged + row * STAGED_ROW + column, v0, v1); });
-            // The MMAs read the accumulators: zeros let them die here, not live on through the
-            // stores into the next unit.
-            zero(d);
-            warpgroup_sync(slice);
-            for (int i = threadIdx.x % 128; i < 64 * CHUNKS; i += 128) {
-                const int row = i / CHUNKS, column = i % CHUNKS * CHUNK;
-                const int m = t.m0 + slice * 64 + row, n = t.n0 + column;
-                if (m >= m_total || n >= p.kg) continue;
-                const int channel = t.g * p.kg + n;
-                int at = m * p.ys[4] + channel * p.ys[1];
-                if (!packed) {
-                    const int pixel = m % pixels;
-                    at = offset(p.ys, m / pixels, channel, pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]);
+                for_each_pair(d, [&](int row, int column, float v0, float v1) { store_pair(staged + row * STAGED_ROW + column, v0, v1); });
+                // The MMAs read the accumulators: zeros let them die here, not live on through
+                // the stores into the next unit.
+                zero(d);
+                warpgroup_sync(slice);
+                for (int i = threadIdx.x % 128; i < 64 * CHUNKS; i += 128) {
+                    const int row = i / CHUNKS, column = i % CHUNKS * CHUNK;
+                    const int m = t.m0 + slice * 64 + row, n = t.n0 + column;
+                    if (m >= m_total || n >= p.kg) continue;
+                    *reinterpret_cast<uint4*>(dst + dst_index(m, t.g * p.kg + n)) = *reinterpret_cast<const uint4*>(staged + row * STAGED_ROW + column);
                 }
-                *reinterpret_cast<uint4*>(dst + at) = *reinterpret_cast<const uint4*>(staged + row * STAGED_ROW + column);
             }
         }
     }

@@ -10,7 +10,9 @@
 //! phase's dx pixels are reached by one residue class of taps and written with the stride; a
 //! phase no tap reaches gets zeros). Backward-weight multiplies dy (tiled loads) by x (im2col
 //! at each tap's offsets), both MN-major, per group and tap, its pixel reduction split into
-//! `ks` slices summed by atomics or in two stages (`red`).
+//! `ks` slices summed by atomics or in two stages (`red`). Forward and backward-data split their
+//! reductions (taps x channels) the same way where `ks` is over 1, for layers with too few
+//! tiles to fill the GPU.
 //!
 //! A producer warpgroup issues the loads onto an mbarrier pipeline of `st` stages and `wg`
 //! consumer warpgroups multiply 64 x `bn` each. `cl` 2 runs clusters of two CTAs on adjacent
@@ -52,6 +54,8 @@ const MAX_GRID_X: u64 = i32::MAX as u64;
 const MAX_GRID_YZ: u64 = 65_535;
 /// Slices backward-weight's pixel reduction may be split into.
 const SPLITS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+/// Forward's and backward-data's reductions (taps x channels) are far shorter.
+const MAX_PRODUCT_SPLITS: u32 = 16;
 /// A slice should reduce at least this many blocks of 64 pixels, or its share of the
 /// pipeline's fill and the reduction outweigh its work.
 const MIN_BLOCKS_PER_SLICE: u64 = 8;
@@ -139,9 +143,10 @@ impl Tile {
     }
 }
 
-/// How backward-weight splits its pixel reduction: into `slices` that add into an fp32
-/// workspace by atomics, or (`two_stage`) write one fp32 copy each that a second kernel sums.
-/// One slice writes the weights directly.
+/// How a product splits its reduction (backward-weight's pixels, the others' taps x channels):
+/// into `slices` that add into an fp32 workspace by atomics, or (`two_stage`) write one fp32
+/// copy each of the destination that a second kernel sums. One slice writes the destination
+/// directly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Split {
     slices: u32,
@@ -164,18 +169,51 @@ impl Split {
         }
     }
 
+    /// The fp32 workspace it needs: none, one copy or a copy per slice of the destination.
     fn workspace_bytes(self, p: &ConvProblem) -> u64 {
         let copies = match self.mode() {
             0 => 0,
             1 => 1,
             _ => u64::from(self.slices),
         };
-        p.weight_elements() * 4 * copies
+        destination_elements(p) * 4 * copies
+    }
+
+    /// The second kernel, if the split needs one, and how much of the workspace to zero before
+    /// the atomics.
+    fn reduce(self, p: &ConvProblem, device: &CudaDevice, source: &KernelSource) -> Result<Option<Reduce>> {
+        let elements = destination_elements(p);
+        Ok(match self.mode() {
+            0 => None,
+            mode => Some(Reduce {
+                function: device.function(source, "split_reduce")?,
+                zero_bytes: if mode == 1 { elements * 4 } else { 0 },
+                slices: if mode == 1 { 1 } else { self.slices as i32 },
+                count: elements as i32,
+                blocks: (elements.div_ceil(u64::from(REDUCE_THREADS)) as u32).clamp(1, device.sm_count * 8),
+            }),
+        })
     }
 }
 
-/// A config: the block tile (fields `bn`, `wg`, `st`, `cl`, `ps`) and, for backward-weight,
-/// the split (`ks` and `red`, as cuda.igemm_tc has them).
+/// The elements of the tensor a direction writes.
+fn destination_elements(p: &ConvProblem) -> u64 {
+    match p.direction {
+        Direction::Forward => p.output_elements(),
+        Direction::BackwardData => p.input_elements(),
+        Direction::BackwardWeight => p.weight_elements(),
+    }
+}
+
+/// Backward-data's workspace: the split's fp32 part first (so that zeroing it leaves the
+/// flipped filter alone), the flipped filter from this byte on, 256-byte aligned for TMA.
+fn flipped_filter_start(p: &ConvProblem, split: Split) -> u64 {
+    split.workspace_bytes(p).next_multiple_of(256)
+}
+
+/// A config: the block tile (fields `bn`, `wg`, `st`, `cl`, `ps`) and the split (`ks` and
+/// `red`, as cuda.igemm_tc has them): always written for backward-weight, for the other
+/// directions only where it splits (so their unsplit configs read as before splits existed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct WgmmaConfig {
     tile: Tile,
@@ -189,7 +227,7 @@ impl WgmmaConfig {
             0 | 1 => Ok(value == 1),
             _ => Err(bad(format!("{name} must be 0 or 1"))),
         };
-        let parsed = if p.direction == Direction::BackwardWeight {
+        let parsed = if p.direction == Direction::BackwardWeight || config.get("ks").is_some() {
             let [bn, wg, st, cl, ps, slices, red] = config.expect_fields(["bn", "wg", "st", "cl", "ps", "ks", "red"])?;
             let tile = Tile { bn, wg, st, cl, persistent: flag("ps", ps)? };
             WgmmaConfig { tile, split: Split { slices, two_stage: flag("red", red)? } }
@@ -204,7 +242,7 @@ impl WgmmaConfig {
     fn to_config(self, direction: Direction) -> Config {
         let Tile { bn, wg, st, cl, persistent } = self.tile;
         let mut fields = vec![("bn", bn), ("wg", wg), ("st", st), ("cl", cl), ("ps", u32::from(persistent))];
-        if direction == Direction::BackwardWeight {
+        if direction == Direction::BackwardWeight || self.split != UNSPLIT {
             fields.extend([("ks", self.split.slices), ("red", u32::from(self.split.two_stage))]);
         }
         Config::new(fields)
@@ -218,6 +256,12 @@ impl WgmmaConfig {
         }
         if two_stage && slices == 1 {
             return Err("red 1 (two-stage) needs ks over 1".into());
+        }
+        if p.direction != Direction::BackwardWeight {
+            let blocks = Product::all(p).iter().map(|product| product.blocks(p.dtype)).max().unwrap_or(0);
+            if slices > MAX_PRODUCT_SPLITS || u64::from(slices) > blocks {
+                return Err(format!("ks {slices} splits a reduction of {blocks} blocks (up to {MAX_PRODUCT_SPLITS} slices, each with a block)"));
+            }
         }
         let (row_tiles, units) = self.work(p);
         if self.tile.cl > 1 && row_tiles < 2 {
@@ -244,12 +288,12 @@ impl WgmmaConfig {
         }
         let products = Product::all(p);
         let largest = products.iter().max_by_key(|product| product.rows);
-        largest.map_or((0, 0), |product| (product.row_tiles(self.tile), product.units(self.tile, p.g)))
+        largest.map_or((0, 0), |product| (product.row_tiles(self.tile), product.units(self.tile, p.g, self.split.slices)))
     }
 
     /// Every config for `p`'s direction.
     fn all(p: &ConvProblem) -> Vec<WgmmaConfig> {
-        let splits: Vec<Split> = if p.direction == Direction::BackwardWeight { Split::all().collect() } else { vec![UNSPLIT] };
+        let splits: Vec<Split> = Split::all().collect();
         Tile::all(p.dtype).flat_map(|tile| splits.iter().map(move |&split| WgmmaConfig { tile, split })).filter(|c| c.check(p).is_ok()).collect()
     }
 }
@@ -428,10 +472,16 @@ impl Product {
         self.rows.div_ceil(u64::from(tile.rows()))
     }
 
-    /// The kernel's work units: clusters' worth of row tiles x column tiles x groups.
-    fn units(&self, tile: Tile, groups: u32) -> u64 {
+    /// The kernel's work units: clusters' worth of row tiles x column tiles x slices x groups.
+    fn units(&self, tile: Tile, groups: u32, slices: u32) -> u64 {
         let (_, columns) = self.channels();
-        self.row_tiles(tile).div_ceil(u64::from(tile.cl)) * u64::from(columns.div_ceil(tile.bn)) * u64::from(groups)
+        self.row_tiles(tile).div_ceil(u64::from(tile.cl)) * u64::from(columns.div_ceil(tile.bn)) * u64::from(slices) * u64::from(groups)
+    }
+
+    /// The reduction's blocks: a 128-byte row of source channels per tap.
+    fn blocks(&self, dtype: DataType) -> u64 {
+        let (src, _) = self.channels();
+        u64::from(self.taps() * src.div_ceil(row_elements(dtype)))
     }
 
     /// Why TMA cannot make this product's im2col loads, if it cannot.
@@ -494,7 +544,7 @@ impl IgemmWgmma {
             return WgmmaConfig { tile: with_stages(128, 2), split: UNSPLIT };
         };
         let (_, columns) = product.channels();
-        let blocks = |bn: u32, wg: u32| product.units(with_stages(bn, wg), p.g);
+        let blocks = |bn: u32, wg: u32| product.units(with_stages(bn, wg), p.g, 1);
         // One column tile where it takes every channel of the group, so the source's tile is
         // loaded once (exhaustive tuning on the H100: 1.6x on c256 14x14, 1.5x on a c24 k144
         // 1x1); fewer rows per tile, not fewer columns, then fill the GPU.
@@ -554,10 +604,10 @@ impl Solver for IgemmWgmma {
     }
 
     fn workspace_bytes(&self, p: &ConvProblem, config: &Config) -> u64 {
+        let Ok(WgmmaConfig { split, .. }) = WgmmaConfig::from_config(p, config) else { return 0 };
         match p.direction {
-            Direction::BackwardData => p.weight_elements() * p.dtype.size_bytes() as u64,
-            Direction::BackwardWeight => WgmmaConfig::from_config(p, config).map_or(0, |c| c.split.workspace_bytes(p)),
-            Direction::Forward => 0,
+            Direction::BackwardData => flipped_filter_start(p, split) + p.weight_elements() * p.dtype.size_bytes() as u64,
+            _ => split.workspace_bytes(p),
         }
     }
 
@@ -599,17 +649,7 @@ impl Solve<Cuda> for IgemmWgmma {
             let geo = Geometry::new(p);
             let (_, units) = WgmmaConfig { tile, split }.work(p);
             let launch = LaunchConfig { grid_dim: (tile.grid(units, sms), 1, 1), block_dim, shared_mem_bytes: shared };
-            let weights = p.weight_elements();
-            let reduce = match split.mode() {
-                0 => None,
-                mode => Some(Reduce {
-                    function: self.device.function(&source, "split_reduce")?,
-                    zero_bytes: if mode == 1 { weights * 4 } else { 0 },
-                    slices: if mode == 1 { 1 } else { split.slices as i32 },
-                    count: weights as i32,
-                    blocks: (weights.div_ceil(u64::from(REDUCE_THREADS)) as u32).clamp(1, self.device.sm_count * 8),
-                }),
-            };
+            let reduce = split.reduce(p, &self.device, &source)?;
             let product = Product::all(p).swap_remove(0);
             let invoker = WeightInvoker {
                 function,
@@ -630,7 +670,7 @@ impl Solve<Cuda> for IgemmWgmma {
         let products = Product::all(p)
             .into_iter()
             .map(|product| {
-                let launch = LaunchConfig { grid_dim: (tile.grid(product.units(tile, p.g), sms), 1, 1), block_dim, shared_mem_bytes: shared };
+                let launch = LaunchConfig { grid_dim: (tile.grid(product.units(tile, p.g, split.slices), sms), 1, 1), block_dim, shared_mem_bytes: shared };
                 let im2col = product.has_taps().then(|| product.im2col(row_elements(p.dtype), tile.rows()));
                 ProductLaunch { launch, params: product.params, im2col, filter: (product.filter_offset, product.filter_extents()), dst_offset: product.dst_offset }
             })
@@ -647,7 +687,14 @@ impl Solve<Cuda> for IgemmWgmma {
             }
             _ => None,
         };
-        Ok(Box::new(WgmmaInvoker { function, products, direction: p.direction, dtype: p.dtype, filter_rows: tile.bn / tile.cl, flip }))
+        let split = SplitLaunch {
+            slices: split.slices as i32,
+            mode: split.mode(),
+            elements: destination_elements(p) as i32,
+            reduce: split.reduce(p, &self.device, &source)?,
+            filter_start: flipped_filter_start(p, split),
+        };
+        Ok(Box::new(WgmmaInvoker { function, products, direction: p.direction, dtype: p.dtype, filter_rows: tile.bn / tile.cl, flip, split }))
     }
 }
 
@@ -681,15 +728,33 @@ struct WgmmaInvoker {
     /// The filter rows a CTA loads per block: its cluster's share of the column tile.
     filter_rows: u32,
     flip: Option<Flip>,
+    split: SplitLaunch,
+}
+
+/// How a forward or backward-data invoker splits its reductions.
+struct SplitLaunch {
+    slices: i32,
+    /// The kernel's output mode (see Split::mode).
+    mode: i32,
+    /// The destination's elements: a slice's fp32 copy in the workspace.
+    elements: i32,
+    reduce: Option<Reduce>,
+    /// Where backward-data's flipped filter starts in the workspace, in bytes.
+    filter_start: u64,
 }
 
 impl Invoker<Cuda> for WgmmaInvoker {
     fn run(&self, b: &mut CudaBuffers<'_>) -> Result<()> {
+        let split = &self.split;
+        if let Some(reduce) = &split.reduce {
+            reduce.zero(b)?;
+        }
         let (src, filter): (Buffer, Buffer) = match &self.flip {
             Some(flip) => {
-                let args = [Arg::Buffer(b.w), Arg::Buffer(b.workspace), Arg::Params(&flip.params)];
+                let flipped = b.workspace.from_byte(split.filter_start);
+                let args = [Arg::Buffer(b.w), Arg::Buffer(flipped), Arg::Params(&flip.params)];
                 launch::kernel(b, &flip.function, flip.launch, &args, "launch cuda.igemm_wgmma's filter transpose")?;
-                (b.y, b.workspace)
+                (b.y, flipped)
             }
             None => (b.x, b.w),
         };
@@ -708,10 +773,23 @@ impl Invoker<Cuda> for WgmmaInvoker {
             let Some((src, filter)) = &maps else {
                 return Err(GconvError::Backend("cuda.igemm_wgmma: a product without taps came before any with them".into()));
             };
-            let args = [Arg::TensorMap(src), Arg::TensorMap(filter), Arg::Params(&product.params), Arg::Buffer(dst.from_byte(product.dst_offset * elem))];
+            let args = [
+                Arg::TensorMap(src),
+                Arg::TensorMap(filter),
+                Arg::Params(&product.params),
+                Arg::Buffer(dst.from_byte(product.dst_offset * elem)),
+                // The fp32 partials lie as the destination does.
+                Arg::Buffer(b.workspace.from_byte(product.dst_offset * 4)),
+                Arg::Int(split.slices),
+                Arg::Int(split.mode),
+                Arg::Int(split.elements),
+            ];
             launch::kernel(b, &self.function, product.launch, &args, "launch cuda.igemm_wgmma")?;
         }
-        Ok(())
+        match &split.reduce {
+            Some(reduce) => reduce.run(b, dst),
+            None => Ok(()),
+        }
     }
 }
 
@@ -722,6 +800,22 @@ struct Reduce {
     slices: i32,
     count: i32,
     blocks: u32,
+}
+
+impl Reduce {
+    /// Zeroes what the atomics add into, if they do.
+    fn zero(&self, b: &CudaBuffers<'_>) -> Result<()> {
+        if self.zero_bytes > 0 {
+            b.zero_workspace(self.zero_bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Sums the workspace's slices into `dst`.
+    fn run(&self, b: &CudaBuffers<'_>, dst: Buffer) -> Result<()> {
+        let args = [Arg::Buffer(b.workspace), Arg::Int(self.slices), Arg::Int(self.count), Arg::Buffer(dst)];
+        launch::kernel(b, &self.function, launch::flat(self.blocks, REDUCE_THREADS), &args, "launch cuda.igemm_wgmma's split reduction")
+    }
 }
 
 struct WeightInvoker {
@@ -741,8 +835,8 @@ struct WeightInvoker {
 
 impl Invoker<Cuda> for WeightInvoker {
     fn run(&self, b: &mut CudaBuffers<'_>) -> Result<()> {
-        if let Some(reduce) = self.reduce.as_ref().filter(|r| r.zero_bytes > 0) {
-            b.zero_workspace(reduce.zero_bytes)?;
+        if let Some(reduce) = &self.reduce {
+            reduce.zero(b)?;
         }
         let dy = TensorMap::tiled(b.y, self.dtype, [self.dy.1, self.dy.0, 1], [PIXEL_BLOCK, PIXEL_BLOCK, 1])?;
         let x = TensorMap::im2col(b.x, self.dtype, &self.im2col)?;
@@ -756,11 +850,10 @@ impl Invoker<Cuda> for WeightInvoker {
             Arg::Int(self.mode),
         ];
         launch::kernel(b, &self.function, self.launch, &args, "launch cuda.igemm_wgmma")?;
-        if let Some(reduce) = &self.reduce {
-            let args = [Arg::Buffer(b.workspace), Arg::Int(reduce.slices), Arg::Int(reduce.count), Arg::Buffer(b.w)];
-            launch::kernel(b, &reduce.function, launch::flat(reduce.blocks, REDUCE_THREADS), &args, "launch cuda.igemm_wgmma's split reduction")?;
+        match &self.reduce {
+            Some(reduce) => reduce.run(b, b.w),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -813,8 +906,10 @@ mod tests {
     /// and channel n of group g of a product sums, over taps and source channels, the source
     /// pixel the im2col load gives (m's window moved by the tap, zero outside) times the filter
     /// matrix's element as the kernel reads it (for backward-data, from what flip_filter
-    /// writes), and is stored where the epilogue stores it. What no product writes stays NaN.
-    fn emulate(p: &ConvProblem, t: &ConvTensors) -> Vec<f64> {
+    /// writes), and is stored where the epilogue stores it. The reduction runs in the kernel's
+    /// blocks (a tap's 128-byte row of channels), `slices` slices of them as first_block
+    /// divides them. What no product writes stays NaN.
+    fn emulate(p: &ConvProblem, t: &ConvTensors, slices: u32) -> Vec<f64> {
         let w = t.w.to_f32();
         let (src, filter, dst_len) = match p.direction {
             Direction::BackwardData => (t.y.to_f32(), flip_filter(p, &w), t.x.len()),
@@ -836,15 +931,18 @@ mod tests {
                 for row in 0..groups * kg {
                     let g = row / kg;
                     let mut sum = 0.0;
-                    for tap in 0..taps {
+                    let chunks = (cg + row_len - 1) / row_len;
+                    let first_block = |slice: i64| taps * chunks * slice / i64::from(slices);
+                    for block in (0..i64::from(slices)).flat_map(|slice| first_block(slice)..first_block(slice + 1)) {
+                        let (tap, c0) = (block / chunks, block % chunks * row_len);
                         let f = [tap / (fil[1] * fil[2]), tap / fil[2] % fil[1], tap % fil[2]];
                         let pos: [i64; 3] = std::array::from_fn(|i| o[i] * stride[i] - pad[i] + f[i] * dil[i]);
                         if (0..3).any(|i| !(0..input[i]).contains(&pos[i])) {
                             continue;
                         }
-                        // Blocks of a 128-byte row of channels; both maps read zeros past their
-                        // channels, x's past the last group's and the filter's past each group's.
-                        for c in 0..(cg + row_len - 1) / row_len * row_len {
+                        // Both maps read zeros past their channels: x's past the last group's,
+                        // the filter's past each group's.
+                        for c in c0..c0 + row_len {
                             let s = if g * cg + c < all_channels { f64::from(src[at(&q.xs, image, g * cg + c, pos) as usize]) } else { 0.0 };
                             let f = if c < extents[0] { filter[(product.filter_offset as i64 + (row * extents[1] + tap) * extents[0] + c) as usize] } else { 0.0 };
                             sum += s * f;
@@ -910,7 +1008,7 @@ mod tests {
             let t = ConvTensors::random(&p, 5);
             let got = match p.direction {
                 Direction::BackwardWeight => emulate_weight(&p, &t, slices),
-                _ => emulate(&p, &t),
+                _ => emulate(&p, &t, slices.min(MAX_PRODUCT_SPLITS)),
             };
             let exact = reference(&p, &t);
             prop_assert!(got.iter().all(|v| v.is_finite()), "{}: an element no product writes", p.key());
@@ -978,16 +1076,18 @@ mod tests {
                     let (_, dst) = product.channels();
                     let (row_tiles, columns) = (product.row_tiles(tile), u64::from(dst).div_ceil(bn));
                     let row_groups = row_tiles.div_ceil(cl);
-                    let mut seen = visited(tile, product.units(tile, p.g), sms, |u, rank| {
+                    let slices = u64::from(config.split.slices);
+                    let mut seen = visited(tile, product.units(tile, p.g, config.split.slices), sms, |u, rank| {
                         let (n, rest) = (u % columns, u / columns);
                         let m = rest % row_groups * cl + rank;
-                        (m < row_tiles).then_some([m, n, rest / row_groups, 0, 0])
+                        let rest = rest / row_groups;
+                        (m < row_tiles).then_some([m, n, rest % slices, rest / slices, 0])
                     });
                     let all = seen.len();
                     seen.sort_unstable();
                     seen.dedup();
                     prop_assert_eq!(seen.len(), all, "{}: a tile visited twice", config.to_config(p.direction));
-                    prop_assert_eq!(all as u64, row_tiles * columns * u64::from(p.g));
+                    prop_assert_eq!(all as u64, row_tiles * columns * slices * u64::from(p.g));
                 }
             }
         }
@@ -1002,7 +1102,8 @@ mod tests {
         // staging area leaves out 256 x 1 x 5 and 256 x 2 x 4 too.
         let tiles = 2 * (17 + 15);
         assert_eq!(Tile::all(DataType::Bf16).count(), tiles);
-        assert_eq!(WgmmaConfig::all(&forward).len(), tiles);
+        // Its reduction is 9 blocks (3x3 taps x 64 channels): ks 1, and 2, 4, 8 atomic or two-stage.
+        assert_eq!(WgmmaConfig::all(&forward).len(), tiles * 7);
         assert_eq!(WgmmaConfig::all(&weight).len(), tiles * (1 + 2 * (SPLITS.len() - 1)));
         let staged_in_fp32 = Tile { bn: 128, wg: 2, st: 5, cl: 1, persistent: true };
         assert!(staged_in_fp32.check(DataType::Bf16).is_ok() && staged_in_fp32.check(DataType::Tf32).is_err());
@@ -1022,5 +1123,9 @@ mod tests {
         assert!(error(&one_row_tile, split(2, 1, 0)).contains("shares loads between row tiles"));
         assert!(error(&weight, split(1, 1, 1)).contains("needs ks over 1"));
         assert!(WgmmaConfig::from_config(&weight, &tile(64, 1, 4, 1, 0)).is_err(), "backward-weight wants ks and red");
+        // Forward reads its unsplit configs without ks and red, as they were written before splits.
+        assert_eq!(WgmmaConfig::from_config(&forward, &tile(64, 1, 4, 1, 0)).unwrap().split, UNSPLIT);
+        assert_eq!(WgmmaConfig::from_config(&forward, &split(1, 4, 1)).unwrap().to_config(Direction::Forward), split(1, 4, 1));
+        assert!(error(&forward, split(1, 16, 0)).contains("reduction of 9 blocks"));
     }
 }
