@@ -33,7 +33,8 @@
 //
 // Compile-time: WEIGHT (1: the backward-weight kernel; 0: the other directions' kernels, so a
 // build compiles only what it runs), SPATIAL (1, 2, 3: the im2col map's rank less two), BN
-// (64, 128, 256), CONSUMERS (1, 2), STAGES, CLUSTER (1, 2), PERSISTENT (0, 1) and the data
+// (64, 128, 256), CONSUMERS (1, 2), STAGES, CLUSTER (1, 2), PERSISTENT (0, 1), SPLIT (forward and
+// backward-data: 1 compiles the epilogue of fp32 partial sums, for configs that split) and the data
 // type (bf16, fp16, or fp32 multiplied as tf32: GCONV_TF32, forward and backward-data only). Run-time: the problem (for igemm_wgmma
 // as a forward convolution of src into dst: for backward-data dy's extents as the input's,
 // the phase's dx pixels as the output, the groups' channel counts swapped and the phase's
@@ -580,21 +581,33 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
             const int first = first_block(t.slice), blocks = first_block(t.slice + 1) - first;
             consume<false>(pl, it, blocks, slice, d);
             it += blocks;
+#if SPLIT
             if (mode != 0) {
-                // fp32 partial sums, a pair of channels at a time (channels-last: adjacent).
-                for_each_pair(d, [&](int row, int column, float v0, float v1) {
-                    const int m = t.m0 + slice * 64 + row, n = t.n0 + column;
-                    if (m >= m_total || n >= p.kg) return;
-                    const int at = dst_index(m, t.g * p.kg + n);
-                    if (mode == 1) {
-                        atomicAdd(ws + at, v0);
-                        atomicAdd(ws + at + 1, v1);
-                    } else {
-                        *reinterpret_cast<float2*>(ws + (long long)t.slice * slice_elements + at) = make_float2(v0, v1);
+                // fp32 partial sums, two channels at a time (channels-last: adjacent), the
+                // accumulators as for_each_pair lays them out: the thread's two rows' indices
+                // once, then every pair of columns in them.
+                const int lane = threadIdx.x % 32, warp = threadIdx.x % 128 / 32;
+#pragma unroll
+                for (int half_row = 0; half_row < 2; ++half_row) {
+                    const int m = t.m0 + slice * 64 + warp * 16 + lane / 4 + half_row * 8;
+                    if (m >= m_total) continue;
+                    float* row = ws + (mode == 2 ? (long long)t.slice * slice_elements : 0) + dst_index(m, t.g * p.kg + t.n0);
+#pragma unroll
+                    for (int j = 0; j < BN / 8; ++j) {
+                        const int column = j * 8 + (lane % 4) * 2;
+                        if (t.n0 + column >= p.kg) continue;
+                        const float2 pair = make_float2(d[4 * j + 2 * half_row], d[4 * j + 2 * half_row + 1]);
+                        if (mode == 1) {
+                            atomicAdd(reinterpret_cast<float2*>(row + column), pair);
+                        } else {
+                            *reinterpret_cast<float2*>(row + column) = pair;
+                        }
                     }
-                });
+                }
                 zero(d);
-            } else {
+            } else
+#endif
+            {
                 // The results leave through shared memory, so that each destination row goes in
                 // 16-byte chunks, a warp's stores contiguous.
 #if PERSISTENT

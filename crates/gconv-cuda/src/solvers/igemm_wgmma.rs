@@ -291,6 +291,16 @@ impl WgmmaConfig {
         largest.map_or((0, 0), |product| (product.row_tiles(self.tile), product.units(self.tile, p.g, self.split.slices)))
     }
 
+    /// The tile's kernels; forward and backward-data compile their split epilogue only where
+    /// they split (it would slow every other build).
+    fn source(self, p: &ConvProblem) -> KernelSource {
+        let source = self.tile.source(p);
+        match p.direction {
+            Direction::BackwardWeight => source,
+            _ => source.define("SPLIT", u32::from(self.split != UNSPLIT)),
+        }
+    }
+
     /// Every config for `p`'s direction.
     fn all(p: &ConvProblem) -> Vec<WgmmaConfig> {
         let splits: Vec<Split> = Split::all().collect();
@@ -632,14 +642,14 @@ impl BuiltFrom for IgemmWgmma {
     }
 
     fn kernel(&self, p: &ConvProblem, config: &Config) -> Result<Option<KernelSource>> {
-        Ok(Some(WgmmaConfig::from_config(p, config)?.tile.source(p)))
+        Ok(Some(WgmmaConfig::from_config(p, config)?.source(p)))
     }
 }
 
 impl Solve<Cuda> for IgemmWgmma {
     fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
-        let WgmmaConfig { tile, split } = WgmmaConfig::from_config(p, config)?;
-        let source = tile.source(p);
+        let config = WgmmaConfig::from_config(p, config)?;
+        let (WgmmaConfig { tile, split }, source) = (config, config.source(p));
         let shared = tile.shared_bytes(p.dtype);
         let block_dim = (128 * (tile.wg + 1), 1, 1);
         let sms = self.device.sm_count;
