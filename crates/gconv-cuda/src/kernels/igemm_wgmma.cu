@@ -205,31 +205,34 @@ __device__ __forceinline__ unsigned long long smem_desc_mn(unsigned addr) {
 #endif
 #define STR_(x) #x
 #define STR(x) STR_(x)
-// TRANSPOSE: 1 for MN-major operands, 0 for K-major; tf32 takes K-major only and no flags.
+// TA, TB: 1 for an MN-major A or B, 0 for K-major; tf32 takes K-major only and no flags.
 #if defined(GCONV_TF32)
 #define WGMMA_TYPES "k8.f32.tf32.tf32"
-#define WGMMA_TRANSPOSE(T) ""
+#define WGMMA_TRANSPOSE(TA, TB) ""
 #elif defined(GCONV_F16)
 #define WGMMA_TYPES "k16.f32.f16.f16"
-#define WGMMA_TRANSPOSE(T) ", " #T ", " #T
+#define WGMMA_TRANSPOSE(TA, TB) ", " #TA ", " #TB
 #else
 #define WGMMA_TYPES "k16.f32.bf16.bf16"
-#define WGMMA_TRANSPOSE(T) ", " #T ", " #T
+#define WGMMA_TRANSPOSE(TA, TB) ", " #TA ", " #TB
 #endif
-#define WGMMA(TRANSPOSE)                                                                                             \
+#define WGMMA(TA, TB)                                                                                                \
     asm volatile(                                                                                                    \
         "{ .reg .pred p; setp.ne.b32 p, " WGMMA_FLAG ", 0;\n"                                                       \
         "wgmma.mma_async.sync.aligned.m64n" STR(BN) WGMMA_TYPES " {" WGMMA_D "}, " WGMMA_AB ", p, 1, 1" WGMMA_TRANSPOSE( \
-            TRANSPOSE) "; }"                                                                                         \
+            TA, TB) "; }"                                                                                            \
         : WGMMA_ACC                                                                                                  \
         : "l"(a), "l"(b), "r"(accumulate))
 
-template <bool MN_MAJOR>
+template <bool A_MN, bool B_MN>
 __device__ __forceinline__ void wgmma(float* d, unsigned long long a, unsigned long long b, int accumulate) {
-    if constexpr (MN_MAJOR) {
-        WGMMA(1);
+    static_assert(B_MN || !A_MN, "no kernel reads an MN-major A with a K-major B");
+    if constexpr (A_MN) {
+        WGMMA(1, 1);
+    } else if constexpr (B_MN) {
+        WGMMA(0, 1);
     } else {
-        WGMMA(0);
+        WGMMA(0, 0);
     }
 }
 
@@ -287,7 +290,7 @@ __device__ __forceinline__ void zero(float* d) {
 // blocks `first` on, into d (zeros when there are none): its 64-row slice of the A tile
 // against the whole B tile, four MMAs per block (MN-major: 16 rows of K each), one block kept
 // in flight, the stage before it released, and the last one's when all are done.
-template <bool MN_MAJOR>
+template <bool A_MN, bool B_MN>
 __device__ __forceinline__ void consume(const Pipeline& pl, int first, int blocks, int slice, float* d) {
     if (blocks == 0) {
         zero(d);
@@ -301,11 +304,9 @@ __device__ __forceinline__ void consume(const Pipeline& pl, int first, int block
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < BK / MMA_K; ++kk) {
-            if constexpr (MN_MAJOR) {
-                wgmma<true>(d, smem_desc_mn(a + kk * 16 * ROW_BYTES), smem_desc_mn(b + kk * 16 * ROW_BYTES), i > 0 || kk > 0);
-            } else {
-                wgmma<false>(d, smem_desc_k(a + kk * 32), smem_desc_k(b + kk * 32), i > 0 || kk > 0);
-            }
+            const unsigned long long a_desc = A_MN ? smem_desc_mn(a + kk * 16 * ROW_BYTES) : smem_desc_k(a + kk * 32);
+            const unsigned long long b_desc = B_MN ? smem_desc_mn(b + kk * 16 * ROW_BYTES) : smem_desc_k(b + kk * 32);
+            wgmma<A_MN, B_MN>(d, a_desc, b_desc, i > 0 || kk > 0);
         }
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         // This block's MMAs stay in flight; the previous block's are done, so its stage is free.
@@ -472,7 +473,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         FOR_EACH_UNIT(u, units) {
             const WeightUnit t = unit_at(u);
             const int first = first_block(t.slice), blocks = first_block(t.slice + 1) - first;
-            consume<true>(pl, it, blocks, slice, d);
+            consume<true, true>(pl, it, blocks, slice, d);
             it += blocks;
             int f[3];
             tap_position(p, t.tap, f);
@@ -501,17 +502,32 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 // by BN; the reduction runs over taps x BK-channel chunks of the source, split into `splits`
 // slices of its blocks. A unit: CLUSTER row tiles of one column tile, slice and group (columns
 // innermost, so that clusters running together read the same pixels, then rows, slices,
-// groups), sharing the filter's tile, of which each CTA loads BN / CLUSTER rows. mode 0 stores
-// into dst; 1 adds into the fp32 workspace ws (zeroed before); 2 stores the slice's fp32 copy
-// of the destination (slice_elements apart) into ws. ws lies as dst does: at the product's
-// first pixel, with the destination's strides.
+// groups), sharing the filter's tile, of which each CTA loads its share (BN / CLUSTER rows,
+// or with FILTER_MN 64 / CLUSTER of the block's 64 rows of k). mode 0 stores into dst; 1 adds
+// into the fp32 workspace ws (zeroed before); 2 stores the slice's fp32 copy of the
+// destination (slice_elements apart) into ws. ws lies as dst does: at the product's first
+// pixel, with the destination's strides.
+//
+// FILTER_MN (backward-data in 16-bit types): the filter is read straight from w, its rows of
+// c channels at tap and output channel k being B MN-major (rows along the reduction), in
+// boxes of 64 c x 64 k; the product's tap t reads w's tap as TapMap says.
 struct Unit {
     int m0, n0, slice, g;
 };
 
+// Which filter tap a product's tap reads: per dimension f = origin + step * t (see TapMap in
+// params.rs), and the filter's own extents.
+struct TapMap {
+    int origin[3], step[3], fil[3];
+};
+
+#if FILTER_MN && defined(GCONV_TF32)
+#error "tf32 wgmma takes K-major operands only"
+#endif
+
 extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
-    igemm_wgmma(const __grid_constant__ TensorMap src_map, const __grid_constant__ TensorMap filter_map, ConvParams p, elem_t* dst, float* ws, int splits, int mode,
-                int slice_elements) {
+    igemm_wgmma(const __grid_constant__ TensorMap src_map, const __grid_constant__ TensorMap filter_map, ConvParams p, TapMap taps, elem_t* dst, float* ws, int splits,
+                int mode, int slice_elements) {
     extern __shared__ unsigned char raw[];
     const Pipeline pl = pipeline_init(raw);
     const int rank = cluster_rank();
@@ -551,8 +567,19 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                     unsigned short off[3];
                     tap_offsets(p, f, off);
                     load_im2col<false>(pl.stage(s), &src_map, t.g * p.cg + c0, pos, n, off, pl.full(s));
+#if FILTER_MN
+                    const int filter_tap = ((taps.origin[0] + taps.step[0] * f[0]) * taps.fil[1] + taps.origin[1] + taps.step[1] * f[1]) * taps.fil[2] + taps.origin[2] +
+                                           taps.step[2] * f[2];
+                    const unsigned share = rank * (64 / CLUSTER);
+#pragma unroll
+                    for (int j = 0; j < BN / 64; ++j) {
+                        const unsigned at = pl.stage(s) + A_BYTES + j * TILE64_BYTES + share * ROW_BYTES;
+                        load_tile<true>(at, &filter_map, t.n0 + 64 * j, filter_tap, t.g * p.cg + c0 + share, pl.full(s));
+                    }
+#else
                     const unsigned share = rank * B_SHARE_ROWS;
                     load_tile<true>(pl.stage(s) + A_BYTES + share * ROW_BYTES, &filter_map, c0, tap, t.g * p.kg + t.n0 + share, pl.full(s));
+#endif
                 }
             }
         }
@@ -579,7 +606,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         FOR_EACH_UNIT(u, units) {
             const Unit t = unit_at(u);
             const int first = first_block(t.slice), blocks = first_block(t.slice + 1) - first;
-            consume<false>(pl, it, blocks, slice, d);
+            consume<false, FILTER_MN>(pl, it, blocks, slice, d);
             it += blocks;
 #if SPLIT
             if (mode != 0) {

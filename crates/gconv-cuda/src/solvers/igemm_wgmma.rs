@@ -5,10 +5,11 @@
 //!
 //! Forward reads x by TMA im2col (the filter tap as the load's offset, the padding zero-filled
 //! by the TMA unit) and the filter by tiled loads, both K-major. Backward-data is the forward
-//! product of dy with the filter flipped and transposed (a small kernel writes that filter into
-//! the workspace) and the padding mirrored, once per sub-pixel phase at a stride over one (each
-//! phase's dx pixels are reached by one residue class of taps and written with the stride; a
-//! phase no tap reaches gets zeros). Backward-weight multiplies dy (tiled loads) by x (im2col
+//! product of dy with the filter flipped and transposed and the padding mirrored (16-bit types
+//! read w's rows straight as an MN-major B, each product tap mapped to w's; tf32, K-major only,
+//! from a transposed copy a small kernel writes into the workspace), once per sub-pixel phase
+//! at a stride over one (each phase's dx pixels are reached by one residue class of taps and
+//! written with the stride; a phase no tap reaches gets zeros). Backward-weight multiplies dy (tiled loads) by x (im2col
 //! at each tap's offsets), both MN-major, per group and tap, its pixel reduction split into
 //! `ks` slices summed by atomics or in two stages (`red`). Forward and backward-data split their
 //! reductions (taps x channels) the same way where `ks` is over 1, for layers with too few
@@ -31,6 +32,7 @@ use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, 
 use super::{builds_from_kernel, BuiltFrom};
 use crate::device::CudaDevice;
 use crate::launch::{self, Arg, Buffer, Im2col, TensorMap};
+use crate::params::TapMap;
 use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
 
 const SOURCE: &str = concat!(include_str!("../kernels/igemm_wgmma.cu"), include_str!("../kernels/split_reduce.cuh"));
@@ -205,6 +207,12 @@ fn destination_elements(p: &ConvProblem) -> u64 {
     }
 }
 
+/// Whether backward-data reads the filter straight from w as an MN-major B (16-bit types),
+/// rather than a flipped and transposed copy (tf32, whose wgmma takes K-major operands only).
+fn reads_filter_directly(p: &ConvProblem) -> bool {
+    p.direction == Direction::BackwardData && p.dtype != DataType::Tf32
+}
+
 /// Backward-data's workspace: the split's fp32 part first (so that zeroing it leaves the
 /// flipped filter alone), the flipped filter from this byte on, 256-byte aligned for TMA.
 fn flipped_filter_start(p: &ConvProblem, split: Split) -> u64 {
@@ -297,7 +305,7 @@ impl WgmmaConfig {
         let source = self.tile.source(p);
         match p.direction {
             Direction::BackwardWeight => source,
-            _ => source.define("SPLIT", u32::from(self.split != UNSPLIT)),
+            _ => source.define("SPLIT", u32::from(self.split != UNSPLIT)).define("FILTER_MN", u32::from(reads_filter_directly(p))),
         }
     }
 
@@ -335,6 +343,8 @@ struct PhaseTaps {
     before: i64,
     count: i64,
     first: i64,
+    /// Between one tap of the phase and the next: stride / gcd(stride, dil).
+    step: i64,
 }
 
 impl PhaseTaps {
@@ -343,7 +353,7 @@ impl PhaseTaps {
         let before = (0..taps).filter(|&f| of(f) < phase).count() as i64;
         let mut mine = (0..taps).filter(|&f| of(f) == phase);
         let first = mine.next();
-        PhaseTaps { before, count: i64::from(first.is_some()) + mine.count() as i64, first: first.unwrap_or(0) }
+        PhaseTaps { before, count: i64::from(first.is_some()) + mine.count() as i64, first: first.unwrap_or(0), step: stride / gcd(stride, dil) }
     }
 }
 
@@ -395,12 +405,14 @@ struct Product {
     /// Where the destination's first pixel lies in its buffer, in elements.
     dst_offset: u64,
     /// Where the filter matrix starts in the buffer it is read from (w forward, the workspace
-    /// flip_filter writes for backward-data), in elements.
+    /// flip_filter writes for tf32 backward-data), in elements.
     filter_offset: u64,
+    /// Which tap of w the product's taps read (16-bit backward-data reads w itself).
+    tap_map: TapMap,
 }
 
 impl Product {
-    fn new(p: &ConvProblem, params: ConvParams, src_extent: [usize; 3], src_channels: u32, dst_offset: u64, filter_offset: u64) -> Self {
+    fn new(p: &ConvProblem, params: ConvParams, src_extent: [usize; 3], src_channels: u32, dst_offset: u64, filter_offset: u64, tap_map: TapMap) -> Self {
         let active = 3 - p.dims.len()..3;
         let (mut lower, mut upper) = (Vec::new(), Vec::new());
         for i in active.clone().rev() {
@@ -412,7 +424,7 @@ impl Product {
         }
         let src = std::iter::once(u64::from(src_channels)).chain(active.rev().map(|i| src_extent[i] as u64)).chain([u64::from(p.n)]).collect();
         let rows = params.n as u64 * params.output.iter().map(|&o| o as u64).product::<u64>();
-        Product { params, src, rows, lower, upper, dst_offset, filter_offset }
+        Product { params, src, rows, lower, upper, dst_offset, filter_offset, tap_map }
     }
 
     /// The products `p` runs as, those with taps first.
@@ -420,7 +432,8 @@ impl Product {
         let geo = Geometry::new(p);
         let params = ConvParams::new(p);
         if p.direction != Direction::BackwardData {
-            return vec![Product::new(p, params, geo.input, p.c, 0, 0)];
+            let identity = TapMap { origin: [0; 3], step: [1; 3], filter: params.filter };
+            return vec![Product::new(p, params, geo.input, p.c, 0, 0, identity)];
         }
         let phases: [Vec<ProductDim>; 3] = std::array::from_fn(|i| (0..geo.stride[i] as i64).map(|r| ProductDim::backward_data_phase(&geo, i, r)).collect());
         let filter = geo.filter.map(|f| f as i64);
@@ -448,7 +461,13 @@ impl Product {
                     };
                     let dst_offset = (0..3).map(|i| dims[i].origin * i64::from(params.xs[2 + i])).sum::<i64>() as u64;
                     let tap_offset = d.taps.before * filter[1] * filter[2] + d.taps.count * (h.taps.before * filter[2] + h.taps.count * w.taps.before);
-                    products.push(Product::new(p, phase, geo.output, p.k, dst_offset, (tap_offset * group_filter) as u64));
+                    // The phase's taps f = first + step x t, walked flipped.
+                    let tap_map = TapMap {
+                        origin: dims.map(|dim| (dim.taps.first + dim.taps.step * (dim.taps.count - 1)) as i32),
+                        step: dims.map(|dim| -dim.taps.step as i32),
+                        filter: params.filter,
+                    };
+                    products.push(Product::new(p, phase, geo.output, p.k, dst_offset, (tap_offset * group_filter) as u64, tap_map));
                 }
             }
         }
@@ -616,7 +635,7 @@ impl Solver for IgemmWgmma {
     fn workspace_bytes(&self, p: &ConvProblem, config: &Config) -> u64 {
         let Ok(WgmmaConfig { split, .. }) = WgmmaConfig::from_config(p, config) else { return 0 };
         match p.direction {
-            Direction::BackwardData => flipped_filter_start(p, split) + p.weight_elements() * p.dtype.size_bytes() as u64,
+            Direction::BackwardData if !reads_filter_directly(p) => flipped_filter_start(p, split) + p.weight_elements() * p.dtype.size_bytes() as u64,
             _ => split.workspace_bytes(p),
         }
     }
@@ -677,17 +696,23 @@ impl Solve<Cuda> for IgemmWgmma {
         }
         let function = self.device.function(&source, "igemm_wgmma")?;
         launch::allow_shared(&function, shared, self.id())?;
+        let geo = Geometry::new(p);
+        let direct = reads_filter_directly(p);
+        // w itself in boxes of 64 channels c x the cluster's share of 64 output channels k; or
+        // the filter matrix (w, or its flipped copy) in boxes of the cluster's share of the
+        // column tile's rows x a 128-byte row of the reduction.
+        let filter_box = if direct { [64, 1, 64 / tile.cl] } else { [row_elements(p.dtype), 1, tile.bn / tile.cl] };
         let products = Product::all(p)
             .into_iter()
             .map(|product| {
                 let launch = LaunchConfig { grid_dim: (tile.grid(product.units(tile, p.g, split.slices), sms), 1, 1), block_dim, shared_mem_bytes: shared };
                 let im2col = product.has_taps().then(|| product.im2col(row_elements(p.dtype), tile.rows()));
-                ProductLaunch { launch, params: product.params, im2col, filter: (product.filter_offset, product.filter_extents()), dst_offset: product.dst_offset }
+                let filter = if direct { (0, [geo.cg as u64, geo.filter_volume() as u64, u64::from(p.k)]) } else { (product.filter_offset, product.filter_extents()) };
+                ProductLaunch { launch, params: product.params, tap_map: product.tap_map, im2col, filter, dst_offset: product.dst_offset }
             })
             .collect();
         let flip = match p.direction {
-            Direction::BackwardData => {
-                let geo = Geometry::new(p);
+            Direction::BackwardData if !direct => {
                 let launch = LaunchConfig {
                     grid_dim: ((geo.cg as u32).div_ceil(FLIP_TILE), (geo.kg as u32).div_ceil(FLIP_TILE), p.g * geo.filter_volume() as u32),
                     block_dim: (FLIP_TILE, FLIP_ROWS, 1),
@@ -704,7 +729,7 @@ impl Solve<Cuda> for IgemmWgmma {
             reduce: split.reduce(p, &self.device, &source)?,
             filter_start: flipped_filter_start(p, split),
         };
-        Ok(Box::new(WgmmaInvoker { function, products, direction: p.direction, dtype: p.dtype, filter_rows: tile.bn / tile.cl, flip, split }))
+        Ok(Box::new(WgmmaInvoker { function, products, direction: p.direction, dtype: p.dtype, filter_box, flip, split }))
     }
 }
 
@@ -720,6 +745,7 @@ struct Flip {
 struct ProductLaunch {
     launch: LaunchConfig,
     params: ConvParams,
+    tap_map: TapMap,
     /// The source's map; none where no tap reaches (the kernel reads nothing and stores
     /// zeros, handed the maps of the product before it).
     im2col: Option<Im2col>,
@@ -735,8 +761,8 @@ struct WgmmaInvoker {
     products: Vec<ProductLaunch>,
     direction: Direction,
     dtype: DataType,
-    /// The filter rows a CTA loads per block: its cluster's share of the column tile.
-    filter_rows: u32,
+    /// The filter box a CTA loads per block (see `solution`).
+    filter_box: [u32; 3],
     flip: Option<Flip>,
     split: SplitLaunch,
 }
@@ -759,14 +785,15 @@ impl Invoker<Cuda> for WgmmaInvoker {
         if let Some(reduce) = &split.reduce {
             reduce.zero(b)?;
         }
-        let (src, filter): (Buffer, Buffer) = match &self.flip {
+        let src = if self.direction == Direction::BackwardData { b.y } else { b.x };
+        let filter = match &self.flip {
             Some(flip) => {
                 let flipped = b.workspace.from_byte(split.filter_start);
                 let args = [Arg::Buffer(b.w), Arg::Buffer(flipped), Arg::Params(&flip.params)];
                 launch::kernel(b, &flip.function, flip.launch, &args, "launch cuda.igemm_wgmma's filter transpose")?;
-                (b.y, flipped)
+                flipped
             }
-            None => (b.x, b.w),
+            None => b.w,
         };
         let elem = self.dtype.size_bytes() as u64;
         let dst = b.output(self.direction);
@@ -777,7 +804,7 @@ impl Invoker<Cuda> for WgmmaInvoker {
             if let Some(im2col) = &product.im2col {
                 let (offset, extents) = product.filter;
                 let src = TensorMap::im2col(src, self.dtype, im2col)?;
-                let filter = TensorMap::tiled(filter.from_byte(offset * elem), self.dtype, extents, [row_elements(self.dtype), 1, self.filter_rows])?;
+                let filter = TensorMap::tiled(filter.from_byte(offset * elem), self.dtype, extents, self.filter_box)?;
                 maps = Some((src, filter));
             }
             let Some((src, filter)) = &maps else {
@@ -787,6 +814,7 @@ impl Invoker<Cuda> for WgmmaInvoker {
                 Arg::TensorMap(src),
                 Arg::TensorMap(filter),
                 Arg::Params(&product.params),
+                Arg::Taps(&product.tap_map),
                 Arg::Buffer(dst.from_byte(product.dst_offset * elem)),
                 // The fp32 partials lie as the destination does.
                 Arg::Buffer(b.workspace.from_byte(product.dst_offset * 4)),
@@ -915,8 +943,9 @@ mod tests {
     /// The kernel's products on the CPU, from the host's lowering: each destination pixel m
     /// and channel n of group g of a product sums, over taps and source channels, the source
     /// pixel the im2col load gives (m's window moved by the tap, zero outside) times the filter
-    /// matrix's element as the kernel reads it (for backward-data, from what flip_filter
-    /// writes), and is stored where the epilogue stores it. The reduction runs in the kernel's
+    /// matrix's element as the kernel reads it (for 16-bit backward-data, from w at the tap the
+    /// product's TapMap names; for tf32, from what flip_filter writes), and is stored where the
+    /// epilogue stores it. The reduction runs in the kernel's
     /// blocks (a tap's 128-byte row of channels), `slices` slices of them as first_block
     /// divides them. What no product writes stays NaN.
     fn emulate(p: &ConvProblem, t: &ConvTensors, slices: u32) -> Vec<f64> {
@@ -934,6 +963,21 @@ mod tests {
             let pixels = out.iter().product::<i64>();
             let extents = product.filter_extents().map(|e| e as i64);
             let (row_len, all_channels) = (i64::from(row_elements(p.dtype)), groups * cg);
+            let geo = Geometry::new(p);
+            let taps_of = &product.tap_map;
+            // The filter element of destination channel `row` and source channel c at the
+            // product's tap: w's own at the mapped tap (row k of w is the source channel), or
+            // the filter matrix's; zero past the group's channels.
+            let filter_at = |row: i64, tap: i64, f: [i64; 3], c: i64| -> f64 {
+                if c >= extents[0] {
+                    return 0.0;
+                }
+                if !reads_filter_directly(p) {
+                    return filter[(product.filter_offset as i64 + (row * extents[1] + tap) * extents[0] + c) as usize];
+                }
+                let mapped: [usize; 3] = std::array::from_fn(|i| (taps_of.origin[i] as i64 + taps_of.step[i] as i64 * f[i]) as usize);
+                f64::from(w[geo.w.offset((row / kg * cg + c) as usize, (row % kg) as usize, mapped)])
+            };
             let at = |s: &[i32; 5], outer: i64, c: i64, pos: [i64; 3]| outer * i64::from(s[0]) + c * i64::from(s[1]) + (0..3).map(|i| pos[i] * i64::from(s[2 + i])).sum::<i64>();
             for m in 0..product.rows as i64 {
                 let (image, pixel) = (m / pixels, m % pixels);
@@ -954,8 +998,7 @@ mod tests {
                         // the filter's past each group's.
                         for c in c0..c0 + row_len {
                             let s = if g * cg + c < all_channels { f64::from(src[at(&q.xs, image, g * cg + c, pos) as usize]) } else { 0.0 };
-                            let f = if c < extents[0] { filter[(product.filter_offset as i64 + (row * extents[1] + tap) * extents[0] + c) as usize] } else { 0.0 };
-                            sum += s * f;
+                            sum += s * filter_at(row, tap, f, c);
                         }
                     }
                     dst[(product.dst_offset as i64 + at(&q.ys, image, row, o)) as usize] = sum;
