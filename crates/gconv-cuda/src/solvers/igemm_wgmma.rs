@@ -58,6 +58,11 @@ const MAX_GRID_YZ: u64 = 65_535;
 const SPLITS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 /// Forward's and backward-data's reductions (taps x channels) are far shorter.
 const MAX_PRODUCT_SPLITS: u32 = 16;
+/// A default split of theirs leaves each slice at least this many blocks of 64 channels.
+const MIN_BLOCKS_PER_PRODUCT_SLICE: u64 = 4;
+/// Nor is a product of fewer tiles split by default: such layers (squeeze-excite's 1x1 over
+/// one pixel) take a few microseconds, which the zeroing and the reduction launch would add to.
+const MIN_UNITS_TO_SPLIT: u64 = 8;
 /// A slice should reduce at least this many blocks of 64 pixels, or its share of the
 /// pipeline's fill and the reduction outweigh its work.
 const MIN_BLOCKS_PER_SLICE: u64 = 8;
@@ -537,17 +542,17 @@ impl Product {
     }
 }
 
-impl IgemmWgmma {
-    /// The config a problem starts from. Forward and backward-data, by the largest product:
-    /// the fewest columns that take all of a group's channels up to 256, past that 256 where
-    /// the grid still fills the GPU, else 128; two consumers (128 rows) unless one fills the
-    /// GPU better.
+impl WgmmaConfig {
+    /// The config a problem starts from on a GPU of `sms` SMs. Forward and backward-data, by
+    /// the largest product: the fewest columns that take all of a group's channels up to 256,
+    /// past that 256 where the grid still fills the GPU, else 128; two consumers (128 rows)
+    /// unless one fills the GPU better; where even so the tiles leave more than half the SMs
+    /// idle, the reduction split into as many slices as one wave holds.
     /// Backward-weight: columns by input channels per group, rows by output channels, and the
     /// fewest slices of the pixels that fill the GPU while each keeps a few blocks of work.
     /// Four stages where they fit; no clusters, a CTA per tile (until measurements say
     /// otherwise).
-    fn default_config(&self, p: &ConvProblem) -> WgmmaConfig {
-        let sms = u64::from(self.device.sm_count);
+    fn default_for(p: &ConvProblem, sms: u64) -> WgmmaConfig {
         let with_stages = |bn: u32, wg: u32| {
             let tile = |st: u32| Tile { bn, wg, st, cl: 1, persistent: false };
             if tile(4).check(p.dtype).is_ok() { tile(4) } else { tile(3) }
@@ -586,7 +591,19 @@ impl IgemmWgmma {
         // with this tile on each layer tried (1.2-1.6x the same tile launched per unit).
         let plain = with_stages(bn, wg);
         let persistent = [4, 3].map(|st| Tile { st, persistent: true, ..plain }).into_iter().find(|t| t.check(p.dtype).is_ok());
-        WgmmaConfig { tile: persistent.unwrap_or(plain), split: UNSPLIT }
+        let tile = persistent.unwrap_or(plain);
+        let (units, blocks) = (product.units(tile, p.g, 1), product.blocks(p.dtype));
+        let worth_splitting = units * 2 <= sms && units >= MIN_UNITS_TO_SPLIT;
+        let fits_one_wave = |s: u32| s <= MAX_PRODUCT_SPLITS && units * u64::from(s) <= sms && blocks >= u64::from(s) * MIN_BLOCKS_PER_PRODUCT_SLICE;
+        let slices = if worth_splitting { SPLITS.into_iter().filter(|&s| fits_one_wave(s)).max().unwrap_or(1) } else { 1 };
+        let split = WgmmaConfig { tile, split: Split { slices, two_stage: false } };
+        if split.check(p).is_ok() { split } else { WgmmaConfig { tile, split: UNSPLIT } }
+    }
+}
+
+impl IgemmWgmma {
+    fn default_config(&self, p: &ConvProblem) -> WgmmaConfig {
+        WgmmaConfig::default_for(p, u64::from(self.device.sm_count))
     }
 }
 
@@ -1144,6 +1161,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn defaults_split_only_layers_that_leave_most_sms_idle() {
+        let split_of = |key: &str| WgmmaConfig::default_for(&ConvProblem::from_key(key).unwrap(), 132).split;
+        // 25 tiles of 64 x 256 on 132 SMs: four slices of 18 blocks' reduction.
+        assert_eq!(split_of("v1:fwd:bf16:NHWC:n32:c1152:k192:i7x7:f1x1:s1x1:p0x0:d1x1"), Split { slices: 4, two_stage: false });
+        assert_eq!(split_of("v1:fwd:bf16:NHWC:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1"), UNSPLIT);
+        // Squeeze-excite: one tile, a few microseconds.
+        assert_eq!(split_of("v1:fwd:bf16:NHWC:n32:c1152:k48:i1x1:f1x1:s1x1:p0x0:d1x1"), UNSPLIT);
     }
 
     #[test]
