@@ -13,7 +13,8 @@
 //! at each tap's offsets), both MN-major, per group and tap, its pixel reduction split into
 //! `ks` slices summed by atomics or in two stages (`red`). Forward and backward-data split their
 //! reductions (taps x channels) the same way where `ks` is over 1, for layers with too few
-//! tiles to fill the GPU.
+//! tiles to fill the GPU. A dense layer with too few channels for a TMA row (an RGB stem) runs
+//! packed: its taps along W moved into the channels (see tap_packing).
 //!
 //! A producer warpgroup issues the loads onto an mbarrier pipeline of `st` stages and `wg`
 //! consumer warpgroups multiply 64 x `bn` each. `cl` 2 runs clusters of two CTAs on adjacent
@@ -23,12 +24,14 @@
 //! (kernel parameters and tensor maps), so one build serves every shape of a config at a
 //! spatial rank and type.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, LaunchConfig};
 use gconv_core::geometry::Geometry;
 use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
 
+use super::tap_packing::Packing;
 use super::{builds_from_kernel, BuiltFrom};
 use crate::device::CudaDevice;
 use crate::launch::{self, Arg, Buffer, Im2col, TensorMap};
@@ -210,6 +213,16 @@ fn destination_elements(p: &ConvProblem) -> u64 {
         Direction::BackwardData => p.input_elements(),
         Direction::BackwardWeight => p.weight_elements(),
     }
+}
+
+/// How `p` runs packed, where its channels are too few for TMA rows (see tap_packing).
+fn packing(p: &ConvProblem) -> Option<Packing> {
+    Packing::of(p, row_elements(p.dtype))
+}
+
+/// The layer the products run: `p`, or its packed layer.
+fn lowered(p: &ConvProblem) -> Cow<'_, ConvProblem> {
+    packing(p).map_or(Cow::Borrowed(p), |packing| Cow::Owned(packing.packed))
 }
 
 /// Whether backward-data reads the filter straight from w as an MN-major B (16-bit types),
@@ -617,6 +630,9 @@ impl Solver for IgemmWgmma {
         require!((major, minor) == (9, 0), "needs an sm_90 GPU (wgmma and TMA built for sm_90a), this is sm_{major}{minor}");
         require!(p.layout == Layout::Nhwc, "needs a channels-last layout (NWC, NHWC, NDHWC)");
         require!(matches!(p.dtype, DataType::Bf16 | DataType::F16 | DataType::Tf32), "needs bf16, fp16 or tf32 operands (wgmma has no fp32 multiply)");
+        if let Some(packing) = packing(p) {
+            return self.applicable(&packing.packed);
+        }
         let g = Geometry::new(p);
         require!(g.stride.iter().all(|&s| s <= MAX_STRIDE), "strides over {MAX_STRIDE} are beyond TMA's element strides");
         let products = Product::all(p);
@@ -650,6 +666,9 @@ impl Solver for IgemmWgmma {
     }
 
     fn workspace_bytes(&self, p: &ConvProblem, config: &Config) -> u64 {
+        if let Some(packing) = packing(p) {
+            return packing.workspace_bytes(self.workspace_bytes(&packing.packed, config));
+        }
         let Ok(WgmmaConfig { split, .. }) = WgmmaConfig::from_config(p, config) else { return 0 };
         match p.direction {
             Direction::BackwardData if !reads_filter_directly(p) => flipped_filter_start(p, split) + p.weight_elements() * p.dtype.size_bytes() as u64,
@@ -658,15 +677,15 @@ impl Solver for IgemmWgmma {
     }
 
     fn default_config(&self, p: &ConvProblem) -> Config {
-        self.default_config(p).to_config(p.direction)
+        self.default_config(&lowered(p)).to_config(p.direction)
     }
 
     fn configs<'a>(&'a self, p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
-        Box::new(WgmmaConfig::all(p).into_iter().map(|c| c.to_config(p.direction)))
+        Box::new(WgmmaConfig::all(&lowered(p)).into_iter().map(|c| c.to_config(p.direction)))
     }
 
     fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {
-        WgmmaConfig::from_config(p, config).map(|_| ())
+        WgmmaConfig::from_config(&lowered(p), config).map(|_| ())
     }
 
     builds_from_kernel!();
@@ -678,12 +697,18 @@ impl BuiltFrom for IgemmWgmma {
     }
 
     fn kernel(&self, p: &ConvProblem, config: &Config) -> Result<Option<KernelSource>> {
-        Ok(Some(WgmmaConfig::from_config(p, config)?.source(p)))
+        let p = lowered(p);
+        Ok(Some(WgmmaConfig::from_config(&p, config)?.source(&p)))
     }
 }
 
 impl Solve<Cuda> for IgemmWgmma {
     fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
+        if let Some(packing) = packing(p) {
+            let inner = self.solution(&packing.packed, config)?;
+            let workspace = Solver::workspace_bytes(self, &packing.packed, config);
+            return Ok(Box::new(packing.invoker(&self.device, p.dtype, inner, workspace)?));
+        }
         let config = WgmmaConfig::from_config(p, config)?;
         let (WgmmaConfig { tile, split }, source) = (config, config.source(p));
         let shared = tile.shared_bytes(p.dtype);
