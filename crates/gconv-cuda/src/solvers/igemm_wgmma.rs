@@ -578,11 +578,20 @@ impl WgmmaConfig {
         if p.direction == Direction::BackwardWeight {
             let geo = Geometry::new(p);
             let (kg, cg) = (geo.kg as u32, geo.cg as u32);
-            let tile = with_stages(by_channels(cg, true), if kg <= 64 { 1 } else { 2 });
-            let blocks = u64::from(kg.div_ceil(tile.rows()) * cg.div_ceil(tile.bn)) * geo.filter_volume() as u64 * u64::from(p.g);
+            let blocks = |tile: Tile| u64::from(kg.div_ceil(tile.rows()) * cg.div_ceil(tile.bn)) * geo.filter_volume() as u64 * u64::from(p.g);
             let pixel_blocks = (geo.n * geo.output_volume()) as u64 / u64::from(PIXEL_BLOCK);
             let worth: Vec<u32> = SPLITS.into_iter().filter(|&s| s == 1 || u64::from(s) * MIN_BLOCKS_PER_SLICE <= pixel_blocks).collect();
-            let slices = worth.iter().copied().find(|&s| blocks * u64::from(s) >= sms).unwrap_or(worth[worth.len() - 1]);
+            let most = u64::from(worth[worth.len() - 1]);
+            // Where even split as far as is worth it the widest tile's blocks would leave more
+            // than half the SMs idle (7x7 layers: 24 blocks of pixels, two slices, and 256-wide
+            // tiles left 85% idle), the widest narrower one that fills the GPU, or 64 x 64.
+            let widest = with_stages(by_channels(cg, true), if kg <= 64 { 1 } else { 2 });
+            let narrower: Vec<Tile> = [(128, 2), (128, 1), (64, 1)].map(|(bn, wg)| with_stages(bn, wg)).into_iter().filter(|t| t.bn <= widest.bn && t.rows() <= widest.rows()).collect();
+            let tile = match narrower.last() {
+                Some(&narrowest) if blocks(widest) * most * 2 <= sms => narrower.iter().copied().find(|&t| blocks(t) * most >= sms).unwrap_or(narrowest),
+                _ => widest,
+            };
+            let slices = worth.iter().copied().find(|&s| blocks(tile) * u64::from(s) >= sms).unwrap_or(worth[worth.len() - 1]);
             let config = WgmmaConfig { tile, split: Split { slices, two_stage: false } };
             return if config.check(p).is_ok() { config } else { WgmmaConfig { tile, split: UNSPLIT } };
         }
@@ -1196,6 +1205,16 @@ mod tests {
         assert_eq!(split_of("v1:fwd:bf16:NHWC:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1"), UNSPLIT);
         // Squeeze-excite: one tile, a few microseconds.
         assert_eq!(split_of("v1:fwd:bf16:NHWC:n32:c1152:k48:i1x1:f1x1:s1x1:p0x0:d1x1"), UNSPLIT);
+    }
+
+    #[test]
+    fn backward_weight_defaults_narrow_the_tile_where_few_pixels_leave_sms_idle() {
+        let default = |key: &str| WgmmaConfig::default_for(&ConvProblem::from_key(key).unwrap(), 132);
+        // 7x7 x 32 images: 24 blocks of pixels, two slices; 64 x 64 tiles make 108 units.
+        let few_pixels = default("v1:bwd-weight:bf16:NHWC:n32:c1152:k192:i7x7:f1x1:s1x1:p0x0:d1x1");
+        assert_eq!((few_pixels.tile.bn, few_pixels.tile.wg, few_pixels.split.slices), (64, 1, 2));
+        let many_pixels = default("v1:bwd-weight:bf16:NHWC:n32:c256:k256:i56x56:f3x3:s1x1:p1x1:d1x1");
+        assert_eq!((many_pixels.tile.bn, many_pixels.tile.wg), (256, 2));
     }
 
     #[test]
