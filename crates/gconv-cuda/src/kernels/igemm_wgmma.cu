@@ -449,7 +449,8 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                 tap_position(p, t.tap, f);
                 unsigned short off[3];
                 tap_offsets(p, f, off);
-                for (int block = first_block(t.slice); block < first_block(t.slice + 1); ++block, ++it) {
+                const int end = first_block(t.slice + 1);
+                for (int block = first_block(t.slice); block < end; ++block, ++it) {
                     const int s = produce(pl, it);
                     const int q = block * PIXEL_BLOCK, share = q + rank * SHARE_PIXELS;
 #pragma unroll
@@ -526,8 +527,11 @@ struct TapMap {
 #endif
 
 extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
-    igemm_wgmma(const __grid_constant__ TensorMap src_map, const __grid_constant__ TensorMap filter_map, ConvParams p, TapMap taps, elem_t* dst, float* ws, int splits,
+    igemm_wgmma(const __grid_constant__ TensorMap src_map, const __grid_constant__ TensorMap filter_map, ConvParams p, TapMap taps, elem_t* dst, float* ws, int split_arg,
                 int mode, int slice_elements) {
+    // Unsplit builds fold the slice arithmetic away: with one block per unit (1x1 layers of 64
+    // channels) its divisions cost as much as the unit's MMAs.
+    const int splits = SPLIT ? split_arg : 1;
     extern __shared__ unsigned char raw[];
     const Pipeline pl = pipeline_init(raw);
     const int rank = cluster_rank();
@@ -548,7 +552,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         return t;
     };
     // A slice's reduction blocks run from its first block to the next slice's.
-    auto first_block = [&](int slice) { return (int)((long long)all_blocks * slice / splits); };
+    auto first_block = [&](int slice) { return all_blocks * slice / splits; };
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         if (producer_start(&src_map, &filter_map)) {
@@ -559,7 +563,8 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                 const int n = t.m0 / pixels;
                 int pos[3];
                 window_start(p, t.m0 % pixels, pos);
-                for (int block = first_block(t.slice); block < first_block(t.slice + 1); ++block, ++it) {
+                const int end = first_block(t.slice + 1);
+                for (int block = first_block(t.slice); block < end; ++block, ++it) {
                     const int s = produce(pl, it);
                     const int tap = block / chunks, c0 = block % chunks * BK;
                     int f[3];
