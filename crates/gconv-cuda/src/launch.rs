@@ -10,6 +10,7 @@ use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKer
 use gconv_core::{ConvProblem, DataType, Direction, GconvError, Result};
 
 use crate::device::{backend_error, driver_error};
+use crate::params::TapMap;
 use crate::ConvParams;
 
 /// Dynamic shared memory a kernel may take without opting in to more.
@@ -227,6 +228,7 @@ impl TensorMap {
 /// One argument of a kernel, in the order of its parameter list.
 pub enum Arg<'a> {
     Params(&'a ConvParams),
+    Taps(&'a TapMap),
     Buffer(Buffer),
     Int(i32),
     TensorMap(&'a TensorMap),
@@ -240,6 +242,7 @@ pub fn kernel(b: &CudaBuffers<'_>, function: &CudaFunction, config: LaunchConfig
     for arg in args {
         match arg {
             Arg::Params(params) => launch.arg(*params),
+            Arg::Taps(taps) => launch.arg(*taps),
             Arg::Buffer(buffer) => launch.arg(&buffer.ptr),
             Arg::Int(value) => launch.arg(value),
             Arg::TensorMap(map) => launch.arg(*map),

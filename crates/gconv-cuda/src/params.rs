@@ -55,3 +55,17 @@ impl ConvParams {
         }
     }
 }
+
+/// Which filter tap a lowered product's tap t reads, per dimension f = origin + step x t (the
+/// identity for a forward convolution; backward-data's phase taps, flipped), and the filter's
+/// own extents: the `TapMap` of kernels/igemm_wgmma.cu; passed by value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TapMap {
+    pub origin: [i32; 3],
+    pub step: [i32; 3],
+    pub filter: [i32; 3],
+}
+
+// SAFETY: a plain #[repr(C)] struct of i32s, laid out like its C twin.
+unsafe impl DeviceRepr for TapMap {}

@@ -260,7 +260,7 @@ fn misses(rt: &dyn Runtime, p: &ConvProblem, (inputs, exact): (&ConvTensors, &[f
 /// tiles crossing images, column tiles past K/G, strides (backward-data's sub-pixel phases,
 /// phases no tap reaches, a stride with a dilation that shares a factor), dilation, pads
 /// (wider than the filter reaches too), groups, a 1x1 and a wide 1x3, 1D and 3D, dense
-/// channels short of a TMA row (and grouped ones refused); failures
+/// channels short of a TMA row (and grouped ones refused), RGB stems packed; failures
 /// listed with where they miss. Backward-weight too, its slices of the pixels summed by
 /// atomics and in two stages.
 #[test]
@@ -290,9 +290,14 @@ fn gpu_wgmma_implicit_gemm_on_medium_problems() {
         "n2:c24:k144:i14x14:f1x1:s1x1:p0x0:d1x1",
         "n1:c40:k104:i9x11:f3x3:s2x2:p1x1:d1x1",
         "n1:c8:k16:i5x6x6:f3x3x3:s1x1x1:p1x1x1:d1x1x1",
+        // Too few channels for a TMA row: the taps along W packed into them (RGB stems).
+        "n2:c3:k16:i17x19:f7x7:s2x2:p3x3:d1x1",
+        "n1:c3:k32:i15x15:f3x3:s2x2:p1x1:d1x1",
+        "n2:c3:k24:i16x16:f4x4:s4x4:p0x0:d1x1",
+        "n1:c3:k8:i4x9x9:f3x5x5:s1x2x2:p1x2x2:d1x1x1",
     ];
     // Every tile shape without clusters or a persistent grid, and with them at three stages;
-    // backward-weight's splits (x 15) on the smallest tile shape only.
+    // the splits (backward-weight's 15, the others' up to 9) on the smallest tile shape only.
     let sampled = |c: &Config| {
         let plain = c.get("cl") == Some(1) && c.get("ps") == Some(0);
         let smallest = [c.get("bn"), c.get("wg"), c.get("st")] == [Some(64), Some(1), Some(3)];

@@ -33,7 +33,8 @@
 //
 // Compile-time: WEIGHT (1: the backward-weight kernel; 0: the other directions' kernels, so a
 // build compiles only what it runs), SPATIAL (1, 2, 3: the im2col map's rank less two), BN
-// (64, 128, 256), CONSUMERS (1, 2), STAGES, CLUSTER (1, 2), PERSISTENT (0, 1) and the data
+// (64, 128, 256), CONSUMERS (1, 2), STAGES, CLUSTER (1, 2), PERSISTENT (0, 1), SPLIT (forward and
+// backward-data: 1 compiles the epilogue of fp32 partial sums, for configs that split) and the data
 // type (bf16, fp16, or fp32 multiplied as tf32: GCONV_TF32, forward and backward-data only). Run-time: the problem (for igemm_wgmma
 // as a forward convolution of src into dst: for backward-data dy's extents as the input's,
 // the phase's dx pixels as the output, the groups' channel counts swapped and the phase's
@@ -204,31 +205,34 @@ __device__ __forceinline__ unsigned long long smem_desc_mn(unsigned addr) {
 #endif
 #define STR_(x) #x
 #define STR(x) STR_(x)
-// TRANSPOSE: 1 for MN-major operands, 0 for K-major; tf32 takes K-major only and no flags.
+// TA, TB: 1 for an MN-major A or B, 0 for K-major; tf32 takes K-major only and no flags.
 #if defined(GCONV_TF32)
 #define WGMMA_TYPES "k8.f32.tf32.tf32"
-#define WGMMA_TRANSPOSE(T) ""
+#define WGMMA_TRANSPOSE(TA, TB) ""
 #elif defined(GCONV_F16)
 #define WGMMA_TYPES "k16.f32.f16.f16"
-#define WGMMA_TRANSPOSE(T) ", " #T ", " #T
+#define WGMMA_TRANSPOSE(TA, TB) ", " #TA ", " #TB
 #else
 #define WGMMA_TYPES "k16.f32.bf16.bf16"
-#define WGMMA_TRANSPOSE(T) ", " #T ", " #T
+#define WGMMA_TRANSPOSE(TA, TB) ", " #TA ", " #TB
 #endif
-#define WGMMA(TRANSPOSE)                                                                                             \
+#define WGMMA(TA, TB)                                                                                                \
     asm volatile(                                                                                                    \
         "{ .reg .pred p; setp.ne.b32 p, " WGMMA_FLAG ", 0;\n"                                                       \
         "wgmma.mma_async.sync.aligned.m64n" STR(BN) WGMMA_TYPES " {" WGMMA_D "}, " WGMMA_AB ", p, 1, 1" WGMMA_TRANSPOSE( \
-            TRANSPOSE) "; }"                                                                                         \
+            TA, TB) "; }"                                                                                            \
         : WGMMA_ACC                                                                                                  \
         : "l"(a), "l"(b), "r"(accumulate))
 
-template <bool MN_MAJOR>
+template <bool A_MN, bool B_MN>
 __device__ __forceinline__ void wgmma(float* d, unsigned long long a, unsigned long long b, int accumulate) {
-    if constexpr (MN_MAJOR) {
-        WGMMA(1);
+    static_assert(B_MN || !A_MN, "no kernel reads an MN-major A with a K-major B");
+    if constexpr (A_MN) {
+        WGMMA(1, 1);
+    } else if constexpr (B_MN) {
+        WGMMA(0, 1);
     } else {
-        WGMMA(0);
+        WGMMA(0, 0);
     }
 }
 
@@ -286,7 +290,7 @@ __device__ __forceinline__ void zero(float* d) {
 // blocks `first` on, into d (zeros when there are none): its 64-row slice of the A tile
 // against the whole B tile, four MMAs per block (MN-major: 16 rows of K each), one block kept
 // in flight, the stage before it released, and the last one's when all are done.
-template <bool MN_MAJOR>
+template <bool A_MN, bool B_MN>
 __device__ __forceinline__ void consume(const Pipeline& pl, int first, int blocks, int slice, float* d) {
     if (blocks == 0) {
         zero(d);
@@ -300,11 +304,9 @@ __device__ __forceinline__ void consume(const Pipeline& pl, int first, int block
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < BK / MMA_K; ++kk) {
-            if constexpr (MN_MAJOR) {
-                wgmma<true>(d, smem_desc_mn(a + kk * 16 * ROW_BYTES), smem_desc_mn(b + kk * 16 * ROW_BYTES), i > 0 || kk > 0);
-            } else {
-                wgmma<false>(d, smem_desc_k(a + kk * 32), smem_desc_k(b + kk * 32), i > 0 || kk > 0);
-            }
+            const unsigned long long a_desc = A_MN ? smem_desc_mn(a + kk * 16 * ROW_BYTES) : smem_desc_k(a + kk * 32);
+            const unsigned long long b_desc = B_MN ? smem_desc_mn(b + kk * 16 * ROW_BYTES) : smem_desc_k(b + kk * 32);
+            wgmma<A_MN, B_MN>(d, a_desc, b_desc, i > 0 || kk > 0);
         }
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         // This block's MMAs stay in flight; the previous block's are done, so its stage is free.
@@ -447,7 +449,8 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                 tap_position(p, t.tap, f);
                 unsigned short off[3];
                 tap_offsets(p, f, off);
-                for (int block = first_block(t.slice); block < first_block(t.slice + 1); ++block, ++it) {
+                const int end = first_block(t.slice + 1);
+                for (int block = first_block(t.slice); block < end; ++block, ++it) {
                     const int s = produce(pl, it);
                     const int q = block * PIXEL_BLOCK, share = q + rank * SHARE_PIXELS;
 #pragma unroll
@@ -471,7 +474,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         FOR_EACH_UNIT(u, units) {
             const WeightUnit t = unit_at(u);
             const int first = first_block(t.slice), blocks = first_block(t.slice + 1) - first;
-            consume<true>(pl, it, blocks, slice, d);
+            consume<true, true>(pl, it, blocks, slice, d);
             it += blocks;
             int f[3];
             tap_position(p, t.tap, f);
@@ -497,32 +500,59 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 #else
 
 // Forward and backward-data (see the top): per group, destination pixels by BM, its channels
-// by BN; the reduction runs over taps x BK-channel chunks of the source. A unit: CLUSTER row
-// tiles of one column tile and group (columns innermost, so that clusters running together
-// read the same pixels), sharing the filter's tile, of which each CTA loads BN / CLUSTER rows.
+// by BN; the reduction runs over taps x BK-channel chunks of the source, split into `splits`
+// slices of its blocks. A unit: CLUSTER row tiles of one column tile, slice and group (columns
+// innermost, so that clusters running together read the same pixels, then rows, slices,
+// groups), sharing the filter's tile, of which each CTA loads its share (BN / CLUSTER rows,
+// or with FILTER_MN 64 / CLUSTER of the block's 64 rows of k). mode 0 stores into dst; 1 adds
+// into the fp32 workspace ws (zeroed before); 2 stores the slice's fp32 copy of the
+// destination (slice_elements apart) into ws. ws lies as dst does: at the product's first
+// pixel, with the destination's strides.
+//
+// FILTER_MN (backward-data in 16-bit types): the filter is read straight from w, its rows of
+// c channels at tap and output channel k being B MN-major (rows along the reduction), in
+// boxes of 64 c x 64 k; the product's tap t reads w's tap as TapMap says.
 struct Unit {
-    int m0, n0, g;
+    int m0, n0, slice, g;
 };
 
+// Which filter tap a product's tap reads: per dimension f = origin + step * t (see TapMap in
+// params.rs), and the filter's own extents.
+struct TapMap {
+    int origin[3], step[3], fil[3];
+};
+
+#if FILTER_MN && defined(GCONV_TF32)
+#error "tf32 wgmma takes K-major operands only"
+#endif
+
 extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
-    igemm_wgmma(const __grid_constant__ TensorMap src_map, const __grid_constant__ TensorMap filter_map, ConvParams p, elem_t* dst) {
+    igemm_wgmma(const __grid_constant__ TensorMap src_map, const __grid_constant__ TensorMap filter_map, ConvParams p, TapMap taps, elem_t* dst, float* ws, int split_arg,
+                int mode, int slice_elements) {
+    // Unsplit builds fold the slice arithmetic away: with one block per unit (1x1 layers of 64
+    // channels) its divisions cost as much as the unit's MMAs.
+    const int splits = SPLIT ? split_arg : 1;
     extern __shared__ unsigned char raw[];
     const Pipeline pl = pipeline_init(raw);
     const int rank = cluster_rank();
     // A dense layer's last chunk may run past its channels: TMA reads zeros there.
-    const int chunks = (p.cg + BK - 1) / BK, blocks = p.fil[0] * p.fil[1] * p.fil[2] * chunks;
+    const int chunks = (p.cg + BK - 1) / BK, all_blocks = p.fil[0] * p.fil[1] * p.fil[2] * chunks;
     const int pixels = p.out[0] * p.out[1] * p.out[2];
     const int m_total = p.n * pixels;
     const int row_groups = ((m_total + BM - 1) / BM + CLUSTER - 1) / CLUSTER, column_tiles = (p.kg + BN - 1) / BN;
-    const int units = row_groups * column_tiles * p.g;
+    const int units = row_groups * column_tiles * splits * p.g;
     auto unit_at = [&](int u) {
         Unit t;
         t.n0 = u % column_tiles * BN;
         u /= column_tiles;
         t.m0 = (u % row_groups * CLUSTER + rank) * BM;
-        t.g = u / row_groups;
+        u /= row_groups;
+        t.slice = u % splits;
+        t.g = u / splits;
         return t;
     };
+    // A slice's reduction blocks run from its first block to the next slice's.
+    auto first_block = [&](int slice) { return all_blocks * slice / splits; };
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         if (producer_start(&src_map, &filter_map)) {
@@ -533,7 +563,8 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                 const int n = t.m0 / pixels;
                 int pos[3];
                 window_start(p, t.m0 % pixels, pos);
-                for (int block = 0; block < blocks; ++block, ++it) {
+                const int end = first_block(t.slice + 1);
+                for (int block = first_block(t.slice); block < end; ++block, ++it) {
                     const int s = produce(pl, it);
                     const int tap = block / chunks, c0 = block % chunks * BK;
                     int f[3];
@@ -541,8 +572,19 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                     unsigned short off[3];
                     tap_offsets(p, f, off);
                     load_im2col<false>(pl.stage(s), &src_map, t.g * p.cg + c0, pos, n, off, pl.full(s));
+#if FILTER_MN
+                    const int filter_tap = ((taps.origin[0] + taps.step[0] * f[0]) * taps.fil[1] + taps.origin[1] + taps.step[1] * f[1]) * taps.fil[2] + taps.origin[2] +
+                                           taps.step[2] * f[2];
+                    const unsigned share = rank * (64 / CLUSTER);
+#pragma unroll
+                    for (int j = 0; j < BN / 64; ++j) {
+                        const unsigned at = pl.stage(s) + A_BYTES + j * TILE64_BYTES + share * ROW_BYTES;
+                        load_tile<true>(at, &filter_map, t.n0 + 64 * j, filter_tap, t.g * p.cg + c0 + share, pl.full(s));
+                    }
+#else
                     const unsigned share = rank * B_SHARE_ROWS;
                     load_tile<true>(pl.stage(s) + A_BYTES + share * ROW_BYTES, &filter_map, c0, tap, t.g * p.kg + t.n0 + share, pl.full(s));
+#endif
                 }
             }
         }
@@ -560,34 +602,62 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // m times the pixel stride: no divisions per row.
         const bool packed = (p.out[1] == 1 || p.ys[3] == p.out[2] * p.ys[4]) && (p.out[0] == 1 || p.ys[2] == p.out[1] * p.out[2] * p.ys[4]) &&
                             (p.n == 1 || p.ys[0] == pixels * p.ys[4]);
+        auto dst_index = [&](int m, int channel) {
+            if (packed) return m * p.ys[4] + channel * p.ys[1];
+            const int pixel = m % pixels;
+            return offset(p.ys, m / pixels, channel, pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]);
+        };
         int it = 0;
         FOR_EACH_UNIT(u, units) {
-            consume<false>(pl, it, blocks, slice, d);
-            it += blocks;
             const Unit t = unit_at(u);
-            // The results leave through shared memory, so that each destination row goes in
-            // 16-byte chunks, a warp's stores contiguous.
-#if PERSISTENT
-            warpgroup_sync(slice);  // its rows of the unit before have left
-#else
-            consumers_sync();  // every consumer is done with the stages (their loads all landed)
-#endif
-            for_each_pair(d, [&](int row, int column, float v0, float v1) { store_pair(staged + row * STAGED_ROW + column, v0, v1); });
-            // The MMAs read the accumulators: zeros let them die here, not live on through the
-            // stores into the next unit.
-            zero(d);
-            warpgroup_sync(slice);
-            for (int i = threadIdx.x % 128; i < 64 * CHUNKS; i += 128) {
-                const int row = i / CHUNKS, column = i % CHUNKS * CHUNK;
-                const int m = t.m0 + slice * 64 + row, n = t.n0 + column;
-                if (m >= m_total || n >= p.kg) continue;
-                const int channel = t.g * p.kg + n;
-                int at = m * p.ys[4] + channel * p.ys[1];
-                if (!packed) {
-                    const int pixel = m % pixels;
-                    at = offset(p.ys, m / pixels, channel, pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]);
+            const int first = first_block(t.slice), blocks = first_block(t.slice + 1) - first;
+            consume<false, FILTER_MN>(pl, it, blocks, slice, d);
+            it += blocks;
+#if SPLIT
+            if (mode != 0) {
+                // fp32 partial sums, two channels at a time (channels-last: adjacent), the
+                // accumulators as for_each_pair lays them out: the thread's two rows' indices
+                // once, then every pair of columns in them.
+                const int lane = threadIdx.x % 32, warp = threadIdx.x % 128 / 32;
+#pragma unroll
+                for (int half_row = 0; half_row < 2; ++half_row) {
+                    const int m = t.m0 + slice * 64 + warp * 16 + lane / 4 + half_row * 8;
+                    if (m >= m_total) continue;
+                    float* row = ws + (mode == 2 ? (long long)t.slice * slice_elements : 0) + dst_index(m, t.g * p.kg + t.n0);
+#pragma unroll
+                    for (int j = 0; j < BN / 8; ++j) {
+                        const int column = j * 8 + (lane % 4) * 2;
+                        if (t.n0 + column >= p.kg) continue;
+                        const float2 pair = make_float2(d[4 * j + 2 * half_row], d[4 * j + 2 * half_row + 1]);
+                        if (mode == 1) {
+                            atomicAdd(reinterpret_cast<float2*>(row + column), pair);
+                        } else {
+                            *reinterpret_cast<float2*>(row + column) = pair;
+                        }
+                    }
                 }
-                *reinterpret_cast<uint4*>(dst + at) = *reinterpret_cast<const uint4*>(staged + row * STAGED_ROW + column);
+                zero(d);
+            } else
+#endif
+            {
+                // The results leave through shared memory, so that each destination row goes in
+                // 16-byte chunks, a warp's stores contiguous.
+#if PERSISTENT
+                warpgroup_sync(slice);  // its rows of the unit before have left
+#else
+                consumers_sync();  // every consumer is done with the stages (their loads all landed)
+#endif
+                for_each_pair(d, [&](int row, int column, float v0, float v1) { store_pair(staged + row * STAGED_ROW + column, v0, v1); });
+                // The MMAs read the accumulators: zeros let them die here, not live on through
+                // the stores into the next unit.
+                zero(d);
+                warpgroup_sync(slice);
+                for (int i = threadIdx.x % 128; i < 64 * CHUNKS; i += 128) {
+                    const int row = i / CHUNKS, column = i % CHUNKS * CHUNK;
+                    const int m = t.m0 + slice * 64 + row, n = t.n0 + column;
+                    if (m >= m_total || n >= p.kg) continue;
+                    *reinterpret_cast<uint4*>(dst + dst_index(m, t.g * p.kg + n)) = *reinterpret_cast<const uint4*>(staged + row * STAGED_ROW + column);
+                }
             }
         }
     }

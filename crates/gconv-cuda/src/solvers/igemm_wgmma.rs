@@ -5,12 +5,16 @@
 //!
 //! Forward reads x by TMA im2col (the filter tap as the load's offset, the padding zero-filled
 //! by the TMA unit) and the filter by tiled loads, both K-major. Backward-data is the forward
-//! product of dy with the filter flipped and transposed (a small kernel writes that filter into
-//! the workspace) and the padding mirrored, once per sub-pixel phase at a stride over one (each
-//! phase's dx pixels are reached by one residue class of taps and written with the stride; a
-//! phase no tap reaches gets zeros). Backward-weight multiplies dy (tiled loads) by x (im2col
+//! product of dy with the filter flipped and transposed and the padding mirrored (16-bit types
+//! read w's rows straight as an MN-major B, each product tap mapped to w's; tf32, K-major only,
+//! from a transposed copy a small kernel writes into the workspace), once per sub-pixel phase
+//! at a stride over one (each phase's dx pixels are reached by one residue class of taps and
+//! written with the stride; a phase no tap reaches gets zeros). Backward-weight multiplies dy (tiled loads) by x (im2col
 //! at each tap's offsets), both MN-major, per group and tap, its pixel reduction split into
-//! `ks` slices summed by atomics or in two stages (`red`).
+//! `ks` slices summed by atomics or in two stages (`red`). Forward and backward-data split their
+//! reductions (taps x channels) the same way where `ks` is over 1, for layers with too few
+//! tiles to fill the GPU. A dense layer with too few channels for a TMA row (an RGB stem) runs
+//! packed: its taps along W moved into the channels (see tap_packing).
 //!
 //! A producer warpgroup issues the loads onto an mbarrier pipeline of `st` stages and `wg`
 //! consumer warpgroups multiply 64 x `bn` each. `cl` 2 runs clusters of two CTAs on adjacent
@@ -20,15 +24,18 @@
 //! (kernel parameters and tensor maps), so one build serves every shape of a config at a
 //! spatial rank and type.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, LaunchConfig};
 use gconv_core::geometry::Geometry;
 use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
 
+use super::tap_packing::Packing;
 use super::{builds_from_kernel, BuiltFrom};
 use crate::device::CudaDevice;
 use crate::launch::{self, Arg, Buffer, Im2col, TensorMap};
+use crate::params::TapMap;
 use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
 
 const SOURCE: &str = concat!(include_str!("../kernels/igemm_wgmma.cu"), include_str!("../kernels/split_reduce.cuh"));
@@ -52,6 +59,13 @@ const MAX_GRID_X: u64 = i32::MAX as u64;
 const MAX_GRID_YZ: u64 = 65_535;
 /// Slices backward-weight's pixel reduction may be split into.
 const SPLITS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+/// Forward's and backward-data's reductions (taps x channels) are far shorter.
+const MAX_PRODUCT_SPLITS: u32 = 16;
+/// A default split of theirs leaves each slice at least this many blocks of 64 channels.
+const MIN_BLOCKS_PER_PRODUCT_SLICE: u64 = 4;
+/// Nor is a product of fewer tiles split by default: such layers (squeeze-excite's 1x1 over
+/// one pixel) take a few microseconds, which the zeroing and the reduction launch would add to.
+const MIN_UNITS_TO_SPLIT: u64 = 8;
 /// A slice should reduce at least this many blocks of 64 pixels, or its share of the
 /// pipeline's fill and the reduction outweigh its work.
 const MIN_BLOCKS_PER_SLICE: u64 = 8;
@@ -139,9 +153,10 @@ impl Tile {
     }
 }
 
-/// How backward-weight splits its pixel reduction: into `slices` that add into an fp32
-/// workspace by atomics, or (`two_stage`) write one fp32 copy each that a second kernel sums.
-/// One slice writes the weights directly.
+/// How a product splits its reduction (backward-weight's pixels, the others' taps x channels):
+/// into `slices` that add into an fp32 workspace by atomics, or (`two_stage`) write one fp32
+/// copy each of the destination that a second kernel sums. One slice writes the destination
+/// directly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Split {
     slices: u32,
@@ -164,18 +179,67 @@ impl Split {
         }
     }
 
+    /// The fp32 workspace it needs: none, one copy or a copy per slice of the destination.
     fn workspace_bytes(self, p: &ConvProblem) -> u64 {
         let copies = match self.mode() {
             0 => 0,
             1 => 1,
             _ => u64::from(self.slices),
         };
-        p.weight_elements() * 4 * copies
+        destination_elements(p) * 4 * copies
+    }
+
+    /// The second kernel, if the split needs one, and how much of the workspace to zero before
+    /// the atomics.
+    fn reduce(self, p: &ConvProblem, device: &CudaDevice, source: &KernelSource) -> Result<Option<Reduce>> {
+        let elements = destination_elements(p);
+        Ok(match self.mode() {
+            0 => None,
+            mode => Some(Reduce {
+                function: device.function(source, "split_reduce")?,
+                zero_bytes: if mode == 1 { elements * 4 } else { 0 },
+                slices: if mode == 1 { 1 } else { self.slices as i32 },
+                count: elements as i32,
+                blocks: (elements.div_ceil(u64::from(REDUCE_THREADS)) as u32).clamp(1, device.sm_count * 8),
+            }),
+        })
     }
 }
 
-/// A config: the block tile (fields `bn`, `wg`, `st`, `cl`, `ps`) and, for backward-weight,
-/// the split (`ks` and `red`, as cuda.igemm_tc has them).
+/// The elements of the tensor a direction writes.
+fn destination_elements(p: &ConvProblem) -> u64 {
+    match p.direction {
+        Direction::Forward => p.output_elements(),
+        Direction::BackwardData => p.input_elements(),
+        Direction::BackwardWeight => p.weight_elements(),
+    }
+}
+
+/// How `p` runs packed, where its channels are too few for TMA rows (see tap_packing).
+fn packing(p: &ConvProblem) -> Option<Packing> {
+    Packing::of(p, row_elements(p.dtype))
+}
+
+/// The layer the products run: `p`, or its packed layer.
+fn lowered(p: &ConvProblem) -> Cow<'_, ConvProblem> {
+    packing(p).map_or(Cow::Borrowed(p), |packing| Cow::Owned(packing.packed))
+}
+
+/// Whether backward-data reads the filter straight from w as an MN-major B (16-bit types),
+/// rather than a flipped and transposed copy (tf32, whose wgmma takes K-major operands only).
+fn reads_filter_directly(p: &ConvProblem) -> bool {
+    p.direction == Direction::BackwardData && p.dtype != DataType::Tf32
+}
+
+/// Backward-data's workspace: the split's fp32 part first (so that zeroing it leaves the
+/// flipped filter alone), the flipped filter from this byte on, 256-byte aligned for TMA.
+fn flipped_filter_start(p: &ConvProblem, split: Split) -> u64 {
+    split.workspace_bytes(p).next_multiple_of(256)
+}
+
+/// A config: the block tile (fields `bn`, `wg`, `st`, `cl`, `ps`) and the split (`ks` and
+/// `red`, as cuda.igemm_tc has them): always written for backward-weight, for the other
+/// directions only where it splits (so their unsplit configs read as before splits existed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct WgmmaConfig {
     tile: Tile,
@@ -189,7 +253,7 @@ impl WgmmaConfig {
             0 | 1 => Ok(value == 1),
             _ => Err(bad(format!("{name} must be 0 or 1"))),
         };
-        let parsed = if p.direction == Direction::BackwardWeight {
+        let parsed = if p.direction == Direction::BackwardWeight || config.get("ks").is_some() {
             let [bn, wg, st, cl, ps, slices, red] = config.expect_fields(["bn", "wg", "st", "cl", "ps", "ks", "red"])?;
             let tile = Tile { bn, wg, st, cl, persistent: flag("ps", ps)? };
             WgmmaConfig { tile, split: Split { slices, two_stage: flag("red", red)? } }
@@ -204,7 +268,7 @@ impl WgmmaConfig {
     fn to_config(self, direction: Direction) -> Config {
         let Tile { bn, wg, st, cl, persistent } = self.tile;
         let mut fields = vec![("bn", bn), ("wg", wg), ("st", st), ("cl", cl), ("ps", u32::from(persistent))];
-        if direction == Direction::BackwardWeight {
+        if direction == Direction::BackwardWeight || self.split != UNSPLIT {
             fields.extend([("ks", self.split.slices), ("red", u32::from(self.split.two_stage))]);
         }
         Config::new(fields)
@@ -218,6 +282,12 @@ impl WgmmaConfig {
         }
         if two_stage && slices == 1 {
             return Err("red 1 (two-stage) needs ks over 1".into());
+        }
+        if p.direction != Direction::BackwardWeight {
+            let blocks = Product::all(p).iter().map(|product| product.blocks(p.dtype)).max().unwrap_or(0);
+            if slices > MAX_PRODUCT_SPLITS || u64::from(slices) > blocks {
+                return Err(format!("ks {slices} splits a reduction of {blocks} blocks (up to {MAX_PRODUCT_SPLITS} slices, each with a block)"));
+            }
         }
         let (row_tiles, units) = self.work(p);
         if self.tile.cl > 1 && row_tiles < 2 {
@@ -244,12 +314,22 @@ impl WgmmaConfig {
         }
         let products = Product::all(p);
         let largest = products.iter().max_by_key(|product| product.rows);
-        largest.map_or((0, 0), |product| (product.row_tiles(self.tile), product.units(self.tile, p.g)))
+        largest.map_or((0, 0), |product| (product.row_tiles(self.tile), product.units(self.tile, p.g, self.split.slices)))
+    }
+
+    /// The tile's kernels; forward and backward-data compile their split epilogue only where
+    /// they split (it would slow every other build).
+    fn source(self, p: &ConvProblem) -> KernelSource {
+        let source = self.tile.source(p);
+        match p.direction {
+            Direction::BackwardWeight => source,
+            _ => source.define("SPLIT", u32::from(self.split != UNSPLIT)).define("FILTER_MN", u32::from(reads_filter_directly(p))),
+        }
     }
 
     /// Every config for `p`'s direction.
     fn all(p: &ConvProblem) -> Vec<WgmmaConfig> {
-        let splits: Vec<Split> = if p.direction == Direction::BackwardWeight { Split::all().collect() } else { vec![UNSPLIT] };
+        let splits: Vec<Split> = Split::all().collect();
         Tile::all(p.dtype).flat_map(|tile| splits.iter().map(move |&split| WgmmaConfig { tile, split })).filter(|c| c.check(p).is_ok()).collect()
     }
 }
@@ -281,6 +361,8 @@ struct PhaseTaps {
     before: i64,
     count: i64,
     first: i64,
+    /// Between one tap of the phase and the next: stride / gcd(stride, dil).
+    step: i64,
 }
 
 impl PhaseTaps {
@@ -289,7 +371,7 @@ impl PhaseTaps {
         let before = (0..taps).filter(|&f| of(f) < phase).count() as i64;
         let mut mine = (0..taps).filter(|&f| of(f) == phase);
         let first = mine.next();
-        PhaseTaps { before, count: i64::from(first.is_some()) + mine.count() as i64, first: first.unwrap_or(0) }
+        PhaseTaps { before, count: i64::from(first.is_some()) + mine.count() as i64, first: first.unwrap_or(0), step: stride / gcd(stride, dil) }
     }
 }
 
@@ -341,12 +423,14 @@ struct Product {
     /// Where the destination's first pixel lies in its buffer, in elements.
     dst_offset: u64,
     /// Where the filter matrix starts in the buffer it is read from (w forward, the workspace
-    /// flip_filter writes for backward-data), in elements.
+    /// flip_filter writes for tf32 backward-data), in elements.
     filter_offset: u64,
+    /// Which tap of w the product's taps read (16-bit backward-data reads w itself).
+    tap_map: TapMap,
 }
 
 impl Product {
-    fn new(p: &ConvProblem, params: ConvParams, src_extent: [usize; 3], src_channels: u32, dst_offset: u64, filter_offset: u64) -> Self {
+    fn new(p: &ConvProblem, params: ConvParams, src_extent: [usize; 3], src_channels: u32, dst_offset: u64, filter_offset: u64, tap_map: TapMap) -> Self {
         let active = 3 - p.dims.len()..3;
         let (mut lower, mut upper) = (Vec::new(), Vec::new());
         for i in active.clone().rev() {
@@ -358,7 +442,7 @@ impl Product {
         }
         let src = std::iter::once(u64::from(src_channels)).chain(active.rev().map(|i| src_extent[i] as u64)).chain([u64::from(p.n)]).collect();
         let rows = params.n as u64 * params.output.iter().map(|&o| o as u64).product::<u64>();
-        Product { params, src, rows, lower, upper, dst_offset, filter_offset }
+        Product { params, src, rows, lower, upper, dst_offset, filter_offset, tap_map }
     }
 
     /// The products `p` runs as, those with taps first.
@@ -366,7 +450,8 @@ impl Product {
         let geo = Geometry::new(p);
         let params = ConvParams::new(p);
         if p.direction != Direction::BackwardData {
-            return vec![Product::new(p, params, geo.input, p.c, 0, 0)];
+            let identity = TapMap { origin: [0; 3], step: [1; 3], filter: params.filter };
+            return vec![Product::new(p, params, geo.input, p.c, 0, 0, identity)];
         }
         let phases: [Vec<ProductDim>; 3] = std::array::from_fn(|i| (0..geo.stride[i] as i64).map(|r| ProductDim::backward_data_phase(&geo, i, r)).collect());
         let filter = geo.filter.map(|f| f as i64);
@@ -394,7 +479,13 @@ impl Product {
                     };
                     let dst_offset = (0..3).map(|i| dims[i].origin * i64::from(params.xs[2 + i])).sum::<i64>() as u64;
                     let tap_offset = d.taps.before * filter[1] * filter[2] + d.taps.count * (h.taps.before * filter[2] + h.taps.count * w.taps.before);
-                    products.push(Product::new(p, phase, geo.output, p.k, dst_offset, (tap_offset * group_filter) as u64));
+                    // The phase's taps f = first + step x t, walked flipped.
+                    let tap_map = TapMap {
+                        origin: dims.map(|dim| (dim.taps.first + dim.taps.step * (dim.taps.count - 1)) as i32),
+                        step: dims.map(|dim| -dim.taps.step as i32),
+                        filter: params.filter,
+                    };
+                    products.push(Product::new(p, phase, geo.output, p.k, dst_offset, (tap_offset * group_filter) as u64, tap_map));
                 }
             }
         }
@@ -428,10 +519,16 @@ impl Product {
         self.rows.div_ceil(u64::from(tile.rows()))
     }
 
-    /// The kernel's work units: clusters' worth of row tiles x column tiles x groups.
-    fn units(&self, tile: Tile, groups: u32) -> u64 {
+    /// The kernel's work units: clusters' worth of row tiles x column tiles x slices x groups.
+    fn units(&self, tile: Tile, groups: u32, slices: u32) -> u64 {
         let (_, columns) = self.channels();
-        self.row_tiles(tile).div_ceil(u64::from(tile.cl)) * u64::from(columns.div_ceil(tile.bn)) * u64::from(groups)
+        self.row_tiles(tile).div_ceil(u64::from(tile.cl)) * u64::from(columns.div_ceil(tile.bn)) * u64::from(slices) * u64::from(groups)
+    }
+
+    /// The reduction's blocks: a 128-byte row of source channels per tap.
+    fn blocks(&self, dtype: DataType) -> u64 {
+        let (src, _) = self.channels();
+        u64::from(self.taps() * src.div_ceil(row_elements(dtype)))
     }
 
     /// Why TMA cannot make this product's im2col loads, if it cannot.
@@ -458,17 +555,17 @@ impl Product {
     }
 }
 
-impl IgemmWgmma {
-    /// The config a problem starts from. Forward and backward-data, by the largest product:
-    /// the fewest columns that take all of a group's channels up to 256, past that 256 where
-    /// the grid still fills the GPU, else 128; two consumers (128 rows) unless one fills the
-    /// GPU better.
+impl WgmmaConfig {
+    /// The config a problem starts from on a GPU of `sms` SMs. Forward and backward-data, by
+    /// the largest product: the fewest columns that take all of a group's channels up to 256,
+    /// past that 256 where the grid still fills the GPU, else 128; two consumers (128 rows)
+    /// unless one fills the GPU better; where even so the tiles leave more than half the SMs
+    /// idle, the reduction split into as many slices as one wave holds.
     /// Backward-weight: columns by input channels per group, rows by output channels, and the
     /// fewest slices of the pixels that fill the GPU while each keeps a few blocks of work.
     /// Four stages where they fit; no clusters, a CTA per tile (until measurements say
     /// otherwise).
-    fn default_config(&self, p: &ConvProblem) -> WgmmaConfig {
-        let sms = u64::from(self.device.sm_count);
+    fn default_for(p: &ConvProblem, sms: u64) -> WgmmaConfig {
         let with_stages = |bn: u32, wg: u32| {
             let tile = |st: u32| Tile { bn, wg, st, cl: 1, persistent: false };
             if tile(4).check(p.dtype).is_ok() { tile(4) } else { tile(3) }
@@ -481,11 +578,20 @@ impl IgemmWgmma {
         if p.direction == Direction::BackwardWeight {
             let geo = Geometry::new(p);
             let (kg, cg) = (geo.kg as u32, geo.cg as u32);
-            let tile = with_stages(by_channels(cg, true), if kg <= 64 { 1 } else { 2 });
-            let blocks = u64::from(kg.div_ceil(tile.rows()) * cg.div_ceil(tile.bn)) * geo.filter_volume() as u64 * u64::from(p.g);
+            let blocks = |tile: Tile| u64::from(kg.div_ceil(tile.rows()) * cg.div_ceil(tile.bn)) * geo.filter_volume() as u64 * u64::from(p.g);
             let pixel_blocks = (geo.n * geo.output_volume()) as u64 / u64::from(PIXEL_BLOCK);
             let worth: Vec<u32> = SPLITS.into_iter().filter(|&s| s == 1 || u64::from(s) * MIN_BLOCKS_PER_SLICE <= pixel_blocks).collect();
-            let slices = worth.iter().copied().find(|&s| blocks * u64::from(s) >= sms).unwrap_or(worth[worth.len() - 1]);
+            let most = u64::from(worth[worth.len() - 1]);
+            // Where even split as far as is worth it the widest tile's blocks would leave more
+            // than half the SMs idle (7x7 layers: 24 blocks of pixels, two slices, and 256-wide
+            // tiles left 85% idle), the widest narrower one that fills the GPU, or 64 x 64.
+            let widest = with_stages(by_channels(cg, true), if kg <= 64 { 1 } else { 2 });
+            let narrower: Vec<Tile> = [(128, 2), (128, 1), (64, 1)].map(|(bn, wg)| with_stages(bn, wg)).into_iter().filter(|t| t.bn <= widest.bn && t.rows() <= widest.rows()).collect();
+            let tile = match narrower.last() {
+                Some(&narrowest) if blocks(widest) * most * 2 <= sms => narrower.iter().copied().find(|&t| blocks(t) * most >= sms).unwrap_or(narrowest),
+                _ => widest,
+            };
+            let slices = worth.iter().copied().find(|&s| blocks(tile) * u64::from(s) >= sms).unwrap_or(worth[worth.len() - 1]);
             let config = WgmmaConfig { tile, split: Split { slices, two_stage: false } };
             return if config.check(p).is_ok() { config } else { WgmmaConfig { tile, split: UNSPLIT } };
         }
@@ -494,7 +600,7 @@ impl IgemmWgmma {
             return WgmmaConfig { tile: with_stages(128, 2), split: UNSPLIT };
         };
         let (_, columns) = product.channels();
-        let blocks = |bn: u32, wg: u32| product.units(with_stages(bn, wg), p.g);
+        let blocks = |bn: u32, wg: u32| product.units(with_stages(bn, wg), p.g, 1);
         // One column tile where it takes every channel of the group, so the source's tile is
         // loaded once (exhaustive tuning on the H100: 1.6x on c256 14x14, 1.5x on a c24 k144
         // 1x1); fewer rows per tile, not fewer columns, then fill the GPU.
@@ -507,7 +613,19 @@ impl IgemmWgmma {
         // with this tile on each layer tried (1.2-1.6x the same tile launched per unit).
         let plain = with_stages(bn, wg);
         let persistent = [4, 3].map(|st| Tile { st, persistent: true, ..plain }).into_iter().find(|t| t.check(p.dtype).is_ok());
-        WgmmaConfig { tile: persistent.unwrap_or(plain), split: UNSPLIT }
+        let tile = persistent.unwrap_or(plain);
+        let (units, blocks) = (product.units(tile, p.g, 1), product.blocks(p.dtype));
+        let worth_splitting = units * 2 <= sms && units >= MIN_UNITS_TO_SPLIT;
+        let fits_one_wave = |s: u32| s <= MAX_PRODUCT_SPLITS && units * u64::from(s) <= sms && blocks >= u64::from(s) * MIN_BLOCKS_PER_PRODUCT_SLICE;
+        let slices = if worth_splitting { SPLITS.into_iter().filter(|&s| fits_one_wave(s)).max().unwrap_or(1) } else { 1 };
+        let split = WgmmaConfig { tile, split: Split { slices, two_stage: false } };
+        if split.check(p).is_ok() { split } else { WgmmaConfig { tile, split: UNSPLIT } }
+    }
+}
+
+impl IgemmWgmma {
+    fn default_config(&self, p: &ConvProblem) -> WgmmaConfig {
+        WgmmaConfig::default_for(p, u64::from(self.device.sm_count))
     }
 }
 
@@ -521,6 +639,9 @@ impl Solver for IgemmWgmma {
         require!((major, minor) == (9, 0), "needs an sm_90 GPU (wgmma and TMA built for sm_90a), this is sm_{major}{minor}");
         require!(p.layout == Layout::Nhwc, "needs a channels-last layout (NWC, NHWC, NDHWC)");
         require!(matches!(p.dtype, DataType::Bf16 | DataType::F16 | DataType::Tf32), "needs bf16, fp16 or tf32 operands (wgmma has no fp32 multiply)");
+        if let Some(packing) = packing(p) {
+            return self.applicable(&packing.packed);
+        }
         let g = Geometry::new(p);
         require!(g.stride.iter().all(|&s| s <= MAX_STRIDE), "strides over {MAX_STRIDE} are beyond TMA's element strides");
         let products = Product::all(p);
@@ -554,23 +675,26 @@ impl Solver for IgemmWgmma {
     }
 
     fn workspace_bytes(&self, p: &ConvProblem, config: &Config) -> u64 {
+        if let Some(packing) = packing(p) {
+            return packing.workspace_bytes(self.workspace_bytes(&packing.packed, config));
+        }
+        let Ok(WgmmaConfig { split, .. }) = WgmmaConfig::from_config(p, config) else { return 0 };
         match p.direction {
-            Direction::BackwardData => p.weight_elements() * p.dtype.size_bytes() as u64,
-            Direction::BackwardWeight => WgmmaConfig::from_config(p, config).map_or(0, |c| c.split.workspace_bytes(p)),
-            Direction::Forward => 0,
+            Direction::BackwardData if !reads_filter_directly(p) => flipped_filter_start(p, split) + p.weight_elements() * p.dtype.size_bytes() as u64,
+            _ => split.workspace_bytes(p),
         }
     }
 
     fn default_config(&self, p: &ConvProblem) -> Config {
-        self.default_config(p).to_config(p.direction)
+        self.default_config(&lowered(p)).to_config(p.direction)
     }
 
     fn configs<'a>(&'a self, p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
-        Box::new(WgmmaConfig::all(p).into_iter().map(|c| c.to_config(p.direction)))
+        Box::new(WgmmaConfig::all(&lowered(p)).into_iter().map(|c| c.to_config(p.direction)))
     }
 
     fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {
-        WgmmaConfig::from_config(p, config).map(|_| ())
+        WgmmaConfig::from_config(&lowered(p), config).map(|_| ())
     }
 
     builds_from_kernel!();
@@ -582,14 +706,20 @@ impl BuiltFrom for IgemmWgmma {
     }
 
     fn kernel(&self, p: &ConvProblem, config: &Config) -> Result<Option<KernelSource>> {
-        Ok(Some(WgmmaConfig::from_config(p, config)?.tile.source(p)))
+        let p = lowered(p);
+        Ok(Some(WgmmaConfig::from_config(&p, config)?.source(&p)))
     }
 }
 
 impl Solve<Cuda> for IgemmWgmma {
     fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
-        let WgmmaConfig { tile, split } = WgmmaConfig::from_config(p, config)?;
-        let source = tile.source(p);
+        if let Some(packing) = packing(p) {
+            let inner = self.solution(&packing.packed, config)?;
+            let workspace = Solver::workspace_bytes(self, &packing.packed, config);
+            return Ok(Box::new(packing.invoker(&self.device, p.dtype, inner, workspace)?));
+        }
+        let config = WgmmaConfig::from_config(p, config)?;
+        let (WgmmaConfig { tile, split }, source) = (config, config.source(p));
         let shared = tile.shared_bytes(p.dtype);
         let block_dim = (128 * (tile.wg + 1), 1, 1);
         let sms = self.device.sm_count;
@@ -599,17 +729,7 @@ impl Solve<Cuda> for IgemmWgmma {
             let geo = Geometry::new(p);
             let (_, units) = WgmmaConfig { tile, split }.work(p);
             let launch = LaunchConfig { grid_dim: (tile.grid(units, sms), 1, 1), block_dim, shared_mem_bytes: shared };
-            let weights = p.weight_elements();
-            let reduce = match split.mode() {
-                0 => None,
-                mode => Some(Reduce {
-                    function: self.device.function(&source, "split_reduce")?,
-                    zero_bytes: if mode == 1 { weights * 4 } else { 0 },
-                    slices: if mode == 1 { 1 } else { split.slices as i32 },
-                    count: weights as i32,
-                    blocks: (weights.div_ceil(u64::from(REDUCE_THREADS)) as u32).clamp(1, self.device.sm_count * 8),
-                }),
-            };
+            let reduce = split.reduce(p, &self.device, &source)?;
             let product = Product::all(p).swap_remove(0);
             let invoker = WeightInvoker {
                 function,
@@ -627,17 +747,23 @@ impl Solve<Cuda> for IgemmWgmma {
         }
         let function = self.device.function(&source, "igemm_wgmma")?;
         launch::allow_shared(&function, shared, self.id())?;
+        let geo = Geometry::new(p);
+        let direct = reads_filter_directly(p);
+        // w itself in boxes of 64 channels c x the cluster's share of 64 output channels k; or
+        // the filter matrix (w, or its flipped copy) in boxes of the cluster's share of the
+        // column tile's rows x a 128-byte row of the reduction.
+        let filter_box = if direct { [64, 1, 64 / tile.cl] } else { [row_elements(p.dtype), 1, tile.bn / tile.cl] };
         let products = Product::all(p)
             .into_iter()
             .map(|product| {
-                let launch = LaunchConfig { grid_dim: (tile.grid(product.units(tile, p.g), sms), 1, 1), block_dim, shared_mem_bytes: shared };
+                let launch = LaunchConfig { grid_dim: (tile.grid(product.units(tile, p.g, split.slices), sms), 1, 1), block_dim, shared_mem_bytes: shared };
                 let im2col = product.has_taps().then(|| product.im2col(row_elements(p.dtype), tile.rows()));
-                ProductLaunch { launch, params: product.params, im2col, filter: (product.filter_offset, product.filter_extents()), dst_offset: product.dst_offset }
+                let filter = if direct { (0, [geo.cg as u64, geo.filter_volume() as u64, u64::from(p.k)]) } else { (product.filter_offset, product.filter_extents()) };
+                ProductLaunch { launch, params: product.params, tap_map: product.tap_map, im2col, filter, dst_offset: product.dst_offset }
             })
             .collect();
         let flip = match p.direction {
-            Direction::BackwardData => {
-                let geo = Geometry::new(p);
+            Direction::BackwardData if !direct => {
                 let launch = LaunchConfig {
                     grid_dim: ((geo.cg as u32).div_ceil(FLIP_TILE), (geo.kg as u32).div_ceil(FLIP_TILE), p.g * geo.filter_volume() as u32),
                     block_dim: (FLIP_TILE, FLIP_ROWS, 1),
@@ -647,7 +773,14 @@ impl Solve<Cuda> for IgemmWgmma {
             }
             _ => None,
         };
-        Ok(Box::new(WgmmaInvoker { function, products, direction: p.direction, dtype: p.dtype, filter_rows: tile.bn / tile.cl, flip }))
+        let split = SplitLaunch {
+            slices: split.slices as i32,
+            mode: split.mode(),
+            elements: destination_elements(p) as i32,
+            reduce: split.reduce(p, &self.device, &source)?,
+            filter_start: flipped_filter_start(p, split),
+        };
+        Ok(Box::new(WgmmaInvoker { function, products, direction: p.direction, dtype: p.dtype, filter_box, flip, split }))
     }
 }
 
@@ -663,6 +796,7 @@ struct Flip {
 struct ProductLaunch {
     launch: LaunchConfig,
     params: ConvParams,
+    tap_map: TapMap,
     /// The source's map; none where no tap reaches (the kernel reads nothing and stores
     /// zeros, handed the maps of the product before it).
     im2col: Option<Im2col>,
@@ -678,20 +812,39 @@ struct WgmmaInvoker {
     products: Vec<ProductLaunch>,
     direction: Direction,
     dtype: DataType,
-    /// The filter rows a CTA loads per block: its cluster's share of the column tile.
-    filter_rows: u32,
+    /// The filter box a CTA loads per block (see `solution`).
+    filter_box: [u32; 3],
     flip: Option<Flip>,
+    split: SplitLaunch,
+}
+
+/// How a forward or backward-data invoker splits its reductions.
+struct SplitLaunch {
+    slices: i32,
+    /// The kernel's output mode (see Split::mode).
+    mode: i32,
+    /// The destination's elements: a slice's fp32 copy in the workspace.
+    elements: i32,
+    reduce: Option<Reduce>,
+    /// Where backward-data's flipped filter starts in the workspace, in bytes.
+    filter_start: u64,
 }
 
 impl Invoker<Cuda> for WgmmaInvoker {
     fn run(&self, b: &mut CudaBuffers<'_>) -> Result<()> {
-        let (src, filter): (Buffer, Buffer) = match &self.flip {
+        let split = &self.split;
+        if let Some(reduce) = &split.reduce {
+            reduce.zero(b)?;
+        }
+        let src = if self.direction == Direction::BackwardData { b.y } else { b.x };
+        let filter = match &self.flip {
             Some(flip) => {
-                let args = [Arg::Buffer(b.w), Arg::Buffer(b.workspace), Arg::Params(&flip.params)];
+                let flipped = b.workspace.from_byte(split.filter_start);
+                let args = [Arg::Buffer(b.w), Arg::Buffer(flipped), Arg::Params(&flip.params)];
                 launch::kernel(b, &flip.function, flip.launch, &args, "launch cuda.igemm_wgmma's filter transpose")?;
-                (b.y, b.workspace)
+                flipped
             }
-            None => (b.x, b.w),
+            None => b.w,
         };
         let elem = self.dtype.size_bytes() as u64;
         let dst = b.output(self.direction);
@@ -702,16 +855,30 @@ impl Invoker<Cuda> for WgmmaInvoker {
             if let Some(im2col) = &product.im2col {
                 let (offset, extents) = product.filter;
                 let src = TensorMap::im2col(src, self.dtype, im2col)?;
-                let filter = TensorMap::tiled(filter.from_byte(offset * elem), self.dtype, extents, [row_elements(self.dtype), 1, self.filter_rows])?;
+                let filter = TensorMap::tiled(filter.from_byte(offset * elem), self.dtype, extents, self.filter_box)?;
                 maps = Some((src, filter));
             }
             let Some((src, filter)) = &maps else {
                 return Err(GconvError::Backend("cuda.igemm_wgmma: a product without taps came before any with them".into()));
             };
-            let args = [Arg::TensorMap(src), Arg::TensorMap(filter), Arg::Params(&product.params), Arg::Buffer(dst.from_byte(product.dst_offset * elem))];
+            let args = [
+                Arg::TensorMap(src),
+                Arg::TensorMap(filter),
+                Arg::Params(&product.params),
+                Arg::Taps(&product.tap_map),
+                Arg::Buffer(dst.from_byte(product.dst_offset * elem)),
+                // The fp32 partials lie as the destination does.
+                Arg::Buffer(b.workspace.from_byte(product.dst_offset * 4)),
+                Arg::Int(split.slices),
+                Arg::Int(split.mode),
+                Arg::Int(split.elements),
+            ];
             launch::kernel(b, &self.function, product.launch, &args, "launch cuda.igemm_wgmma")?;
         }
-        Ok(())
+        match &split.reduce {
+            Some(reduce) => reduce.run(b, dst),
+            None => Ok(()),
+        }
     }
 }
 
@@ -722,6 +889,22 @@ struct Reduce {
     slices: i32,
     count: i32,
     blocks: u32,
+}
+
+impl Reduce {
+    /// Zeroes what the atomics add into, if they do.
+    fn zero(&self, b: &CudaBuffers<'_>) -> Result<()> {
+        if self.zero_bytes > 0 {
+            b.zero_workspace(self.zero_bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Sums the workspace's slices into `dst`.
+    fn run(&self, b: &CudaBuffers<'_>, dst: Buffer) -> Result<()> {
+        let args = [Arg::Buffer(b.workspace), Arg::Int(self.slices), Arg::Int(self.count), Arg::Buffer(dst)];
+        launch::kernel(b, &self.function, launch::flat(self.blocks, REDUCE_THREADS), &args, "launch cuda.igemm_wgmma's split reduction")
+    }
 }
 
 struct WeightInvoker {
@@ -741,8 +924,8 @@ struct WeightInvoker {
 
 impl Invoker<Cuda> for WeightInvoker {
     fn run(&self, b: &mut CudaBuffers<'_>) -> Result<()> {
-        if let Some(reduce) = self.reduce.as_ref().filter(|r| r.zero_bytes > 0) {
-            b.zero_workspace(reduce.zero_bytes)?;
+        if let Some(reduce) = &self.reduce {
+            reduce.zero(b)?;
         }
         let dy = TensorMap::tiled(b.y, self.dtype, [self.dy.1, self.dy.0, 1], [PIXEL_BLOCK, PIXEL_BLOCK, 1])?;
         let x = TensorMap::im2col(b.x, self.dtype, &self.im2col)?;
@@ -756,11 +939,10 @@ impl Invoker<Cuda> for WeightInvoker {
             Arg::Int(self.mode),
         ];
         launch::kernel(b, &self.function, self.launch, &args, "launch cuda.igemm_wgmma")?;
-        if let Some(reduce) = &self.reduce {
-            let args = [Arg::Buffer(b.workspace), Arg::Int(reduce.slices), Arg::Int(reduce.count), Arg::Buffer(b.w)];
-            launch::kernel(b, &reduce.function, launch::flat(reduce.blocks, REDUCE_THREADS), &args, "launch cuda.igemm_wgmma's split reduction")?;
+        match &self.reduce {
+            Some(reduce) => reduce.run(b, b.w),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -812,9 +994,12 @@ mod tests {
     /// The kernel's products on the CPU, from the host's lowering: each destination pixel m
     /// and channel n of group g of a product sums, over taps and source channels, the source
     /// pixel the im2col load gives (m's window moved by the tap, zero outside) times the filter
-    /// matrix's element as the kernel reads it (for backward-data, from what flip_filter
-    /// writes), and is stored where the epilogue stores it. What no product writes stays NaN.
-    fn emulate(p: &ConvProblem, t: &ConvTensors) -> Vec<f64> {
+    /// matrix's element as the kernel reads it (for 16-bit backward-data, from w at the tap the
+    /// product's TapMap names; for tf32, from what flip_filter writes), and is stored where the
+    /// epilogue stores it. The reduction runs in the kernel's
+    /// blocks (a tap's 128-byte row of channels), `slices` slices of them as first_block
+    /// divides them. What no product writes stays NaN.
+    fn emulate(p: &ConvProblem, t: &ConvTensors, slices: u32) -> Vec<f64> {
         let w = t.w.to_f32();
         let (src, filter, dst_len) = match p.direction {
             Direction::BackwardData => (t.y.to_f32(), flip_filter(p, &w), t.x.len()),
@@ -829,6 +1014,21 @@ mod tests {
             let pixels = out.iter().product::<i64>();
             let extents = product.filter_extents().map(|e| e as i64);
             let (row_len, all_channels) = (i64::from(row_elements(p.dtype)), groups * cg);
+            let geo = Geometry::new(p);
+            let taps_of = &product.tap_map;
+            // The filter element of destination channel `row` and source channel c at the
+            // product's tap: w's own at the mapped tap (row k of w is the source channel), or
+            // the filter matrix's; zero past the group's channels.
+            let filter_at = |row: i64, tap: i64, f: [i64; 3], c: i64| -> f64 {
+                if c >= extents[0] {
+                    return 0.0;
+                }
+                if !reads_filter_directly(p) {
+                    return filter[(product.filter_offset as i64 + (row * extents[1] + tap) * extents[0] + c) as usize];
+                }
+                let mapped: [usize; 3] = std::array::from_fn(|i| (taps_of.origin[i] as i64 + taps_of.step[i] as i64 * f[i]) as usize);
+                f64::from(w[geo.w.offset((row / kg * cg + c) as usize, (row % kg) as usize, mapped)])
+            };
             let at = |s: &[i32; 5], outer: i64, c: i64, pos: [i64; 3]| outer * i64::from(s[0]) + c * i64::from(s[1]) + (0..3).map(|i| pos[i] * i64::from(s[2 + i])).sum::<i64>();
             for m in 0..product.rows as i64 {
                 let (image, pixel) = (m / pixels, m % pixels);
@@ -836,18 +1036,20 @@ mod tests {
                 for row in 0..groups * kg {
                     let g = row / kg;
                     let mut sum = 0.0;
-                    for tap in 0..taps {
+                    let chunks = (cg + row_len - 1) / row_len;
+                    let first_block = |slice: i64| taps * chunks * slice / i64::from(slices);
+                    for block in (0..i64::from(slices)).flat_map(|slice| first_block(slice)..first_block(slice + 1)) {
+                        let (tap, c0) = (block / chunks, block % chunks * row_len);
                         let f = [tap / (fil[1] * fil[2]), tap / fil[2] % fil[1], tap % fil[2]];
                         let pos: [i64; 3] = std::array::from_fn(|i| o[i] * stride[i] - pad[i] + f[i] * dil[i]);
                         if (0..3).any(|i| !(0..input[i]).contains(&pos[i])) {
                             continue;
                         }
-                        // Blocks of a 128-byte row of channels; both maps read zeros past their
-                        // channels, x's past the last group's and the filter's past each group's.
-                        for c in 0..(cg + row_len - 1) / row_len * row_len {
+                        // Both maps read zeros past their channels: x's past the last group's,
+                        // the filter's past each group's.
+                        for c in c0..c0 + row_len {
                             let s = if g * cg + c < all_channels { f64::from(src[at(&q.xs, image, g * cg + c, pos) as usize]) } else { 0.0 };
-                            let f = if c < extents[0] { filter[(product.filter_offset as i64 + (row * extents[1] + tap) * extents[0] + c) as usize] } else { 0.0 };
-                            sum += s * f;
+                            sum += s * filter_at(row, tap, f, c);
                         }
                     }
                     dst[(product.dst_offset as i64 + at(&q.ys, image, row, o)) as usize] = sum;
@@ -910,7 +1112,7 @@ mod tests {
             let t = ConvTensors::random(&p, 5);
             let got = match p.direction {
                 Direction::BackwardWeight => emulate_weight(&p, &t, slices),
-                _ => emulate(&p, &t),
+                _ => emulate(&p, &t, slices.min(MAX_PRODUCT_SPLITS)),
             };
             let exact = reference(&p, &t);
             prop_assert!(got.iter().all(|v| v.is_finite()), "{}: an element no product writes", p.key());
@@ -978,19 +1180,41 @@ mod tests {
                     let (_, dst) = product.channels();
                     let (row_tiles, columns) = (product.row_tiles(tile), u64::from(dst).div_ceil(bn));
                     let row_groups = row_tiles.div_ceil(cl);
-                    let mut seen = visited(tile, product.units(tile, p.g), sms, |u, rank| {
+                    let slices = u64::from(config.split.slices);
+                    let mut seen = visited(tile, product.units(tile, p.g, config.split.slices), sms, |u, rank| {
                         let (n, rest) = (u % columns, u / columns);
                         let m = rest % row_groups * cl + rank;
-                        (m < row_tiles).then_some([m, n, rest / row_groups, 0, 0])
+                        let rest = rest / row_groups;
+                        (m < row_tiles).then_some([m, n, rest % slices, rest / slices, 0])
                     });
                     let all = seen.len();
                     seen.sort_unstable();
                     seen.dedup();
                     prop_assert_eq!(seen.len(), all, "{}: a tile visited twice", config.to_config(p.direction));
-                    prop_assert_eq!(all as u64, row_tiles * columns * u64::from(p.g));
+                    prop_assert_eq!(all as u64, row_tiles * columns * slices * u64::from(p.g));
                 }
             }
         }
+    }
+
+    #[test]
+    fn defaults_split_only_layers_that_leave_most_sms_idle() {
+        let split_of = |key: &str| WgmmaConfig::default_for(&ConvProblem::from_key(key).unwrap(), 132).split;
+        // 25 tiles of 64 x 256 on 132 SMs: four slices of 18 blocks' reduction.
+        assert_eq!(split_of("v1:fwd:bf16:NHWC:n32:c1152:k192:i7x7:f1x1:s1x1:p0x0:d1x1"), Split { slices: 4, two_stage: false });
+        assert_eq!(split_of("v1:fwd:bf16:NHWC:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1"), UNSPLIT);
+        // Squeeze-excite: one tile, a few microseconds.
+        assert_eq!(split_of("v1:fwd:bf16:NHWC:n32:c1152:k48:i1x1:f1x1:s1x1:p0x0:d1x1"), UNSPLIT);
+    }
+
+    #[test]
+    fn backward_weight_defaults_narrow_the_tile_where_few_pixels_leave_sms_idle() {
+        let default = |key: &str| WgmmaConfig::default_for(&ConvProblem::from_key(key).unwrap(), 132);
+        // 7x7 x 32 images: 24 blocks of pixels, two slices; 64 x 64 tiles make 108 units.
+        let few_pixels = default("v1:bwd-weight:bf16:NHWC:n32:c1152:k192:i7x7:f1x1:s1x1:p0x0:d1x1");
+        assert_eq!((few_pixels.tile.bn, few_pixels.tile.wg, few_pixels.split.slices), (64, 1, 2));
+        let many_pixels = default("v1:bwd-weight:bf16:NHWC:n32:c256:k256:i56x56:f3x3:s1x1:p1x1:d1x1");
+        assert_eq!((many_pixels.tile.bn, many_pixels.tile.wg), (256, 2));
     }
 
     #[test]
@@ -1002,7 +1226,8 @@ mod tests {
         // staging area leaves out 256 x 1 x 5 and 256 x 2 x 4 too.
         let tiles = 2 * (17 + 15);
         assert_eq!(Tile::all(DataType::Bf16).count(), tiles);
-        assert_eq!(WgmmaConfig::all(&forward).len(), tiles);
+        // Its reduction is 9 blocks (3x3 taps x 64 channels): ks 1, and 2, 4, 8 atomic or two-stage.
+        assert_eq!(WgmmaConfig::all(&forward).len(), tiles * 7);
         assert_eq!(WgmmaConfig::all(&weight).len(), tiles * (1 + 2 * (SPLITS.len() - 1)));
         let staged_in_fp32 = Tile { bn: 128, wg: 2, st: 5, cl: 1, persistent: true };
         assert!(staged_in_fp32.check(DataType::Bf16).is_ok() && staged_in_fp32.check(DataType::Tf32).is_err());
@@ -1022,5 +1247,9 @@ mod tests {
         assert!(error(&one_row_tile, split(2, 1, 0)).contains("shares loads between row tiles"));
         assert!(error(&weight, split(1, 1, 1)).contains("needs ks over 1"));
         assert!(WgmmaConfig::from_config(&weight, &tile(64, 1, 4, 1, 0)).is_err(), "backward-weight wants ks and red");
+        // Forward reads its unsplit configs without ks and red, as they were written before splits.
+        assert_eq!(WgmmaConfig::from_config(&forward, &tile(64, 1, 4, 1, 0)).unwrap().split, UNSPLIT);
+        assert_eq!(WgmmaConfig::from_config(&forward, &split(1, 4, 1)).unwrap().to_config(Direction::Forward), split(1, 4, 1));
+        assert!(error(&forward, split(1, 16, 0)).contains("reduction of 9 blocks"));
     }
 }
