@@ -162,7 +162,8 @@ fn gpu_every_solver_kind_is_timed_by_graph_replay() {
 
 /// cuda.depthwise_tiled on problems larger than its tiles: several row, column and channel
 /// blocks, channel counts that leave a block's lanes partly idle, strides, dilation, pads over
-/// the filter's span, 5x5 and 7x7 filters and 3D, in every direction and data type it takes.
+/// the filter's span, 5x5 and 7x7 filters and 3D, in every direction and data type it takes;
+/// backward-weight with a warp per row of taps at every tile.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_depthwise_tiles_on_medium_problems() {
@@ -178,6 +179,8 @@ fn gpu_depthwise_tiles_on_medium_problems() {
     for p in shapes.into_iter().flat_map(channels_last_variants) {
         check_solvers(&*rt, &p, 6, |s| s.id() == "cuda.depthwise_tiled").unwrap();
     }
+    // Backward-weight with a warp per row of taps, at every tile.
+    list_misses(&*rt, "cuda.depthwise_tiled", &shapes, |solver, p| solver.configs(p).filter(|c| c.get("tr") == Some(1)).collect());
 }
 
 /// cuda.grouped_mma in every direction, up to 64 configs spread over each space, on grouped

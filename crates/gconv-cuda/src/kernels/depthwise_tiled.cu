@@ -7,15 +7,24 @@
 // x TW columns of destinations in fp32. Backward-weight stages the same x rectangle and the dy
 // tile it meets, each thread sums its RH x TW dy values times x into per-tap sums, a block
 // walks many tiles, and only then are its warps' sums reduced in shared memory and added to
-// the fp32 workspace once per block.
+// the fp32 workspace once per block. With TAP_ROWS the warps split the filter's rows instead
+// (warp fh of FH, each over the whole tile): a thread then keeps FW x CPT sums, not
+// FH x FW x CPT (250 registers at 7x7), and adds them to the workspace itself.
 //
 // Compile-time: FH, FW (filter height and width), CPT (channels per thread: 2 for 16-bit
 // types, 1 for fp32), TH (warps per block, each a band of RH rows), RH (rows per thread), TW
 // (columns per thread), COPY (bytes per staging copy: 16 where C is a multiple of a 16-byte
 // vector, else 4), UNIT (stride and dilation 1 along H and W: each staged source value a
-// thread needs is loaded once and serves every tap and row it reaches) and
-// BACKWARD_DATA (backward-data at stride 1: a forward pass over dy with the taps flipped).
+// thread needs is loaded once and serves every tap and row it reaches), BACKWARD_DATA
+// (backward-data at stride 1: a forward pass over dy with the taps flipped) and TAP_ROWS
+// (backward-weight: FH warps, one per row of taps; TH x RH is then the tile's rows).
 // Sizes, pads and the depth are run-time.
+
+#if TAP_ROWS
+#define BLOCK_WARPS FH
+#else
+#define BLOCK_WARPS TH
+#endif
 
 #if CPT == 2
 struct __align__(2 * sizeof(elem_t)) pair_t {
@@ -56,7 +65,7 @@ __device__ __forceinline__ void stage(const elem_t* src, const int* strides, con
     const float per_row = 1.0f / cols;
     const unsigned tile_at = smem_addr(tile) + part * COPY;
 #pragma unroll 4
-    for (int pix = threadIdx.y * PIXELS_PER_STEP + lane / LANES_PER_PIXEL; pix < rows * cols; pix += TH * PIXELS_PER_STEP) {
+    for (int pix = threadIdx.y * PIXELS_PER_STEP + lane / LANES_PER_PIXEL; pix < rows * cols; pix += BLOCK_WARPS * PIXELS_PER_STEP) {
         const int r = static_cast<int>((pix + 0.5f) * per_row);
         const int y = h0 + r, x = w0 + pix - r * cols;
         const bool inside = channels_in && y >= 0 && y < extents[1] && x >= 0 && x < extents[2];
@@ -189,18 +198,22 @@ extern "C" __global__ void __launch_bounds__(32 * TH) dw_tiled(ConvParams p, con
 // rectangle they meet, and each thread adds dy x x into its per-tap sums. At the end the
 // block's warps reduce their sums in shared memory and the block adds them into the fp32
 // workspace [fd][fh][fw][C]: one atomic per tap and channel per block.
-extern "C" __global__ void __launch_bounds__(32 * TH) dw_tiled_bwd_weight(ConvParams p, const elem_t* x, const elem_t* dy, float* ws) {
+extern "C" __global__ void __launch_bounds__(32 * BLOCK_WARPS) dw_tiled_bwd_weight(ConvParams p, const elem_t* x, const elem_t* dy, float* ws) {
     extern __shared__ unsigned char staged[];
     const int C = p.g;
     const int sh = p.stride[1], sw = p.stride[2], dh = p.dil[1], dw = p.dil[2];
     const int rows_in = staged_span(TH * RH, FH, sh, dh), cols_in = staged_span(TW, FW, sw, dw);
     chunk_t* x_tile = reinterpret_cast<chunk_t*>(staged);
     chunk_t* dy_tile = x_tile + rows_in * cols_in * 32;
-    float* sums = reinterpret_cast<float*>(dy_tile + TH * RH * TW * 32);
     const int fd = blockIdx.z;
     const int col_tiles = (p.out[2] + TW - 1) / TW, row_tiles = (p.out[1] + TH * RH - 1) / (TH * RH);
     const int tiles = p.n * p.out[0] * row_tiles * col_tiles;
+#if TAP_ROWS
+    const int fh = threadIdx.y;
+    float acc[FW][CPT] = {};
+#else
     float acc[FH][FW][CPT] = {};
+#endif
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const int col0 = (tile % col_tiles) * TW;
         const int row0 = (tile / col_tiles % row_tiles) * (TH * RH);
@@ -212,14 +225,53 @@ extern "C" __global__ void __launch_bounds__(32 * TH) dw_tiled_bwd_weight(ConvPa
         stage(dy, p.ys, p.out, C, n, od, row0, col0, TH * RH, TW, dy_tile);
         staged_wait();
         // Outside dy the staged values are zeros: they add nothing.
+#if TAP_ROWS
+        // Row r of dy meets source row r * sh + fh * dh; a row's source values, each loaded
+        // once at unit stride and dilation, serve every column and tap they meet.
+        for (int r = 0; r < TH * RH; ++r) {
+            const chunk_t* row = x_tile + (r * sh + fh * dh) * cols_in * 32 + threadIdx.x;
+            float g[TW][CPT];
+#pragma unroll
+            for (int t = 0; t < TW; ++t) unpack(dy_tile[(r * TW + t) * 32 + threadIdx.x], g[t]);
+#if UNIT
+            float xs[TW + FW - 1][CPT];
+#pragma unroll
+            for (int k = 0; k < TW + FW - 1; ++k) unpack(row[k * 32], xs[k]);
+#endif
+#pragma unroll
+            for (int t = 0; t < TW; ++t)
+#pragma unroll
+                for (int fw = 0; fw < FW; ++fw) {
+#if UNIT
+                    const float* xv = xs[t + fw];
+#else
+                    float xv[CPT];
+                    unpack(row[(t * sw + fw * dw) * 32], xv);
+#endif
+#pragma unroll
+                    for (int v = 0; v < CPT; ++v) acc[fw][v] += xv[v] * g[t][v];
+                }
+        }
+#else
         float g[RH][TW][CPT];
 #pragma unroll
         for (int r = 0; r < RH; ++r)
 #pragma unroll
             for (int t = 0; t < TW; ++t) unpack(dy_tile[((threadIdx.y * RH + r) * TW + t) * 32 + threadIdx.x], g[r][t]);
         for_each_product(x_tile, cols_in, sh, sw, dh, dw, [&](int r, int t, int fh, int fw, int v, float xv) { acc[fh][fw][v] += xv * g[r][t][v]; });
+#endif
         __syncthreads();
     }
+#if TAP_ROWS
+    // Each warp holds its own row of taps: no other warp's sums to meet.
+    const int c = (blockIdx.y * 32 + threadIdx.x) * CPT;
+#pragma unroll
+    for (int fw = 0; fw < FW; ++fw)
+#pragma unroll
+        for (int v = 0; v < CPT; ++v)
+            if (c + v < C) atomicAdd(&ws[((fd * FH + fh) * FW + fw) * C + c + v], acc[fw][v]);
+#else
+    float* sums = reinterpret_cast<float*>(dy_tile + TH * RH * TW * 32);
     const int tid = threadIdx.y * 32 + threadIdx.x;
     constexpr int SUMS = FH * FW * 32 * CPT;
     for (int i = tid; i < SUMS; i += 32 * TH) sums[i] = 0.0f;
@@ -235,4 +287,5 @@ extern "C" __global__ void __launch_bounds__(32 * TH) dw_tiled_bwd_weight(ConvPa
         const int tap = i / (32 * CPT), c = blockIdx.y * 32 * CPT + i % (32 * CPT);
         if (c < C) atomicAdd(&ws[(fd * FH * FW + tap) * C + c], sums[i]);
     }
+#endif
 }

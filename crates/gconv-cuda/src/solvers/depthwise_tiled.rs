@@ -4,9 +4,12 @@
 //! destination tile reads, halo included, for 32 lanes of channels (two per lane in 16-bit
 //! types), then each thread sums `rh` rows x `tw` columns from it with its channels' weights in
 //! registers. Backward-weight tiles dy the same way; a block walks many tiles, reduces its
-//! warps' per-tap sums in shared memory and adds them to an fp32 workspace once. Tunable: `th`
-//! (warps per block), `rh` (rows per thread) and `tw` (columns per thread); the filter height
-//! and width are compile-time, the sizes run-time.
+//! warps' per-tap sums in shared memory and adds them to an fp32 workspace once; or (`tr` 1)
+//! its warps split the filter's rows, one each, over the whole `th` x `rh` rows of the tile,
+//! so that a thread keeps a row of taps' sums rather than all of them (large filters'
+//! registers). Tunable: `th` (warps per block), `rh` (rows per thread), `tw` (columns per
+//! thread), and for backward-weight `tr`; the filter height and width are compile-time, the
+//! sizes run-time.
 
 use std::sync::Arc;
 
@@ -39,6 +42,8 @@ struct Tile {
     th: u32,
     rh: u32,
     tw: u32,
+    /// Backward-weight: a warp per row of taps (TAP_ROWS).
+    tap_rows: bool,
 }
 
 /// The extents (depth, rows, columns) the tiles cover, outer ones 1 below 3D: the destination
@@ -70,14 +75,27 @@ fn hw(p: &ConvProblem) -> [(u32, u32); 2] {
     [1, 2].map(|i| (g.stride[i] as u32, g.dilation[i] as u32))
 }
 
-/// Every tile, in config order.
-fn tiles() -> impl Iterator<Item = Tile> {
-    WARPS.into_iter().flat_map(|th| ROWS.into_iter().flat_map(move |rh| COLUMNS.into_iter().map(move |tw| Tile { th, rh, tw })))
+/// Every tile for `p`, in config order: backward-weight's with the warps on dy's rows and,
+/// where the filter has more than one row, on the taps' rows.
+fn tiles(p: &ConvProblem) -> impl Iterator<Item = Tile> {
+    let tap_rows: &'static [bool] = if p.direction == Direction::BackwardWeight && filter_hw(p).0 > 1 { &[false, true] } else { &[false] };
+    let shapes = WARPS.into_iter().flat_map(|th| ROWS.into_iter().flat_map(move |rh| COLUMNS.into_iter().map(move |tw| (th, rh, tw))));
+    shapes.flat_map(move |(th, rh, tw)| tap_rows.iter().map(move |&tap_rows| Tile { th, rh, tw, tap_rows }))
 }
 
 impl Tile {
+    /// `tr` is written only where it is 1, so the other configs read as before it existed.
     fn to_config(self) -> Config {
-        Config::new([("th", self.th), ("rh", self.rh), ("tw", self.tw)])
+        let mut fields = vec![("th", self.th), ("rh", self.rh), ("tw", self.tw)];
+        if self.tap_rows {
+            fields.push(("tr", 1));
+        }
+        Config::new(fields)
+    }
+
+    /// Warps per block.
+    fn warps(self, p: &ConvProblem) -> u32 {
+        if self.tap_rows { filter_hw(p).0 } else { self.th }
     }
 
     /// Shared memory a block takes: the source rectangle it stages, 128 bytes per pixel, and
@@ -93,17 +111,29 @@ impl Tile {
             return source;
         }
         let dy = u64::from(self.th * self.rh * self.tw) * PIXEL;
-        let sums = u64::from(fh * fw * 32 * channels_per_thread(p)) * 4;
+        let sums = if self.tap_rows { 0 } else { u64::from(fh * fw * 32 * channels_per_thread(p)) * 4 };
         source + dy + sums
     }
 
     fn from_config(p: &ConvProblem, config: &Config) -> Result<Self> {
-        let [th, rh, tw] = config.expect_fields(["th", "rh", "tw"])?;
-        let tile = Tile { th, rh, tw };
         let bad = |reason: String| GconvError::BadConfig { text: config.to_string(), reason };
+        let (th, rh, tw, tr) = match config.get("tr") {
+            Some(_) => {
+                let [th, rh, tw, tr] = config.expect_fields(["th", "rh", "tw", "tr"])?;
+                (th, rh, tw, tr)
+            }
+            None => {
+                let [th, rh, tw] = config.expect_fields(["th", "rh", "tw"])?;
+                (th, rh, tw, 0)
+            }
+        };
         if !WARPS.contains(&th) || !ROWS.contains(&rh) || !COLUMNS.contains(&tw) {
             return Err(bad(format!("th must be one of {WARPS:?}, rh one of {ROWS:?} and tw one of {COLUMNS:?}")));
         }
+        if tr > 1 || (tr == 1 && !tiles(p).any(|t| t.tap_rows)) {
+            return Err(bad("tr (a warp per row of taps) is 0, or 1 for backward-weight with filters of more than one row".into()));
+        }
+        let tile = Tile { th, rh, tw, tap_rows: tr == 1 };
         if tile.staged_bytes(p) > MAX_STAGED_BYTES {
             return Err(bad(format!("the tile stages {} bytes, over {MAX_STAGED_BYTES}", tile.staged_bytes(p))));
         }
@@ -123,6 +153,7 @@ impl Tile {
             .define("COPY", staging_copy_bytes(p))
             .define("UNIT", u32::from(unit))
             .define("BACKWARD_DATA", u32::from(p.direction == Direction::BackwardData))
+            .define("TAP_ROWS", u32::from(self.tap_rows))
     }
 }
 
@@ -155,14 +186,18 @@ impl Solver for DepthwiseTiled {
     fn default_config(&self, p: &ConvProblem) -> Config {
         // What a sweep of 46 real depthwise layers (H100, bf16) found fastest most often: four
         // warps, eight columns, four rows per thread where the tiled extent has room for them.
+        // Backward-weight with 5x5 filters and larger: a warp per row of taps, since the
+        // all-taps sums take 168-250 registers a thread there (two or three blocks an SM).
         let [_, rows, _] = tiled(p);
-        let preferred = Tile { th: 4, rh: if rows >= 14 { 4 } else { 2 }, tw: 8 };
+        let (fh, fw) = filter_hw(p);
+        let tap_rows = p.direction == Direction::BackwardWeight && fh > 1 && fh * fw >= 25;
+        let preferred = Tile { th: 4, rh: if rows >= 14 { 4 } else { 2 }, tw: 8, tap_rows };
         let fits = |t: &Tile| t.staged_bytes(p) <= MAX_STAGED_BYTES;
-        Some(preferred).filter(fits).or_else(|| tiles().find(fits)).unwrap_or(preferred).to_config()
+        Some(preferred).filter(fits).or_else(|| tiles(p).find(fits)).unwrap_or(preferred).to_config()
     }
 
     fn configs<'a>(&'a self, p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
-        Box::new(tiles().filter(|t| t.staged_bytes(p) <= MAX_STAGED_BYTES).map(Tile::to_config))
+        Box::new(tiles(p).filter(|t| t.staged_bytes(p) <= MAX_STAGED_BYTES).map(Tile::to_config))
     }
 
     fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {
@@ -190,7 +225,7 @@ impl Solve<Cuda> for DepthwiseTiled {
         let params = ConvParams::new(p);
         let [depth, rows, cols] = tiled(p);
         let plane_tiles = rows.div_ceil(tile.th * tile.rh) * cols.div_ceil(tile.tw);
-        let block_dim = (32, tile.th, 1);
+        let block_dim = (32, tile.warps(p), 1);
         let shared_mem_bytes = tile.staged_bytes(p) as u32;
         let main = function(if p.direction == Direction::BackwardWeight { "dw_tiled_bwd_weight" } else { "dw_tiled" })?;
         launch::allow_shared(&main, shared_mem_bytes, self.id())?;
@@ -213,5 +248,27 @@ impl Solve<Cuda> for DepthwiseTiled {
             Kernels::Gather { function: main, launch }
         };
         Ok(Box::new(DirectInvoker { solver: self.id(), params, direction: p.direction, kernels }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tap_row_configs_round_trip_and_belong_to_backward_weight() {
+        let weight = ConvProblem::from_key("v1:bwd-weight:bf16:NHWC:n2:c64:k64:i14x14:f7x7:s1x1:p3x3:d1x1:g64").unwrap();
+        let forward = ConvProblem { direction: Direction::Forward, ..weight.clone() };
+        let all: Vec<Tile> = tiles(&weight).collect();
+        assert_eq!(all.iter().filter(|t| t.tap_rows).count() * 2, all.len());
+        for tile in all.iter().filter(|t| t.staged_bytes(&weight) <= MAX_STAGED_BYTES) {
+            assert_eq!(Tile::from_config(&weight, &tile.to_config()).unwrap(), *tile);
+        }
+        assert!(tiles(&forward).all(|t| !t.tap_rows));
+        let tap_rows = Config::new([("th", 4), ("rh", 4), ("tw", 8), ("tr", 1)]);
+        assert!(Tile::from_config(&forward, &tap_rows).unwrap_err().to_string().contains("tr (a warp per row of taps)"));
+        assert_eq!(Tile::from_config(&weight, &tap_rows).unwrap().warps(&weight), 7);
+        // Configs written before tr existed read as the all-taps kernel.
+        assert!(!Tile::from_config(&weight, &Config::new([("th", 4), ("rh", 4), ("tw", 8)])).unwrap().tap_rows);
     }
 }
