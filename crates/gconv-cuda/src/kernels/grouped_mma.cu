@@ -95,12 +95,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4)
 
     if (tid < 4) reinterpret_cast<unsigned*>(zero_row)[tid] = 0;
     for (int i = tid; i < phases_y * phases_x * half_steps; i += THREADS) {
-        const int phase = i / half_steps, tap = i % half_steps * 8 / RC, rc = i % half_steps * 8 % RC;
+        const int tap = i % half_steps * 8 / RC, rc = i % half_steps * 8 % RC;
         int offset = NO_TAP;
         if (tap < taps) {
             const int fh = tap / p.fil[2], fw = tap % p.fil[2];
 #if BACKWARD_DATA
             // h + pad = a * stride + r reads dy at a + (r - fh * dil) / stride where that divides.
+            const int phase = i / half_steps;
             const int ry = phase / phases_x - fh * p.dil[1], rx = phase % phases_x - fw * p.dil[2];
             if (ry % p.stride[1] == 0 && rx % p.stride[2] == 0) offset = (ry / p.stride[1] * wx.size + rx / p.stride[2]) * PIXEL_BYTES + rc * 2;
 #else
