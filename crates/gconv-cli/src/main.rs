@@ -241,6 +241,8 @@ struct PrecompileCmd {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     threads: Option<u32>,
     #[command(flatten)]
+    only: tuning::OwnSolvers,
+    #[command(flatten)]
     db: DbArgs,
 }
 
@@ -537,7 +539,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 anyhow::bail!("precompile builds GPU kernels, and the device is {device_line}");
             }
             let mut db = open_db(&cmd.db)?;
-            tuning::precompile(rt, &mut db, cmd.problems.jobs(tf32)?, cmd.threads.map_or_else(gconv_tune::prebuild::build_threads, |n| n as usize))
+            let threads = cmd.threads.map_or_else(gconv_tune::prebuild::build_threads, |n| n as usize);
+            tuning::precompile(rt, &mut db, cmd.problems.jobs(tf32)?, &cmd.only, threads)
         }
         Command::Sweep(cmd) if cmd.worker => sweep::worker(rt, &cmd.find.options(timing)),
         Command::Sweep(cmd) => {

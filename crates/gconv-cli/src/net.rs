@@ -143,6 +143,8 @@ pub struct NetPrecompileArgs {
     #[arg(long = "dir", value_delimiter = ',', default_value = "fwd")]
     directions: Vec<String>,
     #[command(flatten)]
+    only: crate::tuning::OwnSolvers,
+    #[command(flatten)]
     db: crate::DbArgs,
 }
 
@@ -249,7 +251,7 @@ pub fn net(ctx: NetContext<'_>, cmd: NetCmd) -> anyhow::Result<ExitCode> {
             println!("device:    {}", ctx.device_line);
             println!("network:   {} ({} layers, {} problems in {} settings)", net.name, net.layers.len(), problems.len(), settings.len());
             let jobs = vec![(net.name.clone(), Ok((problems, default_run_args())))];
-            crate::tuning::precompile(ctx.rt, &mut crate::open_db(&args.db)?, jobs, gconv_tune::prebuild::build_threads())
+            crate::tuning::precompile(ctx.rt, &mut crate::open_db(&args.db)?, jobs, &args.only, gconv_tune::prebuild::build_threads())
         }
     }
 }

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use gconv_core::{ConvProblem, Runtime, SolverKind};
+use gconv_core::{ConvProblem, Runtime, Solver, SolverKind};
 use gconv_tune::db::{Db, ImportMode, Record, RecordKey};
 use gconv_tune::find::{find as run_find, FindOptions, Ranked, TestBed};
 use gconv_tune::known::{checked, known_config};
@@ -314,14 +314,41 @@ pub fn db(db: &mut Db, action: DbAction, keep: &dyn Fn(&str, &str, &str, &str) -
     Ok(ExitCode::SUCCESS)
 }
 
+/// Which own solvers precompile builds.
+#[derive(Debug, clap::Args)]
+pub struct OwnSolvers {
+    /// Build only this own solver's kernels (repeatable; default: every own solver that
+    /// applies, the candidates a later find chooses among)
+    #[arg(long = "solver", value_name = "ID")]
+    ids: Vec<String>,
+}
+
+impl OwnSolvers {
+    /// The own solvers named, or all of them; a vendor's or unknown id is an error.
+    fn select<'r>(&self, rt: &'r dyn Runtime) -> anyhow::Result<Vec<&'r dyn Solver>> {
+        let own = |s: &&dyn Solver| !matches!(s.kind(), SolverKind::Vendor(_));
+        if self.ids.is_empty() {
+            return Ok(rt.solvers().into_iter().filter(own).collect());
+        }
+        self.ids
+            .iter()
+            .map(|id| {
+                let solver = rt.solver(id)?;
+                anyhow::ensure!(own(&solver), "--solver {id}: a vendor library's solver, which builds on the device when it runs; precompile builds gconv's own kernels");
+                Ok(solver)
+            })
+            .collect()
+    }
+}
+
 /// Builds the kernels of every applicable own solver (with its known config) of every problem,
 /// `threads` at a time, without a GPU context. Vendor libraries build on the device, so they
 /// are left out.
-pub fn precompile(rt: &dyn Runtime, db: &mut Db, jobs: Vec<Job>, threads: usize) -> anyhow::Result<ExitCode> {
+pub fn precompile(rt: &dyn Runtime, db: &mut Db, jobs: Vec<Job>, only: &OwnSolvers, threads: usize) -> anyhow::Result<ExitCode> {
+    let solvers = only.select(rt)?;
     let (mut work, mut warnings) = (Vec::new(), Vec::new());
     let code = for_each_problem(jobs, |p, _| {
-        let own = rt.solvers().into_iter().filter(|s| !matches!(s.kind(), SolverKind::Vendor(_)));
-        for solver in own.filter(|s| s.applicable(p).is_ok()) {
+        for &solver in solvers.iter().filter(|s| s.applicable(p).is_ok()) {
             let known = known_config(db, rt.device_key(), solver, p)?;
             warnings.extend(known.skipped);
             work.push(BuildJob { solver, problem: p.clone(), config: known.config });
@@ -345,4 +372,21 @@ pub fn precompile(rt: &dyn Runtime, db: &mut Db, jobs: Vec<Job>, threads: usize)
         eprintln!("error: {f}");
     }
     Ok(if failures.is_empty() { code } else { ExitCode::FAILURE })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn precompile_builds_the_own_solvers_named_or_all_and_names_an_unknown_one() {
+        let rt = gconv_cpu::CpuRuntime::detect();
+        let every = OwnSolvers { ids: vec![] }.select(&rt).unwrap();
+        assert_eq!(every.len(), rt.solvers().len());
+        let id = every[0].id();
+        let named = OwnSolvers { ids: vec![id.to_string()] }.select(&rt).unwrap();
+        assert_eq!(named.iter().map(|s| s.id()).collect::<Vec<_>>(), [id]);
+        let error = OwnSolvers { ids: vec!["cpu.no_such".into()] }.select(&rt).err().unwrap().to_string();
+        assert!(error.contains("cpu.no_such"), "{error}");
+    }
 }

@@ -98,6 +98,19 @@ fn gpu_kernels_build_once_and_load_from_the_disk_cache() {
     assert_eq!((stats.builds, stats.memory_hits), (1, 1), "{stats:?}");
     assert!(!solver.needs_build(&p, &solver.default_config(&p)));
 
+    // A solution that launches helper kernels too (on sm_90 a packed stem: the products and
+    // pack_taps) is wholly built by prepare: building the solution then compiles nothing.
+    let stem = ConvProblem::from_key("v1:fwd:bf16:NHWC:n1:c3:k16:i16x16:f7x7:s2x2:p3x3:d1x1").unwrap();
+    let wgmma = cold.solver("cuda.igemm_wgmma").unwrap();
+    if wgmma.applicable(&stem).is_ok() {
+        let config = wgmma.default_config(&stem);
+        wgmma.prepare(&stem, &config).unwrap();
+        assert!(!wgmma.needs_build(&stem, &config));
+        let built = cold.device.build_stats().builds;
+        cold.build("cuda.igemm_wgmma", &stem, config).unwrap();
+        assert_eq!(cold.device.build_stats().builds, built, "{:?}", cold.device.build_stats());
+    }
+
     // A fresh process-like runtime finds the CUBIN on disk; a corrupt entry is rebuilt.
     let warm = CudaRuntime::probe(Some(dir.clone())).unwrap();
     warm.build("cuda.naive", &p, Default::default()).unwrap();

@@ -127,8 +127,8 @@ impl BuiltFrom for Depthwise {
         &self.device
     }
 
-    fn kernel(&self, p: &ConvProblem, config: &Config) -> Result<Option<KernelSource>> {
-        Ok(Some(Tile::from_config(p, config)?.source(p)))
+    fn kernels(&self, p: &ConvProblem, config: &Config) -> Result<Vec<KernelSource>> {
+        Ok(vec![Tile::from_config(p, config)?.source(p)])
     }
 }
 

@@ -205,8 +205,8 @@ impl BuiltFrom for GemmBlas {
         &self.device
     }
 
-    fn kernel(&self, p: &ConvProblem, _config: &Config) -> Result<Option<KernelSource>> {
-        Ok(explicit(p).then(|| im2col_source(p)))
+    fn kernels(&self, p: &ConvProblem, _config: &Config) -> Result<Vec<KernelSource>> {
+        Ok(explicit(p).then(|| im2col_source(p)).into_iter().collect())
     }
 }
 

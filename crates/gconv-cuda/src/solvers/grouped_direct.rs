@@ -100,8 +100,8 @@ impl BuiltFrom for GroupedDirect {
         &self.device
     }
 
-    fn kernel(&self, p: &ConvProblem, config: &Config) -> Result<Option<KernelSource>> {
-        Ok(Some(source(p, column_tile(p, config)?)))
+    fn kernels(&self, p: &ConvProblem, config: &Config) -> Result<Vec<KernelSource>> {
+        Ok(vec![source(p, column_tile(p, config)?)])
     }
 }
 

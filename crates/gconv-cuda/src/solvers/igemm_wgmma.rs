@@ -31,7 +31,7 @@ use cudarc::driver::{CudaFunction, LaunchConfig};
 use gconv_core::geometry::Geometry;
 use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
 
-use super::tap_packing::Packing;
+use super::tap_packing::{self, Packing};
 use super::{builds_from_kernel, BuiltFrom};
 use crate::device::CudaDevice;
 use crate::launch::{self, Arg, Buffer, Im2col, TensorMap};
@@ -705,9 +705,10 @@ impl BuiltFrom for IgemmWgmma {
         &self.device
     }
 
-    fn kernel(&self, p: &ConvProblem, config: &Config) -> Result<Option<KernelSource>> {
-        let p = lowered(p);
-        Ok(Some(WgmmaConfig::from_config(&p, config)?.source(&p)))
+    fn kernels(&self, p: &ConvProblem, config: &Config) -> Result<Vec<KernelSource>> {
+        let products = lowered(p);
+        let products = WgmmaConfig::from_config(&products, config)?.source(&products);
+        Ok(std::iter::once(products).chain(packing(p).map(|_| tap_packing::source(p.dtype))).collect())
     }
 }
 

@@ -17,22 +17,23 @@ use gconv_core::{Config, ConvProblem, Result};
 use crate::device::CudaDevice;
 use crate::KernelSource;
 
-/// A solver whose solutions run a kernel built by NVRTC: `kernel` says which (None where a
-/// solution needs none), and [`builds_from_kernel!`] derives `needs_build` and `prepare` from it.
+/// A solver whose solutions run kernels built by NVRTC: `kernels` says which (every source a
+/// solution launches from, helpers included, so that a precompiled solution builds nothing when
+/// it first runs), and [`builds_from_kernel!`] derives `needs_build` and `prepare` from it.
 pub(crate) trait BuiltFrom {
     fn device(&self) -> &CudaDevice;
-    fn kernel(&self, p: &ConvProblem, config: &Config) -> Result<Option<KernelSource>>;
+    fn kernels(&self, p: &ConvProblem, config: &Config) -> Result<Vec<KernelSource>>;
 }
 
-/// Whether the solution's kernel is built yet (a config the solver rejects counts as unbuilt:
-/// building it reports why).
+/// Whether any of the solution's kernels is unbuilt (a config the solver rejects counts as
+/// unbuilt: building it reports why).
 pub(crate) fn needs_build(solver: &impl BuiltFrom, p: &ConvProblem, config: &Config) -> bool {
-    solver.kernel(p, config).map_or(true, |source| source.is_some_and(|s| !solver.device().is_built(&s)))
+    solver.kernels(p, config).map_or(true, |sources| sources.iter().any(|s| !solver.device().is_built(s)))
 }
 
-/// Builds the solution's kernel into the caches.
+/// Builds the solution's kernels into the caches.
 pub(crate) fn prepare(solver: &impl BuiltFrom, p: &ConvProblem, config: &Config) -> Result<()> {
-    solver.kernel(p, config)?.map_or(Ok(()), |source| solver.device().precompile(&source))
+    solver.kernels(p, config)?.iter().try_for_each(|source| solver.device().precompile(source))
 }
 
 /// `Solver::needs_build` and `Solver::prepare` of a [`BuiltFrom`] solver.

@@ -67,8 +67,8 @@ impl BuiltFrom for Naive {
         &self.device
     }
 
-    fn kernel(&self, p: &ConvProblem, _config: &Config) -> Result<Option<KernelSource>> {
-        Ok(Some(source(p)))
+    fn kernels(&self, p: &ConvProblem, _config: &Config) -> Result<Vec<KernelSource>> {
+        Ok(vec![source(p)])
     }
 }
 

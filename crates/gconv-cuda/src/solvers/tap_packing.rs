@@ -16,6 +16,11 @@ use crate::launch::{self, Arg, Buffer};
 use crate::{Cuda, CudaBuffers, CudaDevice, KernelSource};
 
 const SOURCE: &str = include_str!("../kernels/pack_taps.cu");
+
+/// The pack and unpack kernels' source.
+pub(super) fn source(dtype: DataType) -> KernelSource {
+    KernelSource::new("pack_taps.cu", SOURCE, dtype)
+}
 const THREADS: u32 = 256;
 /// Packed regions in the workspace start at this alignment (TMA's 16 bytes, and more).
 const ALIGN: u64 = 256;
@@ -132,7 +137,7 @@ impl Packing {
 
     /// The packed layer's invoker wrapped in the packing around it.
     pub fn invoker(self, device: &CudaDevice, dtype: DataType, inner: Box<dyn Invoker<Cuda>>, inner_workspace: u64) -> Result<PackedInvoker> {
-        let source = KernelSource::new("pack_taps.cu", SOURCE, dtype);
+        let source = source(dtype);
         let [pack, unpack] = ["pack_taps", "unpack_taps"].map(|name| device.function(&source, name));
         let blocks = device.sm_count * 8;
         Ok(PackedInvoker { packing: self, pack: pack?, unpack: unpack?, inner, inner_workspace, blocks })

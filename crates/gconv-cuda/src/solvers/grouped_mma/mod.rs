@@ -155,8 +155,8 @@ impl BuiltFrom for GroupedMma {
         &self.device
     }
 
-    fn kernel(&self, p: &ConvProblem, config: &Config) -> Result<Option<KernelSource>> {
-        by_direction!(p, T => Ok(Some(T::from_config(p, config)?.source(p))))
+    fn kernels(&self, p: &ConvProblem, config: &Config) -> Result<Vec<KernelSource>> {
+        by_direction!(p, T => Ok(vec![T::from_config(p, config)?.source(p)]))
     }
 }
 

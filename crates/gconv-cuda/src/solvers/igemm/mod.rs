@@ -139,8 +139,8 @@ impl BuiltFrom for Igemm {
         &self.device
     }
 
-    fn kernel(&self, p: &ConvProblem, config: &Config) -> Result<Option<KernelSource>> {
-        Ok(Some(Tile::from_config(&self.plan, p, config)?.source(&self.plan, p)))
+    fn kernels(&self, p: &ConvProblem, config: &Config) -> Result<Vec<KernelSource>> {
+        Ok(vec![Tile::from_config(&self.plan, p, config)?.source(&self.plan, p)])
     }
 }
 
