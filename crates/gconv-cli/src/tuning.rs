@@ -341,9 +341,9 @@ impl OwnSolvers {
     }
 }
 
-/// Builds the kernels of every applicable own solver (with its known config) of every problem,
-/// `threads` at a time, without a GPU context. Vendor libraries build on the device, so they
-/// are left out.
+/// Builds the kernels of every applicable own solver (or of those `only` names), with its known
+/// config, of every problem, `threads` at a time, without a GPU context. Vendor libraries build
+/// on the device, so they are left out.
 pub fn precompile(rt: &dyn Runtime, db: &mut Db, jobs: Vec<Job>, only: &OwnSolvers, threads: usize) -> anyhow::Result<ExitCode> {
     let solvers = only.select(rt)?;
     let (mut work, mut warnings) = (Vec::new(), Vec::new());
