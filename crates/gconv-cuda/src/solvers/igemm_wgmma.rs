@@ -706,8 +706,8 @@ impl BuiltFrom for IgemmWgmma {
     }
 
     fn kernels(&self, p: &ConvProblem, config: &Config) -> Result<Vec<KernelSource>> {
-        let products = lowered(p);
-        let products = WgmmaConfig::from_config(&products, config)?.source(&products);
+        let layer = lowered(p);
+        let products = WgmmaConfig::from_config(&layer, config)?.source(&layer);
         Ok(std::iter::once(products).chain(packing(p).map(|_| tap_packing::source(p.dtype))).collect())
     }
 }
