@@ -591,7 +591,7 @@ impl WgmmaConfig {
                 Some(&narrowest) if blocks(widest) * most * 2 <= sms => narrower.iter().copied().find(|&t| blocks(t) * most >= sms).unwrap_or(narrowest),
                 _ => widest,
             };
-            let slices = worth.iter().copied().find(|&s| blocks(tile) * u64::from(s) >= sms).unwrap_or(worth[worth.len() - 1]);
+            let slices = quickest_split(blocks(tile), pixel_blocks, sms, &worth);
             let config = WgmmaConfig { tile, split: Split { slices, two_stage: false } };
             return if config.check(p).is_ok() { config } else { WgmmaConfig { tile, split: UNSPLIT } };
         }
@@ -621,6 +621,20 @@ impl WgmmaConfig {
         let split = WgmmaConfig { tile, split: Split { slices, two_stage: false } };
         if split.check(p).is_ok() { split } else { WgmmaConfig { tile, split: UNSPLIT } }
     }
+}
+
+/// Backward-weight's epilogue per slice, in blocks of pixels' worth of the tile's MMAs: each
+/// slice adds its tile of fp32 sums into the workspace.
+const SLICE_EPILOGUE_BLOCKS: u64 = 8;
+
+/// Of `candidates`, the slices of a `reduction`-block reduction that finish first when `tiles`
+/// tiles split that far run on `sms` SMs a wave at a time: ceil(tiles x s / sms) waves, each of
+/// reduction / s blocks and one epilogue; ties go to fewer slices. A count just past a whole
+/// wave costs a wave more: on the H100 the c768 k3072 7x7 1x1 layer's 72 tiles took 0.0511 ms
+/// in two slices (144 units on 132 SMs) and 0.0241 ms unsplit.
+fn quickest_split(tiles: u64, reduction: u64, sms: u64, candidates: &[u32]) -> u32 {
+    let time = |s: u32| (tiles * u64::from(s)).div_ceil(sms) * (reduction.div_ceil(u64::from(s)) + SLICE_EPILOGUE_BLOCKS);
+    candidates.iter().copied().min_by_key(|&s| (time(s), s)).unwrap_or(1)
 }
 
 impl IgemmWgmma {
@@ -1216,6 +1230,19 @@ mod tests {
         assert_eq!((few_pixels.tile.bn, few_pixels.tile.wg, few_pixels.split.slices), (64, 1, 2));
         let many_pixels = default("v1:bwd-weight:bf16:NHWC:n32:c256:k256:i56x56:f3x3:s1x1:p1x1:d1x1");
         assert_eq!((many_pixels.tile.bn, many_pixels.tile.wg), (256, 2));
+    }
+
+    #[test]
+    fn backward_weight_defaults_split_no_further_than_whole_waves_pay() {
+        let slices = |key: &str| WgmmaConfig::default_for(&ConvProblem::from_key(key).unwrap(), 132).split.slices;
+        // Exhaustive tuning on the H100 chose these: 72 tiles unsplit (two slices make a
+        // second wave of 12), and 27 taps' 64 x 64 tiles split 128 ways.
+        assert_eq!(slices("v1:bwd-weight:bf16:NHWC:n32:c768:k3072:i7x7:f1x1:s1x1:p0x0:d1x1"), 1);
+        assert_eq!(slices("v1:bwd-weight:bf16:NDHWC:n32:c64:k64:i16x56x56:f3x3x3:s1x1x1:p1x1x1:d1x1x1"), 128);
+        // 9 tiles: 64 slices (576 units, 5 waves) beat 16 (144 units, 2 waves of a 16th each).
+        assert_eq!(slices("v1:bwd-weight:bf16:NHWC:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1"), 64);
+        assert_eq!(quickest_split(72, 24, 132, &[1, 2]), 1);
+        assert_eq!(quickest_split(66, 1000, 132, &[1, 2, 4]), 2);
     }
 
     #[test]
