@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::ffi::{c_char, CString};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Instant;
 
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
@@ -58,9 +58,13 @@ pub struct Compiler {
     arch: String,
     nvrtc_version: (i32, i32),
     cache_dir: Option<PathBuf>,
-    cubins: Mutex<HashMap<blake3::Hash, Arc<Vec<u8>>>>,
+    cubins: Mutex<HashMap<blake3::Hash, Arc<CubinSlot>>>,
     stats: Mutex<BuildStats>,
 }
+
+/// One source's CUBIN in this process. Its lock is held while the CUBIN is read or built, so
+/// threads asking for the same source build it once.
+type CubinSlot = Mutex<Option<Arc<Vec<u8>>>>;
 
 impl Compiler {
     pub fn new(arch: String, nvrtc_version: (i32, i32), cache_dir: Option<PathBuf>) -> Self {
@@ -95,21 +99,49 @@ impl Compiler {
     /// Whether the CUBIN is in this process or on disk: running it needs no build.
     pub fn is_cached(&self, src: &KernelSource) -> bool {
         let key = self.key(src);
-        self.cubins.lock().unwrap().contains_key(&key) || self.disk_path(&key).is_some_and(|p| p.exists())
+        let in_memory = self.cubins.lock().unwrap().get(&key).is_some_and(|slot| slot.try_lock().is_ok_and(|c| c.is_some()));
+        in_memory || self.disk_path(&key).is_some_and(|p| p.exists())
+    }
+
+    fn slot(&self, key: blake3::Hash) -> Arc<CubinSlot> {
+        self.cubins.lock().unwrap().entry(key).or_default().clone()
     }
 
     pub fn stats(&self) -> BuildStats {
         *self.stats.lock().unwrap()
     }
 
-    /// The CUBIN for `src`: from this process, else from disk, else built and stored.
+    /// The CUBIN for `src`: from this process, else from disk, else built and stored; a build
+    /// another thread has under way is waited for.
     pub fn cubin(&self, src: &KernelSource) -> Result<(blake3::Hash, Arc<Vec<u8>>)> {
         let key = self.key(src);
-        if let Some(c) = self.cubins.lock().unwrap().get(&key) {
+        let slot = self.slot(key);
+        let mut held = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok((key, self.fill(src, &key, &mut held)?))
+    }
+
+    /// Makes sure `src` is built, or is being built by another thread, which then reports its
+    /// failure: ahead-of-time builds in many threads never build one source twice nor wait.
+    pub fn ensure_built(&self, src: &KernelSource) -> Result<()> {
+        let key = self.key(src);
+        let slot = self.slot(key);
+        let mut held = match slot.try_lock() {
+            Ok(held) => held,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                self.stats.lock().unwrap().memory_hits += 1;
+                return Ok(());
+            }
+        };
+        self.fill(src, &key, &mut held).map(|_| ())
+    }
+
+    fn fill(&self, src: &KernelSource, key: &blake3::Hash, held: &mut MutexGuard<'_, Option<Arc<Vec<u8>>>>) -> Result<Arc<Vec<u8>>> {
+        if let Some(cubin) = held.as_ref() {
             self.stats.lock().unwrap().memory_hits += 1;
-            return Ok((key, c.clone()));
+            return Ok(cubin.clone());
         }
-        let path = self.disk_path(&key);
+        let path = self.disk_path(key);
         let from_disk = path.as_ref().and_then(|p| std::fs::read(p).ok()).filter(|b| is_elf(b));
         let cubin = match from_disk {
             Some(bytes) => {
@@ -129,8 +161,8 @@ impl Compiler {
                 Arc::new(bytes)
             }
         };
-        self.cubins.lock().unwrap().insert(key, cubin.clone());
-        Ok((key, cubin))
+        **held = Some(cubin.clone());
+        Ok(cubin)
     }
 
     /// Drops a cache entry that failed to load, so the next `cubin` call rebuilds it.

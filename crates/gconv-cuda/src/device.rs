@@ -163,9 +163,9 @@ impl CudaDevice {
     }
 
     /// Builds (or finds) the CUBIN without touching the GPU: what `gconv precompile` runs in
-    /// many threads.
+    /// many threads; a source another thread is building is left to it.
     pub fn precompile(&self, src: &KernelSource) -> Result<()> {
-        self.compiler.cubin(src).map(|_| ())
+        self.compiler.ensure_built(src)
     }
 
     fn gpu(&self) -> Result<&Gpu> {

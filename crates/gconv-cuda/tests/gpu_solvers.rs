@@ -98,6 +98,17 @@ fn gpu_kernels_build_once_and_load_from_the_disk_cache() {
     assert_eq!((stats.builds, stats.memory_hits), (1, 1), "{stats:?}");
     assert!(!solver.needs_build(&p, &solver.default_config(&p)));
 
+    // Threads preparing problems that share a source build it once between them.
+    let shared: Vec<ConvProblem> = (1..=8).map(|n| ConvProblem::from_key(&format!("v1:fwd:f16:NHWC:n{n}:c8:k8:i9x9:f3x3:s1x1:p1x1:d1x1")).unwrap()).collect();
+    let before = cold.device.build_stats().builds;
+    std::thread::scope(|scope| {
+        for q in &shared {
+            scope.spawn(|| solver.prepare(q, &solver.default_config(q)).unwrap());
+        }
+    });
+    assert_eq!(cold.device.build_stats().builds, before + 1, "{:?}", cold.device.build_stats());
+    assert!(shared.iter().all(|q| !solver.needs_build(q, &solver.default_config(q))));
+
     // A solution that launches helper kernels too (on sm_90 a packed stem: the products and
     // pack_taps) is wholly built by prepare: building the solution then compiles nothing.
     let stem = ConvProblem::from_key("v1:fwd:bf16:NHWC:n1:c3:k16:i16x16:f7x7:s2x2:p3x3:d1x1").unwrap();
