@@ -111,6 +111,10 @@ pub struct RunArgs {
     /// Force a solver by id (see `gconv explain`)
     #[arg(short = 'S', long = "solution")]
     pub solution: Option<String>,
+    /// Run -S's solver with this config (as `gconv explain --configs` lists them) instead of
+    /// its tuned or default one
+    #[arg(long)]
+    pub config: Option<String>,
 }
 
 impl DriverArgs {
@@ -190,6 +194,9 @@ impl RunArgs {
         let mut flags = vec!["-V".into(), self.verify.to_string(), "-t".into(), self.time.to_string(), "-i".into(), self.iter.to_string()];
         if let Some(s) = &self.solution {
             flags.extend(["-S".into(), s.clone()]);
+        }
+        if let Some(c) = &self.config {
+            flags.extend(["--config".into(), c.clone()]);
         }
         flags
     }

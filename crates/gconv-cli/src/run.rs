@@ -6,7 +6,7 @@ use gconv_core::{BuildStats, ConvProblem, Runtime};
 use gconv_tune::db::{Db, Warning};
 use gconv_tune::find::{FindOptions, TestBed};
 use gconv_tune::measure::{evaluate, Sampling};
-use gconv_tune::select::{forced, select, FindMode};
+use gconv_tune::select::{forced, forced_with_config, select, FindMode};
 use gconv_tune::heuristic::Heuristic;
 use serde::Serialize;
 
@@ -46,9 +46,11 @@ pub struct Report {
 
 pub fn run(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, args: &RunArgs, mode: FindMode, opts: &FindOptions, model: Option<&dyn Heuristic>) -> anyhow::Result<Report> {
     let mut bed = TestBed::new(rt, p);
-    let (selection, how) = match &args.solution {
-        Some(id) => (forced(rt, db, p, id)?, "forced (-S)".to_string()),
-        None => {
+    let (selection, how) = match (&args.solution, &args.config) {
+        (Some(id), Some(config)) => (forced_with_config(rt, p, id, config)?, "forced (-S, --config)".to_string()),
+        (Some(id), None) => (forced(rt, db, p, id)?, "forced (-S)".to_string()),
+        (None, Some(config)) => anyhow::bail!("--config {config} needs -S, the solver whose config it is"),
+        (None, None) => {
             let s = select(rt, db, &mut bed, p, mode, opts, model)?;
             let how = format!("{mode}: {}", s.source.label());
             (s, how)

@@ -91,6 +91,17 @@ fn every_solver_can_be_forced_and_verifies() {
 }
 
 #[test]
+fn a_forced_solver_runs_the_config_given() {
+    let mut args = vec!["conv", "-F", "1", "-S", "cpu.direct_blocked", "--config", "rb2_kb4_lo1"];
+    args.extend(SMALL);
+    let o = run(&args);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    assert!(out.contains("config rb2_kb4_lo1, given (--config)"), "{out}");
+    assert!(out.contains(": OK"), "{out}");
+}
+
+#[test]
 fn bad_input_gets_one_clear_line() {
     let with = |extra: &[&'static str]| -> Vec<&'static str> {
         let mut args = vec!["conv"];
@@ -117,6 +128,9 @@ fn bad_input_gets_one_clear_line() {
     assert_rejected(&with(&["-S", "cpu.gemm_1x1"]), "needs a 1x1 filter");
     assert_rejected(&with(&["-S", "cpu.nonexistent"]), "unknown solver `cpu.nonexistent`");
     assert_rejected(&with(&["-V", "2"]), "invalid value '2'");
+    assert_rejected(&with(&["--config", "rb2_kb4_lo1"]), "--config rb2_kb4_lo1 needs -S");
+    assert_rejected(&with(&["-S", "cpu.direct_blocked", "--config", "rb2"]), "invalid config `rb2`");
+    assert_rejected(&with(&["-S", "cpu.reference", "--config", "rb2_kb4_lo1"]), "has nothing to tune");
     assert_rejected(&["conv", "--file", "/nonexistent/problems.txt"], "cannot read /nonexistent/problems.txt");
     assert_rejected(&["explain", "v1:fwd:f32:NCHW:n1"], "invalid problem key");
     assert_rejected(&["frobnicate"], "unrecognized subcommand 'frobnicate'");

@@ -17,6 +17,8 @@ pub enum ConfigOrigin {
     Found,
     /// The learned model's fastest predicted config.
     Predicted,
+    /// Named by the user (`--config`).
+    Given,
 }
 
 impl ConfigOrigin {
@@ -26,6 +28,7 @@ impl ConfigOrigin {
             ConfigOrigin::Tuned => "tuned (perf-db)",
             ConfigOrigin::Found => "found by find",
             ConfigOrigin::Predicted => "predicted by the model",
+            ConfigOrigin::Given => "given (--config)",
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use gconv_core::{ConvProblem, Runtime, Solution};
+use gconv_core::{Config, ConvProblem, Runtime, Solution};
 
 use crate::db::{Db, RecordKey, Table, Warning};
 use crate::find::{find, FindOptions, Ranked, TestBed};
@@ -95,6 +95,13 @@ pub fn forced(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, id: &str) -> Resul
     let known = known_config(db, rt.device_key(), rt.solver(id)?, p)?;
     let warnings = known.skipped.into_iter().collect();
     Ok(Selection { solution: rt.build(id, p, known.config)?, source: Source::Forced, origin: known.origin, find: None, warnings })
+}
+
+/// The solution of solver `id` with `config` (its text), which the solver checks first.
+pub fn forced_with_config(rt: &dyn Runtime, p: &ConvProblem, id: &str, config: &str) -> Result<Selection> {
+    let config: Config = config.parse()?;
+    rt.solver(id)?.check_config(p, &config)?;
+    Ok(Selection { solution: rt.build(id, p, config)?, source: Source::Forced, origin: ConfigOrigin::Given, find: None, warnings: Vec::new() })
 }
 
 /// Selects by `mode`; a find runs on `bed`, whose data the caller may reuse. Where nothing is
