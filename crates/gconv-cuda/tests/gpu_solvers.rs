@@ -203,8 +203,8 @@ fn gpu_depthwise_tiles_on_medium_problems() {
     for p in shapes.into_iter().flat_map(channels_last_variants) {
         check_solvers(&*rt, &p, 6, |s| s.id() == "cuda.depthwise_tiled").unwrap();
     }
-    // Backward-weight with a warp per row of taps, at every tile.
-    list_misses(&*rt, "cuda.depthwise_tiled", &shapes, |solver, p| solver.configs(p).filter(|c| c.get("tr") == Some(1)).collect());
+    // Backward-weight with a warp per row of taps or two staging buffers, at every tile.
+    list_misses(&*rt, "cuda.depthwise_tiled", &shapes, |solver, p| solver.configs(p).filter(|c| c.get("tr") == Some(1) || c.get("db") == Some(1)).collect());
 }
 
 /// cuda.grouped_mma in every direction, up to 64 configs spread over each space, on grouped

@@ -6,7 +6,7 @@
 // run. Each thread keeps its channels' weights of one depth tap in registers and sums RH rows
 // x TW columns of destinations in fp32. Backward-weight stages the same x rectangle and the dy
 // tile it meets, each thread sums its RH x TW dy values times x into per-tap sums, a block
-// walks many tiles, and only then are its warps' sums reduced in shared memory and added to
+// walks many tiles (staging the next while it multiplies one), and only then are its warps' sums reduced in shared memory and added to
 // the fp32 workspace once per block. With TAP_ROWS the warps split the filter's rows instead
 // (warp fh of FH, each over the whole tile): a thread then keeps FW x CPT sums, not
 // FH x FW x CPT (250 registers at 7x7), and adds them to the workspace itself.
@@ -16,9 +16,9 @@
 // (columns per thread), COPY (bytes per staging copy: 16 where C is a multiple of a 16-byte
 // vector, else 4), UNIT (stride and dilation 1 along H and W: each staged source value a
 // thread needs is loaded once and serves every tap and row it reaches), BACKWARD_DATA
-// (backward-data at stride 1: a forward pass over dy with the taps flipped) and TAP_ROWS
-// (backward-weight: FH warps, one per row of taps; TH x RH is then the tile's rows).
-// Sizes, pads and the depth are run-time.
+// (backward-data at stride 1: a forward pass over dy with the taps flipped), TAP_ROWS
+// (backward-weight: FH warps, one per row of taps; TH x RH is then the tile's rows) and
+// BUFFERS (backward-weight's staging buffers, 1 or 2). Sizes, pads and the depth are run-time.
 
 #if TAP_ROWS
 #define BLOCK_WARPS FH
@@ -195,35 +195,58 @@ extern "C" __global__ void __launch_bounds__(32 * TH) dw_tiled(ConvParams p, con
 
 // Backward-weight, stage 1, for depth tap blockIdx.z: blocks stride over the tiles (image,
 // output depth, row block, column block) of dy; each stages the tile's dy values and the x
-// rectangle they meet, and each thread adds dy x x into its per-tap sums. At the end the
-// block's warps reduce their sums in shared memory and the block adds them into the fp32
-// workspace [fd][fh][fw][C]: one atomic per tap and channel per block.
+// rectangle they meet, and each thread adds dy x x into its per-tap sums. With two BUFFERS
+// the next tile's copies are in flight while the block multiplies the current one, so a block
+// streams its tiles without waiting on each. At the end the block's warps reduce their sums
+// in shared memory and the block adds them into the fp32 workspace [fd][fh][fw][C]: one
+// atomic per tap and channel per block.
 extern "C" __global__ void __launch_bounds__(32 * BLOCK_WARPS) dw_tiled_bwd_weight(ConvParams p, const elem_t* x, const elem_t* dy, float* ws) {
     extern __shared__ unsigned char staged[];
     const int C = p.g;
     const int sh = p.stride[1], sw = p.stride[2], dh = p.dil[1], dw = p.dil[2];
     const int rows_in = staged_span(TH * RH, FH, sh, dh), cols_in = staged_span(TW, FW, sw, dw);
-    chunk_t* x_tile = reinterpret_cast<chunk_t*>(staged);
-    chunk_t* dy_tile = x_tile + rows_in * cols_in * 32;
+    const int x_chunks = rows_in * cols_in * 32, buffer_chunks = x_chunks + TH * RH * TW * 32;
+    chunk_t* const buffers = reinterpret_cast<chunk_t*>(staged);
     const int fd = blockIdx.z;
     const int col_tiles = (p.out[2] + TW - 1) / TW, row_tiles = (p.out[1] + TH * RH - 1) / (TH * RH);
     const int tiles = p.n * p.out[0] * row_tiles * col_tiles;
+    // The source depth tile t meets through tap fd (outside x for some output depths).
+    auto source_depth = [&](int t) { return t / (col_tiles * row_tiles) % p.out[0] * p.stride[0] + fd * p.dil[0] - p.pad[0]; };
+    // This block's first tile from t on whose source depth lies inside x (tiles if none).
+    auto live_from = [&](int t) {
+        for (; t < tiles; t += gridDim.x) {
+            const int sd = source_depth(t);
+            if (sd >= 0 && sd < p.in[0]) return t;
+        }
+        return tiles;
+    };
+    auto stage_tile = [&](int t, chunk_t* buffer) {
+        const int col0 = (t % col_tiles) * TW, row0 = (t / col_tiles % row_tiles) * (TH * RH);
+        const int od = t / (col_tiles * row_tiles) % p.out[0], n = t / (col_tiles * row_tiles * p.out[0]);
+        stage(x, p.xs, p.in, C, n, source_depth(t), row0 * sh - p.pad[1], col0 * sw - p.pad[2], rows_in, cols_in, buffer);
+        stage(dy, p.ys, p.out, C, n, od, row0, col0, TH * RH, TW, buffer + x_chunks);
+    };
 #if TAP_ROWS
     const int fh = threadIdx.y;
     float acc[FW][CPT] = {};
 #else
     float acc[FH][FW][CPT] = {};
 #endif
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const int col0 = (tile % col_tiles) * TW;
-        const int row0 = (tile / col_tiles % row_tiles) * (TH * RH);
-        const int od = tile / (col_tiles * row_tiles) % p.out[0];
-        const int n = tile / (col_tiles * row_tiles * p.out[0]);
-        const int sd = od * p.stride[0] + fd * p.dil[0] - p.pad[0];
-        if (sd < 0 || sd >= p.in[0]) continue;  // the same for every thread of the block
-        stage(x, p.xs, p.in, C, n, sd, row0 * sh - p.pad[1], col0 * sw - p.pad[2], rows_in, cols_in, x_tile);
-        stage(dy, p.ys, p.out, C, n, od, row0, col0, TH * RH, TW, dy_tile);
-        staged_wait();
+    int tile = live_from(blockIdx.x);
+    if (BUFFERS == 2 && tile < tiles) {
+        stage_tile(tile, buffers);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    for (int b = 0; tile < tiles; b ^= BUFFERS - 1) {
+        const int next = live_from(tile + gridDim.x);
+        if (BUFFERS == 1) stage_tile(tile, buffers);
+        else if (next < tiles) stage_tile(next, buffers + (b ^ 1) * buffer_chunks);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        // This tile's copies have landed (with two buffers: all but the group just committed).
+        asm volatile("cp.async.wait_group %0;" ::"n"(BUFFERS - 1) : "memory");
+        __syncthreads();
+        const chunk_t* x_tile = buffers + b * buffer_chunks;
+        const chunk_t* dy_tile = x_tile + x_chunks;
         // Outside dy the staged values are zeros: they add nothing.
 #if TAP_ROWS
         // Row r of dy meets source row r * sh + fh * dh; a row's source values, each loaded
@@ -260,7 +283,9 @@ extern "C" __global__ void __launch_bounds__(32 * BLOCK_WARPS) dw_tiled_bwd_weig
             for (int t = 0; t < TW; ++t) unpack(dy_tile[((threadIdx.y * RH + r) * TW + t) * 32 + threadIdx.x], g[r][t]);
         for_each_product(x_tile, cols_in, sh, sw, dh, dw, [&](int r, int t, int fh, int fw, int v, float xv) { acc[fh][fw][v] += xv * g[r][t][v]; });
 #endif
+        // The buffer is free for the next copies into it.
         __syncthreads();
+        tile = next;
     }
 #if TAP_ROWS
     // Each warp holds its own row of taps: no other warp's sums to meet.
@@ -271,7 +296,7 @@ extern "C" __global__ void __launch_bounds__(32 * BLOCK_WARPS) dw_tiled_bwd_weig
         for (int v = 0; v < CPT; ++v)
             if (c + v < C) atomicAdd(&ws[((fd * FH + fh) * FW + fw) * C + c + v], acc[fw][v]);
 #else
-    float* sums = reinterpret_cast<float*>(dy_tile + TH * RH * TW * 32);
+    float* sums = reinterpret_cast<float*>(buffers + BUFFERS * buffer_chunks);
     const int tid = threadIdx.y * 32 + threadIdx.x;
     constexpr int SUMS = FH * FW * 32 * CPT;
     for (int i = tid; i < SUMS; i += 32 * TH) sums[i] = 0.0f;

@@ -7,9 +7,10 @@
 //! warps' per-tap sums in shared memory and adds them to an fp32 workspace once; or (`tr` 1)
 //! its warps split the filter's rows, one each, over the whole `th` x `rh` rows of the tile,
 //! so that a thread keeps a row of taps' sums rather than all of them (large filters'
-//! registers). Tunable: `th` (warps per block), `rh` (rows per thread), `tw` (columns per
-//! thread), and for backward-weight `tr`; the filter height and width are compile-time, the
-//! sizes run-time.
+//! registers); with `db` 1 it stages each tile while it multiplies the one before (two
+//! buffers). Tunable: `th` (warps per block), `rh` (rows per thread), `tw` (columns per
+//! thread), and for backward-weight `tr` and `db`; the filter height and width are
+//! compile-time, the sizes run-time.
 
 use std::sync::Arc;
 
@@ -19,7 +20,7 @@ use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, 
 
 use super::direct::{self, check_filter, filter_hw, DirectInvoker, Kernels, THREADS};
 use super::{builds_from_kernel, BuiltFrom};
-use crate::device::CudaDevice;
+use crate::device::{CudaDevice, SmLimits};
 use crate::launch;
 use crate::{ConvParams, Cuda, KernelSource};
 
@@ -44,6 +45,9 @@ struct Tile {
     tw: u32,
     /// Backward-weight: a warp per row of taps (TAP_ROWS).
     tap_rows: bool,
+    /// Backward-weight: two staging buffers (BUFFERS 2), the next tile's copies landing while
+    /// the block multiplies one, and as many blocks as the SMs hold at once.
+    double: bool,
 }
 
 /// The extents (depth, rows, columns) the tiles cover, outer ones 1 below 3D: the destination
@@ -76,19 +80,26 @@ fn hw(p: &ConvProblem) -> [(u32, u32); 2] {
 }
 
 /// Every tile for `p`, in config order: backward-weight's with the warps on dy's rows and,
-/// where the filter has more than one row, on the taps' rows.
+/// where the filter has more than one row, on the taps' rows, each with one staging buffer
+/// and with two.
 fn tiles(p: &ConvProblem) -> impl Iterator<Item = Tile> {
-    let tap_rows: &'static [bool] = if p.direction == Direction::BackwardWeight && filter_hw(p).0 > 1 { &[false, true] } else { &[false] };
+    let weight = p.direction == Direction::BackwardWeight;
+    let tap_rows: &'static [bool] = if weight && filter_hw(p).0 > 1 { &[false, true] } else { &[false] };
+    let double: &'static [bool] = if weight { &[false, true] } else { &[false] };
     let shapes = WARPS.into_iter().flat_map(|th| ROWS.into_iter().flat_map(move |rh| COLUMNS.into_iter().map(move |tw| (th, rh, tw))));
-    shapes.flat_map(move |(th, rh, tw)| tap_rows.iter().map(move |&tap_rows| Tile { th, rh, tw, tap_rows }))
+    shapes.flat_map(move |(th, rh, tw)| tap_rows.iter().flat_map(move |&tap_rows| double.iter().map(move |&double| Tile { th, rh, tw, tap_rows, double })))
 }
 
 impl Tile {
-    /// `tr` is written only where it is 1, so the other configs read as before it existed.
+    /// `tr` and `db` are written only where they are 1, so the other configs read as before
+    /// they existed.
     fn to_config(self) -> Config {
         let mut fields = vec![("th", self.th), ("rh", self.rh), ("tw", self.tw)];
         if self.tap_rows {
             fields.push(("tr", 1));
+        }
+        if self.double {
+            fields.push(("db", 1));
         }
         Config::new(fields)
     }
@@ -99,7 +110,7 @@ impl Tile {
     }
 
     /// Shared memory a block takes: the source rectangle it stages, 128 bytes per pixel, and
-    /// backward-weight's dy tile and fp32 per-tap sums.
+    /// backward-weight's dy tile (both twice with two buffers) and fp32 per-tap sums.
     fn staged_bytes(self, p: &ConvProblem) -> u64 {
         const PIXEL: u64 = 128;
         let (fh, fw) = filter_hw(p);
@@ -112,28 +123,67 @@ impl Tile {
         }
         let dy = u64::from(self.th * self.rh * self.tw) * PIXEL;
         let sums = if self.tap_rows { 0 } else { u64::from(fh * fw * 32 * channels_per_thread(p)) * 4 };
-        source + dy + sums
+        let buffers = if self.double { 2 } else { 1 };
+        buffers * (source + dy) + sums
+    }
+
+    /// What a sweep of 46 real depthwise layers (H100, bf16) found fastest most often: four
+    /// warps, eight columns, four rows per thread where the tiled extent has room for them,
+    /// fewer where the staging would not fit. Backward-weight with 5x5 filters and larger: a
+    /// warp per row of taps, since the all-taps sums take 168-250 registers a thread there
+    /// (two or three blocks an SM). Backward-weight with all taps in a thread streams its tiles
+    /// through two buffers where one-buffer blocks would run in 2.5 waves or more, two or fewer
+    /// to an SM (H100: 0.74x and 0.86x the time on the two such layers of 23): there a block
+    /// waiting on its copies idles half the SM. With more blocks an SM their copies overlap
+    /// each other's work already (c32 112x112: 1.18x the time), and with fewer waves the
+    /// blocks the SMs no longer hold cost more (up to 1.42x).
+    fn default_for(p: &ConvProblem, sm: &SmLimits, sms: u32) -> Tile {
+        let [_, rows, _] = tiled(p);
+        let (fh, fw) = filter_hw(p);
+        let tap_rows = p.direction == Direction::BackwardWeight && fh > 1 && fh * fw >= 25;
+        let fits = |t: &Tile| t.staged_bytes(p) <= MAX_STAGED_BYTES;
+        let preferred = |double: bool| [4, 2, 1].into_iter().filter(|&rh| rows >= 14 || rh <= 2).map(move |rh| Tile { th: 4, rh, tw: 8, tap_rows, double });
+        let single = preferred(false).find(fits).or_else(|| tiles(p).find(fits)).unwrap_or(Tile { th: 4, rh: 1, tw: 8, tap_rows, double: false });
+        let per_sm = single.blocks_per_sm(p, sm);
+        let waves = (single.blocks(p) as f64) / f64::from(sms * per_sm);
+        if p.direction != Direction::BackwardWeight || tap_rows || waves < 2.5 || per_sm > 2 {
+            return single;
+        }
+        preferred(true).find(fits).unwrap_or(single)
+    }
+
+    /// Blocks of one buffer, a tile each (backward-weight: of every channel block and depth tap).
+    fn blocks(self, p: &ConvProblem) -> u64 {
+        let [depth, rows, cols] = tiled(p);
+        let plane_tiles = u64::from(rows.div_ceil(self.th * self.rh) * cols.div_ceil(self.tw));
+        let taps = if p.direction == Direction::BackwardWeight { Geometry::new(p).filter[0] as u64 } else { 1 };
+        u64::from(p.n) * u64::from(depth) * plane_tiles * u64::from(channel_blocks(p)) * taps
+    }
+
+    /// Blocks an SM holds at once, by shared memory and warps.
+    fn blocks_per_sm(self, p: &ConvProblem, sm: &SmLimits) -> u32 {
+        let shared = self.staged_bytes(p) as u32 + sm.reserved_shared_bytes;
+        (sm.shared_bytes / shared).min(sm.warps / self.warps(p)).clamp(1, sm.blocks)
     }
 
     fn from_config(p: &ConvProblem, config: &Config) -> Result<Self> {
         let bad = |reason: String| GconvError::BadConfig { text: config.to_string(), reason };
-        let (th, rh, tw, tr) = match config.get("tr") {
-            Some(_) => {
-                let [th, rh, tw, tr] = config.expect_fields(["th", "rh", "tw", "tr"])?;
-                (th, rh, tw, tr)
-            }
-            None => {
-                let [th, rh, tw] = config.expect_fields(["th", "rh", "tw"])?;
-                (th, rh, tw, 0)
-            }
-        };
+        let field = |name: &str| config.get(name).ok_or_else(|| bad(format!("no field {name}")));
+        let (th, rh, tw) = (field("th")?, field("rh")?, field("tw")?);
+        let (tr, db) = (config.get("tr").unwrap_or(0), config.get("db").unwrap_or(0));
         if !WARPS.contains(&th) || !ROWS.contains(&rh) || !COLUMNS.contains(&tw) {
             return Err(bad(format!("th must be one of {WARPS:?}, rh one of {ROWS:?} and tw one of {COLUMNS:?}")));
         }
         if tr > 1 || (tr == 1 && !tiles(p).any(|t| t.tap_rows)) {
             return Err(bad("tr (a warp per row of taps) is 0, or 1 for backward-weight with filters of more than one row".into()));
         }
-        let tile = Tile { th, rh, tw, tap_rows: tr == 1 };
+        if db > 1 || (db == 1 && p.direction != Direction::BackwardWeight) {
+            return Err(bad("db (two staging buffers) is 0, or 1 for backward-weight".into()));
+        }
+        let tile = Tile { th, rh, tw, tap_rows: tr == 1, double: db == 1 };
+        if tile.to_config() != *config {
+            return Err(bad("expected the fields th, rh, tw, then tr and db where 1, in that order".into()));
+        }
         if tile.staged_bytes(p) > MAX_STAGED_BYTES {
             return Err(bad(format!("the tile stages {} bytes, over {MAX_STAGED_BYTES}", tile.staged_bytes(p))));
         }
@@ -154,6 +204,7 @@ impl Tile {
             .define("UNIT", u32::from(unit))
             .define("BACKWARD_DATA", u32::from(p.direction == Direction::BackwardData))
             .define("TAP_ROWS", u32::from(self.tap_rows))
+            .define("BUFFERS", if self.double { 2 } else { 1 })
     }
 }
 
@@ -184,16 +235,7 @@ impl Solver for DepthwiseTiled {
     }
 
     fn default_config(&self, p: &ConvProblem) -> Config {
-        // What a sweep of 46 real depthwise layers (H100, bf16) found fastest most often: four
-        // warps, eight columns, four rows per thread where the tiled extent has room for them.
-        // Backward-weight with 5x5 filters and larger: a warp per row of taps, since the
-        // all-taps sums take 168-250 registers a thread there (two or three blocks an SM).
-        let [_, rows, _] = tiled(p);
-        let (fh, fw) = filter_hw(p);
-        let tap_rows = p.direction == Direction::BackwardWeight && fh > 1 && fh * fw >= 25;
-        let preferred = Tile { th: 4, rh: if rows >= 14 { 4 } else { 2 }, tw: 8, tap_rows };
-        let fits = |t: &Tile| t.staged_bytes(p) <= MAX_STAGED_BYTES;
-        Some(preferred).filter(fits).or_else(|| tiles(p).find(fits)).unwrap_or(preferred).to_config()
+        Tile::default_for(p, &self.device.sm, self.device.sm_count).to_config()
     }
 
     fn configs<'a>(&'a self, p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
@@ -230,12 +272,14 @@ impl Solve<Cuda> for DepthwiseTiled {
         let main = function(if p.direction == Direction::BackwardWeight { "dw_tiled_bwd_weight" } else { "dw_tiled" })?;
         launch::allow_shared(&main, shared_mem_bytes, self.id())?;
         let kernels = if p.direction == Direction::BackwardWeight {
-            // Blocks walk the tiles: enough of them to fill the GPU about eight deep, each
-            // reducing over several tiles before its one round of atomics.
+            // Blocks walk the tiles, each reducing over several before its one round of atomics:
+            // with one buffer enough of them to fill the GPU about eight deep, with two (which
+            // stream their tiles) as many as the SMs hold at once.
             let taps = Geometry::new(p).filter[0] as u32;
             let tiles = u64::from(p.n) * u64::from(depth) * u64::from(plane_tiles);
             let sms = self.device.sm_count;
-            let workers = (sms * 8).div_ceil(channel_blocks(p) * taps).clamp(1, tiles.min(u64::from(u32::MAX)) as u32);
+            let per_sm = if tile.double { tile.blocks_per_sm(p, &self.device.sm) } else { 8 };
+            let workers = (sms * per_sm).div_ceil(channel_blocks(p) * taps).clamp(1, tiles.min(u64::from(u32::MAX)) as u32);
             Kernels::Weight {
                 partial: main,
                 partial_launch: LaunchConfig { grid_dim: (workers, channel_blocks(p), taps), block_dim, shared_mem_bytes },
@@ -270,5 +314,38 @@ mod tests {
         assert_eq!(Tile::from_config(&weight, &tap_rows).unwrap().warps(&weight), 7);
         // Configs written before tr existed read as the all-taps kernel.
         assert!(!Tile::from_config(&weight, &Config::new([("th", 4), ("rh", 4), ("tw", 8)])).unwrap().tap_rows);
+    }
+
+    #[test]
+    fn backward_weight_streams_through_two_buffers_where_few_blocks_an_sm_run_many_waves() {
+        let h100 = SmLimits { registers: 65536, warps: 64, blocks: 32, shared_bytes: 233_472, block_shared_bytes: 232_448, reserved_shared_bytes: 1024 };
+        let key = |direction: &str, c: u32, size: u32, stride: u32| {
+            ConvProblem::from_key(&format!("v1:{direction}:bf16:NHWC:n32:c{c}:k{c}:i{size}x{size}:f3x3:s{stride}x{stride}:p1x1:d1x1:g{c}")).unwrap()
+        };
+        let weight = key("bwd-weight", 144, 56, 2);
+        let single = Tile { th: 4, rh: 4, tw: 8, tap_rows: false, double: false };
+        let double = Tile { rh: 2, double: true, ..single };
+        // 33 x 17 source pixels and 16 x 8 of dy, 128 bytes each; 3 x 3 taps x 64 fp32 sums.
+        assert_eq!(single.staged_bytes(&weight), (33 * 17 + 16 * 8) * 128 + 9 * 64 * 4);
+        // Two rows a thread: 17 x 17 and 8 x 8, twice.
+        assert_eq!(double.staged_bytes(&weight), 2 * (17 * 17 + 8 * 8) * 128 + 9 * 64 * 4);
+        // 256 tiles x 3 channel blocks at two blocks an SM: 2.9 waves.
+        assert_eq!((single.blocks(&weight), single.blocks_per_sm(&weight, &h100)), (768, 2));
+        assert_eq!(Tile::default_for(&weight, &h100, 132), double);
+        // 14 x 14 dy: 64 tiles x 9 channel blocks at five an SM, under one wave.
+        let small = key("bwd-weight", 576, 14, 1);
+        assert_eq!(Tile::default_for(&small, &h100, 132), single);
+        // 3136 tiles at five an SM (23 KB of source pixels): 4.8 waves whose copies overlap.
+        let narrow = key("bwd-weight", 32, 112, 1);
+        assert_eq!((single.blocks(&narrow), single.blocks_per_sm(&narrow, &h100)), (3136, 5));
+        assert_eq!(Tile::default_for(&narrow, &h100, 132), single);
+        assert_eq!(Tile::default_for(&key("fwd", 144, 56, 2), &h100, 132), single);
+        for tile in [single, double] {
+            assert_eq!(Tile::from_config(&weight, &tile.to_config()).unwrap(), tile);
+        }
+        let forward = ConvProblem { direction: Direction::Forward, ..weight.clone() };
+        assert!(Tile::from_config(&forward, &double.to_config()).unwrap_err().to_string().contains("db (two staging buffers)"));
+        let unordered = Config::new([("th", 4), ("rh", 2), ("tw", 8), ("db", 1), ("tr", 1)]);
+        assert!(Tile::from_config(&weight, &unordered).unwrap_err().to_string().contains("in that order"));
     }
 }
