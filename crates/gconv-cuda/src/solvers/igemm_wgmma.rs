@@ -591,7 +591,7 @@ impl WgmmaConfig {
                 Some(&narrowest) if blocks(widest) * most * 2 <= sms => narrower.iter().copied().find(|&t| blocks(t) * most >= sms).unwrap_or(narrowest),
                 _ => widest,
             };
-            let slices = quickest_split(blocks(tile), pixel_blocks, sms, &worth);
+            let slices = quickest_split(blocks(tile), u64::from(tile.rows() * tile.bn), pixel_blocks, sms, &worth);
             let config = WgmmaConfig { tile, split: Split { slices, two_stage: false } };
             return if config.check(p).is_ok() { config } else { WgmmaConfig { tile, split: UNSPLIT } };
         }
@@ -631,13 +631,25 @@ impl WgmmaConfig {
 /// slice adds its tile of fp32 sums into the workspace.
 const SLICE_EPILOGUE_BLOCKS: u64 = 8;
 
+/// The atomics of split slices queue GPU-wide, whatever the waves: a block's time per this
+/// many sums added. Fitted to the H100 on the 97 dense backward-weight layers (one 128 x 256
+/// slice of c256 k256 56x56 1x1 took 0.34 us of atomics against 0.65 us a block of pixels;
+/// half that weight chose best over all).
+const SUMS_PER_ATOMIC_BLOCK: u64 = 131_072;
+
 /// Of `candidates`, the slices of a `reduction`-block reduction that finish first when `tiles`
-/// tiles split that far run on `sms` SMs a wave at a time: ceil(tiles x s / sms) waves, each of
-/// reduction / s blocks and one epilogue; ties go to fewer slices. A count just past a whole
-/// wave costs a wave more: on the H100 the c768 k3072 7x7 1x1 layer's 72 tiles took 0.0511 ms
-/// in two slices (144 units on 132 SMs) and 0.0241 ms unsplit.
-fn quickest_split(tiles: u64, reduction: u64, sms: u64, candidates: &[u32]) -> u32 {
-    let time = |s: u32| (tiles * u64::from(s)).div_ceil(sms) * (reduction.div_ceil(u64::from(s)) + SLICE_EPILOGUE_BLOCKS);
+/// tiles of `tile_sums` sums split that far run on `sms` SMs a wave at a time: ceil(tiles x s /
+/// sms) waves, each of reduction / s blocks and one epilogue, and split, the atomics of all
+/// tiles x s slices; ties go to fewer slices. On the H100 a count just past a whole wave costs
+/// a wave more (the c768 k3072 7x7 1x1 layer's 72 tiles took 0.0511 ms in two slices, 144
+/// units on 132 SMs, and 0.0241 ms unsplit), and so do the atomics of 64 tiles of 128 x 256
+/// in one wave (c1024 k2048 7x7: 0.0384 ms in two slices).
+fn quickest_split(tiles: u64, tile_sums: u64, reduction: u64, sms: u64, candidates: &[u32]) -> u32 {
+    let time = |s: u32| {
+        let s = u64::from(s);
+        let atomics = if s > 1 { (tiles * s * tile_sums).div_ceil(SUMS_PER_ATOMIC_BLOCK) } else { 0 };
+        (tiles * s).div_ceil(sms) * (reduction.div_ceil(s) + SLICE_EPILOGUE_BLOCKS) + atomics
+    };
     candidates.iter().copied().min_by_key(|&s| (time(s), s)).unwrap_or(1)
 }
 
@@ -1250,14 +1262,19 @@ mod tests {
     #[test]
     fn backward_weight_defaults_split_no_further_than_whole_waves_pay() {
         let slices = |key: &str| WgmmaConfig::default_for(&ConvProblem::from_key(key).unwrap(), 132).split.slices;
-        // Exhaustive tuning on the H100 chose these: 72 tiles unsplit (two slices make a
-        // second wave of 12), and 27 taps' 64 x 64 tiles split 128 ways.
+        // Exhaustive tuning on the H100 chose unsplit here: two slices make a second wave of 12
+        // tiles.
         assert_eq!(slices("v1:bwd-weight:bf16:NHWC:n32:c768:k3072:i7x7:f1x1:s1x1:p0x0:d1x1"), 1);
-        assert_eq!(slices("v1:bwd-weight:bf16:NDHWC:n32:c64:k64:i16x56x56:f3x3x3:s1x1x1:p1x1x1:d1x1x1"), 128);
-        // 9 tiles: 64 slices (576 units, 5 waves) beat 16 (144 units, 2 waves of a 16th each).
-        assert_eq!(slices("v1:bwd-weight:bf16:NHWC:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1"), 64);
-        assert_eq!(quickest_split(72, 24, 132, &[1, 2]), 1);
-        assert_eq!(quickest_split(66, 1000, 132, &[1, 2, 4]), 2);
+        // 64 tiles of 128 x 256 fit one wave in two slices, but their atomics cost more than
+        // the halved reduction saves.
+        assert_eq!(slices("v1:bwd-weight:bf16:NHWC:n32:c1024:k2048:i7x7:f1x1:s1x1:p0x0:d1x1"), 1);
+        // A wave of slices where the tile's atomics are few: 14x14 (0.0356 ms on the H100 in 4
+        // slices, 0.0455 in 2).
+        assert_eq!(slices("v1:bwd-weight:bf16:NHWC:n32:c384:k1536:i14x14:f1x1:s1x1:p0x0:d1x1"), 4);
+        // 27 taps' 64 x 64 tiles: many slices of small atomics.
+        assert_eq!(slices("v1:bwd-weight:bf16:NDHWC:n32:c64:k64:i16x56x56:f3x3x3:s1x1x1:p1x1x1:d1x1x1"), 32);
+        assert_eq!(quickest_split(72, 1 << 15, 24, 132, &[1, 2]), 1);
+        assert_eq!(quickest_split(66, 1 << 12, 1000, 132, &[1, 2, 4]), 2);
     }
 
     #[test]
