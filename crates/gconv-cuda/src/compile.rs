@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::ffi::{c_char, CString};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 use std::time::Instant;
 
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
@@ -136,7 +136,7 @@ impl Compiler {
         self.fill(src, &key, &mut held).map(|_| ())
     }
 
-    fn fill(&self, src: &KernelSource, key: &blake3::Hash, held: &mut MutexGuard<'_, Option<Arc<Vec<u8>>>>) -> Result<Arc<Vec<u8>>> {
+    fn fill(&self, src: &KernelSource, key: &blake3::Hash, held: &mut Option<Arc<Vec<u8>>>) -> Result<Arc<Vec<u8>>> {
         if let Some(cubin) = held.as_ref() {
             self.stats.lock().unwrap().memory_hits += 1;
             return Ok(cubin.clone());
@@ -161,7 +161,7 @@ impl Compiler {
                 Arc::new(bytes)
             }
         };
-        **held = Some(cubin.clone());
+        *held = Some(cubin.clone());
         Ok(cubin)
     }
 
