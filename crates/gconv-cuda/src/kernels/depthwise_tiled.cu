@@ -6,8 +6,8 @@
 // run. Each thread keeps its channels' weights of one depth tap in registers and sums RH rows
 // x TW columns of destinations in fp32. Backward-weight stages the same x rectangle and the dy
 // tile it meets, each thread sums its RH x TW dy values times x into per-tap sums, a block
-// walks many tiles (staging the next while it multiplies one), and only then are its warps' sums reduced in shared memory and added to
-// the fp32 workspace once per block. With TAP_ROWS the warps split the filter's rows instead
+// walks many tiles (with two BUFFERS staging the next while it multiplies one), and only then
+// are its warps' sums reduced in shared memory and added to the fp32 workspace once per block. With TAP_ROWS the warps split the filter's rows instead
 // (warp fh of FH, each over the whole tile): a thread then keeps FW x CPT sums, not
 // FH x FW x CPT (250 registers at 7x7), and adds them to the workspace itself.
 //

@@ -5,12 +5,13 @@
 // (M = images x depth x height x width), columns its channels of the group, and the reduction
 // runs over taps x source channels of the group in blocks of 64 channels of one tap (a dense
 // layer's last block of a tap may run past its channels: both maps read zeros there); both
-// tiles K-major. Forward reads x with the filter; backward-data is the same product over dy with the
-// filter flipped and transposed (flip_filter below), once per sub-pixel phase of a strided
-// convolution (the destination pixels one residue class of taps reaches, written with the
-// stride: the host passes dx's pointer moved to the phase's first pixel and its strides
-// multiplied by the convolution's). A product without taps (a phase no tap reaches) stores
-// zeros.
+// tiles K-major, except the filter's where backward-data reads it from w in place (FILTER_MN).
+// Forward reads x with the filter; backward-data is the same product over dy with the filter
+// flipped and transposed (16-bit types: w's taps mapped by TapMap; tf32: the copy flip_filter
+// below writes), once per sub-pixel phase of a strided convolution (the destination pixels
+// one residue class of taps reaches, written with the stride: the host passes dx's pointer
+// moved to the phase's first pixel and its strides multiplied by the convolution's). A product
+// without taps (a phase no tap reaches) stores zeros.
 //
 // Backward-weight (igemm_wgmma_weight): per group and tap, rows are output channels, columns
 // input channels, and the reduction runs over (a slice of) the pixels; both tiles MN-major
