@@ -486,8 +486,14 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                 if (mode == 0) {
                     store_pair(dw + i, v0, v1);
                 } else if (mode == 1) {
-                    atomicAdd(ws + i, v0);
-                    atomicAdd(ws + i + 1, v1);
+                    // One 8-byte atomic for the pair where it is aligned (channels-last
+                    // filters of even channel counts: always), half the atomics' queue.
+                    if (i % 2 == 0) {
+                        atomicAdd(reinterpret_cast<float2*>(ws + i), make_float2(v0, v1));
+                    } else {
+                        atomicAdd(ws + i, v0);
+                        atomicAdd(ws + i + 1, v1);
+                    }
                 } else {
                     *reinterpret_cast<float2*>(ws + t.slice * weights + i) = make_float2(v0, v1);
                 }

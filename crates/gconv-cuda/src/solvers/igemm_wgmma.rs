@@ -632,10 +632,12 @@ impl WgmmaConfig {
 const SLICE_EPILOGUE_BLOCKS: u64 = 8;
 
 /// The atomics of split slices queue GPU-wide, whatever the waves: a block's time per this
-/// many sums added. Fitted to the H100 on the 97 dense backward-weight layers (one 128 x 256
-/// slice of c256 k256 56x56 1x1 took 0.34 us of atomics against 0.65 us a block of pixels;
-/// half that weight chose best over all).
-const SUMS_PER_ATOMIC_BLOCK: u64 = 131_072;
+/// many sums added. Fitted to the H100 on the 97 dense backward-weight layers with scalar
+/// atomics (131072), then doubled as the kernel went to one float2 atomic a pair: of the ten
+/// layers where the two choose differently, the doubled one's choice ran faster on nine (c64
+/// k64 56x56 3x3 ks64 0.0584 ms against ks32 0.0628; 3D c128 8x28x28 ks32 0.371 against ks4
+/// 0.390).
+const SUMS_PER_ATOMIC_BLOCK: u64 = 262_144;
 
 /// Of `candidates`, the slices of a `reduction`-block reduction that finish first when `tiles`
 /// tiles of `tile_sums` sums split that far run on `sms` SMs a wave at a time: ceil(tiles x s /
