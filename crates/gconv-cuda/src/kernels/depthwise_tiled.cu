@@ -14,8 +14,8 @@
 // Compile-time: FH, FW (filter height and width), CPT (channels per thread: 2 for 16-bit
 // types, 1 for fp32), TH (warps per block, each a band of RH rows), RH (rows per thread), TW
 // (columns per thread), COPY (bytes per staging copy: 16 where C is a multiple of a 16-byte
-// vector, else 4), UNIT (stride and dilation 1 along H and W: each staged source value a
-// thread needs is loaded once and serves every tap and row it reaches), BACKWARD_DATA
+// vector, else 4), UNIT (dilation 1 along H and W, the strides SH and SW compiled in: each
+// staged source value a thread needs is loaded once and serves every tap and row it reaches), BACKWARD_DATA
 // (backward-data at stride 1: a forward pass over dy with the taps flipped), TAP_ROWS
 // (backward-weight: FH warps, one per row of taps; TH x RH is then the tile's rows) and
 // BUFFERS (backward-weight's staging buffers, 1 or 2). Sizes, pads and the depth are run-time.
@@ -89,23 +89,24 @@ template <class F>
 __device__ __forceinline__ void for_each_product(const chunk_t* tile, int cols_in, int sh, int sw, int dh, int dw, F&& f) {
     const chunk_t* band = tile + threadIdx.y * RH * sh * cols_in * 32 + threadIdx.x;
 #if UNIT
-    // Stride and dilation 1: the thread's RH + FH - 1 source rows, TW + FW - 1 values of each
-    // loaded once; source row j meets destination row r through tap row j - r.
+    // Dilation 1: the thread's (RH - 1) x SH + FH source rows, (TW - 1) x SW + FW values of
+    // each loaded once; source row j meets destination row r through tap row j - r x SH, and
+    // its value k column t through tap column k - t x SW.
 #pragma unroll
-    for (int j = 0; j < RH + FH - 1; ++j) {
-        float xs[TW + FW - 1][CPT];
+    for (int j = 0; j < (RH - 1) * SH + FH; ++j) {
+        float xs[(TW - 1) * SW + FW][CPT];
 #pragma unroll
-        for (int k = 0; k < TW + FW - 1; ++k) unpack(band[(j * cols_in + k) * 32], xs[k]);
+        for (int k = 0; k < (TW - 1) * SW + FW; ++k) unpack(band[(j * cols_in + k) * 32], xs[k]);
 #pragma unroll
         for (int r = 0; r < RH; ++r) {
-            const int fh = j - r;
+            const int fh = j - r * SH;
             if (fh < 0 || fh >= FH) continue;
 #pragma unroll
             for (int t = 0; t < TW; ++t)
 #pragma unroll
                 for (int fw = 0; fw < FW; ++fw)
 #pragma unroll
-                    for (int v = 0; v < CPT; ++v) f(r, t, fh, fw, v, xs[t + fw][v]);
+                    for (int v = 0; v < CPT; ++v) f(r, t, fh, fw, v, xs[t * SW + fw][v]);
         }
     }
 #else
@@ -250,23 +251,23 @@ extern "C" __global__ void __launch_bounds__(32 * BLOCK_WARPS) dw_tiled_bwd_weig
         // Outside dy the staged values are zeros: they add nothing.
 #if TAP_ROWS
         // Row r of dy meets source row r * sh + fh * dh; a row's source values, each loaded
-        // once at unit stride and dilation, serve every column and tap they meet.
+        // once at dilation 1, serve every column and tap they meet.
         for (int r = 0; r < TH * RH; ++r) {
             const chunk_t* row = x_tile + (r * sh + fh * dh) * cols_in * 32 + threadIdx.x;
             float g[TW][CPT];
 #pragma unroll
             for (int t = 0; t < TW; ++t) unpack(dy_tile[(r * TW + t) * 32 + threadIdx.x], g[t]);
 #if UNIT
-            float xs[TW + FW - 1][CPT];
+            float xs[(TW - 1) * SW + FW][CPT];
 #pragma unroll
-            for (int k = 0; k < TW + FW - 1; ++k) unpack(row[k * 32], xs[k]);
+            for (int k = 0; k < (TW - 1) * SW + FW; ++k) unpack(row[k * 32], xs[k]);
 #endif
 #pragma unroll
             for (int t = 0; t < TW; ++t)
 #pragma unroll
                 for (int fw = 0; fw < FW; ++fw) {
 #if UNIT
-                    const float* xv = xs[t + fw];
+                    const float* xv = xs[t * SW + fw];
 #else
                     float xv[CPT];
                     unpack(row[(t * sw + fw * dw) * 32], xv);

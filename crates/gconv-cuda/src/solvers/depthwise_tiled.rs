@@ -192,8 +192,10 @@ impl Tile {
 
     fn source(self, p: &ConvProblem) -> KernelSource {
         let (fh, fw) = filter_hw(p);
-        let unit = hw(p).iter().all(|&(stride, dilation)| stride == 1 && dilation == 1);
-        KernelSource::new("depthwise_tiled.cu", SOURCE, p.dtype)
+        // Dilation 1: each staged value loaded once per thread, the strides compiled in.
+        let [(sh, dh), (sw, dw)] = hw(p);
+        let unit = dh == 1 && dw == 1;
+        let source = KernelSource::new("depthwise_tiled.cu", SOURCE, p.dtype)
             .define("FH", fh)
             .define("FW", fw)
             .define("CPT", channels_per_thread(p))
@@ -204,7 +206,8 @@ impl Tile {
             .define("UNIT", u32::from(unit))
             .define("BACKWARD_DATA", u32::from(p.direction == Direction::BackwardData))
             .define("TAP_ROWS", u32::from(self.tap_rows))
-            .define("BUFFERS", if self.double { 2 } else { 1 })
+            .define("BUFFERS", if self.double { 2 } else { 1 });
+        if unit { source.define("SH", sh).define("SW", sw) } else { source }
     }
 }
 
