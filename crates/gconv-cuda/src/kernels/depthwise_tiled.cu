@@ -15,10 +15,11 @@
 // types, 1 for fp32), TH (warps per block, each a band of RH rows), RH (rows per thread), TW
 // (columns per thread), COPY (bytes per staging copy: 16 where C is a multiple of a 16-byte
 // vector, else 4), UNIT (dilation 1 along H and W, the strides SH and SW compiled in: each
-// staged source value a thread needs is loaded once and serves every tap and row it reaches), BACKWARD_DATA
-// (backward-data at stride 1: a forward pass over dy with the taps flipped), TAP_ROWS
-// (backward-weight: FH warps, one per row of taps; TH x RH is then the tile's rows) and
-// BUFFERS (backward-weight's staging buffers, 1 or 2). Sizes, pads and the depth are run-time.
+// staged source value a thread needs is loaded once and serves every tap and row it
+// reaches), BACKWARD_DATA (backward-data at stride 1: a forward pass over dy with the taps
+// flipped), TAP_ROWS (backward-weight: FH warps, one per row of taps; TH x RH is then the
+// tile's rows) and BUFFERS (backward-weight's staging buffers, 1 or 2). Sizes, pads and the
+// depth are run-time.
 
 #if TAP_ROWS
 #define BLOCK_WARPS FH
