@@ -51,8 +51,8 @@ pub fn known_config(db: &Db, device: &str, solver: &dyn Solver, p: &ConvProblem)
     };
     Ok(match checked(solver, p, &record.config) {
         Ok(config) => Known { config, origin: ConfigOrigin::Tuned, skipped: None },
-        Err(reason) => {
-            let skipped = Warning::Skipped { table: Table::Perf, problem: record.problem, solver: record.solver, config: record.config, reason };
+        Err(e) => {
+            let skipped = Warning::Skipped { table: Table::Perf, problem: record.problem, solver: record.solver, config: record.config, reason: e.to_string() };
             Known { config: default(), origin: ConfigOrigin::Default, skipped: Some(skipped) }
         }
     })
@@ -64,9 +64,10 @@ pub fn origin_of(db: &Db, device: &str, solver: &dyn Solver, p: &ConvProblem, co
     Ok(if known.config == *config { known.origin } else { ConfigOrigin::Found })
 }
 
-/// Parses a stored config text and checks it against the solver and problem.
-pub fn checked(solver: &dyn Solver, p: &ConvProblem, text: &str) -> std::result::Result<Config, String> {
-    let config: Config = text.parse().map_err(|e: gconv_core::GconvError| e.to_string())?;
-    solver.check_config(p, &config).map_err(|e| e.to_string())?;
+/// Parses a config text (stored, or given by the user) and checks it against the solver and
+/// problem.
+pub fn checked(solver: &dyn Solver, p: &ConvProblem, text: &str) -> gconv_core::Result<Config> {
+    let config: Config = text.parse()?;
+    solver.check_config(p, &config)?;
     Ok(config)
 }

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use gconv_core::{Config, ConvProblem, Runtime, Solution};
+use gconv_core::{ConvProblem, Runtime, Solution};
 
 use crate::db::{Db, RecordKey, Table, Warning};
 use crate::find::{find, FindOptions, Ranked, TestBed};
@@ -99,8 +99,7 @@ pub fn forced(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, id: &str) -> Resul
 
 /// The solution of solver `id` with `config` (its text), which the solver checks first.
 pub fn forced_with_config(rt: &dyn Runtime, p: &ConvProblem, id: &str, config: &str) -> Result<Selection> {
-    let config: Config = config.parse()?;
-    rt.solver(id)?.check_config(p, &config)?;
+    let config = checked(rt.solver(id)?, p, config)?;
     Ok(Selection { solution: rt.build(id, p, config)?, source: Source::Forced, origin: ConfigOrigin::Given, find: None, warnings: Vec::new() })
 }
 
@@ -148,7 +147,7 @@ fn from_find_db(rt: &dyn Runtime, db: &Db, p: &ConvProblem, warnings: &mut Vec<W
     for (solver_id, config_text) in rows {
         let usable = rt.solver(&solver_id).map_err(|e| e.to_string()).and_then(|solver| {
             solver.applicable(p).map_err(|r| r.0)?;
-            Ok((solver, checked(solver, p, &config_text)?))
+            Ok((solver, checked(solver, p, &config_text).map_err(|e| e.to_string())?))
         });
         match usable {
             Ok((solver, config)) => {

@@ -201,7 +201,7 @@ pub fn tune(
         progress(Progress { problem: &key, solver: id, done: schedule.len(), total: schedule.len() });
         if let Some((config, time_ms)) = best {
             // Trials were verified when measured; the stored winner must also still be valid.
-            checked(solver, p, &config.to_string()).map_err(gconv_core::GconvError::Backend)?;
+            checked(solver, p, &config.to_string())?;
             db.put_perf(&PerfRecord {
                 problem: key.clone(),
                 device: record_key.device.clone(),
