@@ -35,7 +35,8 @@
 // Compile-time: WEIGHT (1: the backward-weight kernel; 0: the other directions' kernels, so a
 // build compiles only what it runs), SPATIAL (1, 2, 3: the im2col map's rank less two), BN
 // (64, 128, 256), CONSUMERS (1, 2), STAGES, CLUSTER (1, 2), PERSISTENT (0, 1), SPLIT (forward and
-// backward-data: 1 compiles the epilogue of fp32 partial sums, for configs that split) and the data
+// backward-data: 1 compiles the epilogue of fp32 partial sums, for configs that split), TAPS
+// (backward-weight: the filter taps a unit sums at once, sharing each block of dy) and the data
 // type (bf16, fp16, or fp32 multiplied as tf32: GCONV_TF32, forward and backward-data only). Run-time: the problem (for igemm_wgmma
 // as a forward convolution of src into dst: for backward-data dy's extents as the input's,
 // the phase's dx pixels as the output, the groups' channel counts swapped and the phase's
@@ -50,6 +51,12 @@
 // Backward-weight's reduction block: 64 pixels, a row each.
 #define PIXEL_BLOCK 64
 #define BM (64 * CONSUMERS)
+// The B tiles of a stage: backward-weight's x at each of the unit's TAPS taps, one otherwise.
+#if WEIGHT
+#define B_TILES TAPS
+#else
+#define B_TILES 1
+#endif
 #define THREADS (128 * (CONSUMERS + 1))
 #if CLUSTER == 2
 #define CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
@@ -247,7 +254,7 @@ __device__ __forceinline__ void wgmma(float* d, unsigned long long a, unsigned l
 // barrier (with the bytes its CTA's stage receives: its own loads and its cluster partners'
 // multicasts), each consumer warpgroup of the cluster once on an empty one (every CTA's
 // producer writes into every CTA's stage).
-constexpr unsigned TILE64_BYTES = 64 * ROW_BYTES, A_BYTES = BM * ROW_BYTES, B_BYTES = BN * ROW_BYTES, STAGE_BYTES = A_BYTES + B_BYTES;
+constexpr unsigned TILE64_BYTES = 64 * ROW_BYTES, A_BYTES = BM * ROW_BYTES, B_BYTES = BN * ROW_BYTES, STAGE_BYTES = A_BYTES + B_TILES * B_BYTES;
 // Each CTA of a cluster loads this much of the B tile (its rows from rank x B_SHARE_ROWS on)
 // and multicasts it.
 constexpr unsigned B_SHARE_ROWS = BN / CLUSTER;
@@ -288,13 +295,14 @@ __device__ __forceinline__ unsigned produce(const Pipeline& pl, int it) {
 
 __device__ __forceinline__ void zero(float* d) {
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+    for (int i = 0; i < B_TILES * BN / 2; ++i) d[i] = 0.0f;
 }
 
 // A consumer warpgroup's main loop over one unit's `blocks` reduction blocks, the pipeline's
 // blocks `first` on, into d (zeros when there are none): its 64-row slice of the A tile
-// against the whole B tile, four MMAs per block (MN-major: 16 rows of K each), one block kept
-// in flight, the stage before it released, and the last one's when all are done.
+// against each whole B tile (into d's tile of BN / 2 accumulators for it), four MMAs per
+// block and B tile (MN-major: 16 rows of K each), one block kept in flight, the stage before
+// it released, and the last one's when all are done.
 template <bool A_MN, bool B_MN>
 __device__ __forceinline__ void consume(const Pipeline& pl, int first, int blocks, int slice, float* d) {
     if (blocks == 0) {
@@ -305,13 +313,17 @@ __device__ __forceinline__ void consume(const Pipeline& pl, int first, int block
     for (int i = 0; i < blocks; ++i) {
         const int it = first + i, s = it % STAGES;
         mbar_wait(pl.full(s), (it / STAGES) & 1);
-        const unsigned a = pl.stage(s) + slice * TILE64_BYTES, b = pl.stage(s) + A_BYTES;
+        const unsigned a = pl.stage(s) + slice * TILE64_BYTES;
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-        for (int kk = 0; kk < BK / MMA_K; ++kk) {
-            const unsigned long long a_desc = A_MN ? smem_desc_mn(a + kk * 16 * ROW_BYTES) : smem_desc_k(a + kk * 32);
-            const unsigned long long b_desc = B_MN ? smem_desc_mn(b + kk * 16 * ROW_BYTES) : smem_desc_k(b + kk * 32);
-            wgmma<A_MN, B_MN>(d, a_desc, b_desc, i > 0 || kk > 0);
+        for (int t = 0; t < B_TILES; ++t) {
+            const unsigned b = pl.stage(s) + A_BYTES + t * B_BYTES;
+#pragma unroll
+            for (int kk = 0; kk < BK / MMA_K; ++kk) {
+                const unsigned long long a_desc = A_MN ? smem_desc_mn(a + kk * 16 * ROW_BYTES) : smem_desc_k(a + kk * 32);
+                const unsigned long long b_desc = B_MN ? smem_desc_mn(b + kk * 16 * ROW_BYTES) : smem_desc_k(b + kk * 32);
+                wgmma<A_MN, B_MN>(d + t * (BN / 2), a_desc, b_desc, i > 0 || kk > 0);
+            }
         }
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         // This block's MMAs stay in flight; the previous block's are done, so its stage is free.
@@ -408,15 +420,15 @@ __device__ __forceinline__ void store_pair(elem_t* at, float v0, float v1) {
 #endif
 // Backward-weight: per group, tap and slice of the pixels, dw[k][tap][c] sums dy[q][k] x[q's
 // window moved by the tap][c] over the slice's pixels q: rows k by BM, columns c by BN, the
-// reduction in blocks of 64 pixels. A unit: CLUSTER row tiles of one column tile, tap, slice
-// and group (row tiles innermost, then columns, taps, slices, groups), sharing x's tile, of
-// which each CTA loads 64 / CLUSTER pixel rows. Both tiles hold a pixel per row (MN-major
-// operands): dy's by tiled loads of 64 channels x 64 pixels, x's by im2col loads of 64
-// channels at the tap's offsets. ConvParams as the forward convolution's. mode 0 stores into
-// dw; 1 adds into the fp32 workspace (zeroed before); 2 stores the slice's own fp32 copy of
-// the weights into it.
+// reduction in blocks of 64 pixels. A unit: CLUSTER row tiles of one column tile, TAPS
+// consecutive taps, slice and group (row tiles innermost, then columns, taps, slices, groups),
+// sharing x's tiles, of which each CTA loads 64 / CLUSTER pixel rows. Both tiles hold a pixel
+// per row (MN-major operands): dy's by tiled loads of 64 channels x 64 pixels, once per block
+// for all the unit's taps, x's by im2col loads of 64 channels at each tap's offsets.
+// ConvParams as the forward convolution's. mode 0 stores into dw; 1 adds into the fp32
+// workspace (zeroed before); 2 stores the slice's own fp32 copy of the weights into it.
 struct WeightUnit {
-    int k0, c0, tap, slice, g;
+    int k0, c0, tap0, slice, g;
 };
 
 extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
@@ -425,8 +437,8 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     const Pipeline pl = pipeline_init(raw);
     const int rank = cluster_rank();
     const int row_groups = ((p.kg + BM - 1) / BM + CLUSTER - 1) / CLUSTER, column_tiles = (p.cg + BN - 1) / BN;
-    const int taps = p.fil[0] * p.fil[1] * p.fil[2];
-    const int units = row_groups * column_tiles * taps * splits * p.g;
+    const int taps = p.fil[0] * p.fil[1] * p.fil[2], tap_groups = taps / TAPS;
+    const int units = row_groups * column_tiles * tap_groups * splits * p.g;
     const int pixels = p.out[0] * p.out[1] * p.out[2];
     const int all_blocks = (p.n * pixels + PIXEL_BLOCK - 1) / PIXEL_BLOCK;
     auto unit_at = [&](int u) {
@@ -435,8 +447,8 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         u /= row_groups;
         t.c0 = u % column_tiles * BN;
         u /= column_tiles;
-        t.tap = u % taps;
-        u /= taps;
+        t.tap0 = u % tap_groups * TAPS;
+        u /= tap_groups;
         t.slice = u % splits;
         t.g = u / splits;
         return t;
@@ -450,10 +462,13 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
             int it = 0;
             FOR_EACH_UNIT(u, units) {
                 const WeightUnit t = unit_at(u);
-                int f[3];
-                tap_position(p, t.tap, f);
-                unsigned short off[3];
-                tap_offsets(p, f, off);
+                unsigned short off[TAPS][3];
+#pragma unroll
+                for (int j = 0; j < TAPS; ++j) {
+                    int f[3];
+                    tap_position(p, t.tap0 + j, f);
+                    tap_offsets(p, f, off[j]);
+                }
                 const int end = first_block(t.slice + 1);
                 for (int block = first_block(t.slice); block < end; ++block, ++it) {
                     const int s = produce(pl, it);
@@ -463,15 +478,17 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                     int pos[3];
                     window_start(p, share % pixels, pos);
 #pragma unroll
-                    for (int j = 0; j < BN / 64; ++j) {
-                        const unsigned dst = pl.stage(s) + A_BYTES + j * TILE64_BYTES + rank * SHARE_PIXELS * ROW_BYTES;
-                        load_im2col<true>(dst, &x_map, t.g * p.cg + t.c0 + 64 * j, pos, share / pixels, off, pl.full(s));
-                    }
+                    for (int tap = 0; tap < TAPS; ++tap)
+#pragma unroll
+                        for (int j = 0; j < BN / 64; ++j) {
+                            const unsigned dst = pl.stage(s) + A_BYTES + tap * B_BYTES + j * TILE64_BYTES + rank * SHARE_PIXELS * ROW_BYTES;
+                            load_im2col<true>(dst, &x_map, t.g * p.cg + t.c0 + 64 * j, pos, share / pixels, off[tap], pl.full(s));
+                        }
                 }
             }
         }
     } else {
-        float d[BN / 2];
+        float d[TAPS * BN / 2];
         consumer_start(d);
         const int slice = wg - 1;
         const long long weights = (long long)p.g * p.kg * p.cg * taps;
@@ -481,27 +498,30 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
             const int first = first_block(t.slice), blocks = first_block(t.slice + 1) - first;
             consume<true, true>(pl, it, blocks, slice, d);
             it += blocks;
-            int f[3];
-            tap_position(p, t.tap, f);
-            for_each_pair(d, [&](int row, int column, float v0, float v1) {
-                const int k = t.k0 + slice * 64 + row, c = t.c0 + column;
-                if (k >= p.kg || c >= p.cg) return;
-                const int i = offset(p.ws, t.g * p.kg + k, c, f[0], f[1], f[2]);
-                if (mode == 0) {
-                    store_pair(dw + i, v0, v1);
-                } else if (mode == 1) {
-                    // One 8-byte atomic for the pair where it is aligned (channels-last
-                    // filters of even channel counts: always), half the atomics' queue.
-                    if (i % 2 == 0) {
-                        atomicAdd(reinterpret_cast<float2*>(ws + i), make_float2(v0, v1));
+#pragma unroll
+            for (int tap = 0; tap < TAPS; ++tap) {
+                int f[3];
+                tap_position(p, t.tap0 + tap, f);
+                for_each_pair(d + tap * (BN / 2), [&](int row, int column, float v0, float v1) {
+                    const int k = t.k0 + slice * 64 + row, c = t.c0 + column;
+                    if (k >= p.kg || c >= p.cg) return;
+                    const int i = offset(p.ws, t.g * p.kg + k, c, f[0], f[1], f[2]);
+                    if (mode == 0) {
+                        store_pair(dw + i, v0, v1);
+                    } else if (mode == 1) {
+                        // One 8-byte atomic for the pair where it is aligned (channels-last
+                        // filters of even channel counts: always), half the atomics' queue.
+                        if (i % 2 == 0) {
+                            atomicAdd(reinterpret_cast<float2*>(ws + i), make_float2(v0, v1));
+                        } else {
+                            atomicAdd(ws + i, v0);
+                            atomicAdd(ws + i + 1, v1);
+                        }
                     } else {
-                        atomicAdd(ws + i, v0);
-                        atomicAdd(ws + i + 1, v1);
+                        *reinterpret_cast<float2*>(ws + t.slice * weights + i) = make_float2(v0, v1);
                     }
-                } else {
-                    *reinterpret_cast<float2*>(ws + t.slice * weights + i) = make_float2(v0, v1);
-                }
-            });
+                });
+            }
             zero(d);  // as in the forward epilogue: the accumulators die here
         }
     }

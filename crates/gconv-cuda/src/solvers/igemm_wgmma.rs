@@ -51,6 +51,11 @@ const CONSUMERS: [u32; 2] = [1, 2];
 const STAGES: [u32; 3] = [3, 4, 5];
 /// CTAs per cluster.
 const CLUSTERS: [u32; 2] = [1, 2];
+/// Backward-weight's taps per unit: each block of dy loaded once for them all.
+const UNIT_TAPS: [u32; 4] = [1, 2, 3, 4];
+/// A consumer's accumulators (BN / 2 fp32 per B tile) the kernels may hold, of the 232
+/// registers it takes.
+const MAX_ACCUMULATORS: u32 = 192;
 /// What one block may opt in to on sm_90.
 const MAX_SHARED_BYTES: u32 = 227 * 1024;
 /// TMA element strides (the convolution stride) go up to 8.
@@ -82,7 +87,8 @@ pub struct IgemmWgmma {
 }
 
 /// A block tile: columns, consumer warpgroups (64 rows each), pipeline stages, CTAs per
-/// cluster, and whether the grid is persistent.
+/// cluster, whether the grid is persistent, and (backward-weight) the taps a unit sums at
+/// once, a B tile each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Tile {
     bn: u32,
@@ -90,6 +96,7 @@ struct Tile {
     st: u32,
     cl: u32,
     persistent: bool,
+    taps: u32,
 }
 
 impl Tile {
@@ -106,6 +113,13 @@ impl Tile {
         if !CLUSTERS.contains(&self.cl) {
             return Err(format!("cl must be one of {CLUSTERS:?}"));
         }
+        if !UNIT_TAPS.contains(&self.taps) {
+            return Err(format!("tp must be one of {UNIT_TAPS:?}"));
+        }
+        let accumulators = self.bn / 2 * self.taps;
+        if accumulators > MAX_ACCUMULATORS {
+            return Err(format!("bn {} x tp {} needs {accumulators} accumulators a thread, the kernel holds {MAX_ACCUMULATORS}", self.bn, self.taps));
+        }
         let shared = self.shared_bytes(dtype);
         if shared > MAX_SHARED_BYTES {
             return Err(format!("needs {shared} bytes of shared memory, a block may have {MAX_SHARED_BYTES}"));
@@ -117,19 +131,19 @@ impl Tile {
         ROWS_PER_CONSUMER * self.wg
     }
 
-    /// Every stage's two tiles, their full and empty barriers, room to align the tiles to 1024
-    /// bytes as the 128-byte swizzle wants, and a persistent grid's staging of the results
-    /// (rows of `bn` elements and 16 bytes).
+    /// Every stage's A tile and B tiles, their full and empty barriers, room to align the
+    /// tiles to 1024 bytes as the 128-byte swizzle wants, and a persistent grid's staging of
+    /// the results (rows of `bn` elements and 16 bytes).
     fn shared_bytes(self, dtype: DataType) -> u32 {
         let elem = dtype.size_bytes() as u32;
         let staging = if self.persistent { self.rows() * (self.bn * elem + 16) } else { 0 };
-        1024 + self.st * (self.rows() + self.bn) * ROW_BYTES + self.st * 2 * 8 + staging
+        1024 + self.st * (self.rows() + self.bn * self.taps) * ROW_BYTES + self.st * 2 * 8 + staging
     }
 
     fn all(dtype: DataType) -> impl Iterator<Item = Tile> {
         let shapes = COLUMNS.into_iter().flat_map(|bn| CONSUMERS.into_iter().flat_map(move |wg| STAGES.into_iter().map(move |st| (bn, wg, st))));
         shapes
-            .flat_map(|(bn, wg, st)| CLUSTERS.into_iter().flat_map(move |cl| [false, true].map(|persistent| Tile { bn, wg, st, cl, persistent })))
+            .flat_map(|(bn, wg, st)| CLUSTERS.into_iter().flat_map(move |cl| [false, true].map(|persistent| Tile { bn, wg, st, cl, persistent, taps: 1 })))
             .filter(move |t| t.check(dtype).is_ok())
     }
 
@@ -253,23 +267,31 @@ impl WgmmaConfig {
             0 | 1 => Ok(value == 1),
             _ => Err(bad(format!("{name} must be 0 or 1"))),
         };
-        let parsed = if p.direction == Direction::BackwardWeight || config.get("ks").is_some() {
+        let parsed = if config.get("tp").is_some() {
+            let [bn, wg, st, cl, ps, slices, red, taps] = config.expect_fields(["bn", "wg", "st", "cl", "ps", "ks", "red", "tp"])?;
+            let tile = Tile { bn, wg, st, cl, persistent: flag("ps", ps)?, taps };
+            WgmmaConfig { tile, split: Split { slices, two_stage: flag("red", red)? } }
+        } else if p.direction == Direction::BackwardWeight || config.get("ks").is_some() {
             let [bn, wg, st, cl, ps, slices, red] = config.expect_fields(["bn", "wg", "st", "cl", "ps", "ks", "red"])?;
-            let tile = Tile { bn, wg, st, cl, persistent: flag("ps", ps)? };
+            let tile = Tile { bn, wg, st, cl, persistent: flag("ps", ps)?, taps: 1 };
             WgmmaConfig { tile, split: Split { slices, two_stage: flag("red", red)? } }
         } else {
             let [bn, wg, st, cl, ps] = config.expect_fields(["bn", "wg", "st", "cl", "ps"])?;
-            WgmmaConfig { tile: Tile { bn, wg, st, cl, persistent: flag("ps", ps)? }, split: UNSPLIT }
+            WgmmaConfig { tile: Tile { bn, wg, st, cl, persistent: flag("ps", ps)?, taps: 1 }, split: UNSPLIT }
         };
         parsed.check(p).map_err(bad)?;
         Ok(parsed)
     }
 
     fn to_config(self, direction: Direction) -> Config {
-        let Tile { bn, wg, st, cl, persistent } = self.tile;
+        let Tile { bn, wg, st, cl, persistent, taps } = self.tile;
         let mut fields = vec![("bn", bn), ("wg", wg), ("st", st), ("cl", cl), ("ps", u32::from(persistent))];
         if direction == Direction::BackwardWeight || self.split != UNSPLIT {
             fields.extend([("ks", self.split.slices), ("red", u32::from(self.split.two_stage))]);
+        }
+        // Written only where over 1, so that configs from before it read as they did.
+        if taps > 1 {
+            fields.push(("tp", taps));
         }
         Config::new(fields)
     }
@@ -282,6 +304,16 @@ impl WgmmaConfig {
         }
         if two_stage && slices == 1 {
             return Err("red 1 (two-stage) needs ks over 1".into());
+        }
+        let taps = self.tile.taps;
+        if taps > 1 {
+            if p.direction != Direction::BackwardWeight {
+                return Err("tp over 1 is backward-weight's".into());
+            }
+            let filter_taps = Geometry::new(p).filter_volume() as u32;
+            if !filter_taps.is_multiple_of(taps) {
+                return Err(format!("tp {taps} does not divide the filter's {filter_taps} taps"));
+            }
         }
         if p.direction != Direction::BackwardWeight {
             let blocks = Product::all(p).iter().map(|product| product.blocks(p.dtype)).max().unwrap_or(0);
@@ -309,8 +341,9 @@ impl WgmmaConfig {
         if p.direction == Direction::BackwardWeight {
             let geo = Geometry::new(p);
             let row_tiles = (geo.kg as u64).div_ceil(u64::from(self.tile.rows()));
-            let per_tap = row_tiles.div_ceil(u64::from(self.tile.cl)) * (geo.cg as u64).div_ceil(u64::from(self.tile.bn));
-            return (row_tiles, per_tap * geo.filter_volume() as u64 * u64::from(self.split.slices) * u64::from(p.g));
+            let per_tap_group = row_tiles.div_ceil(u64::from(self.tile.cl)) * (geo.cg as u64).div_ceil(u64::from(self.tile.bn));
+            let tap_groups = geo.filter_volume() as u64 / u64::from(self.tile.taps);
+            return (row_tiles, per_tap_group * tap_groups * u64::from(self.split.slices) * u64::from(p.g));
         }
         let products = Product::all(p);
         let largest = products.iter().max_by_key(|product| product.rows);
@@ -322,7 +355,7 @@ impl WgmmaConfig {
     fn source(self, p: &ConvProblem) -> KernelSource {
         let source = self.tile.source(p);
         match p.direction {
-            Direction::BackwardWeight => source,
+            Direction::BackwardWeight => source.define("TAPS", self.tile.taps),
             _ => source.define("SPLIT", u32::from(self.split != UNSPLIT)).define("FILTER_MN", u32::from(reads_filter_directly(p))),
         }
     }
@@ -330,7 +363,9 @@ impl WgmmaConfig {
     /// Every config for `p`'s direction.
     fn all(p: &ConvProblem) -> Vec<WgmmaConfig> {
         let splits: Vec<Split> = Split::all().collect();
-        Tile::all(p.dtype).flat_map(|tile| splits.iter().map(move |&split| WgmmaConfig { tile, split })).filter(|c| c.check(p).is_ok()).collect()
+        let unit_taps: &[u32] = if p.direction == Direction::BackwardWeight { &UNIT_TAPS } else { &[1] };
+        let tiles = Tile::all(p.dtype).flat_map(|tile| unit_taps.iter().map(move |&taps| Tile { taps, ..tile }));
+        tiles.flat_map(|tile| splits.iter().map(move |&split| WgmmaConfig { tile, split })).filter(|c| c.check(p).is_ok()).collect()
     }
 }
 
@@ -567,7 +602,7 @@ impl WgmmaConfig {
     /// narrow on one side with many rows, which run in pairs of CTAs.
     fn default_for(p: &ConvProblem, sms: u64) -> WgmmaConfig {
         let with_stages = |bn: u32, wg: u32| {
-            let tile = |st: u32| Tile { bn, wg, st, cl: 1, persistent: false };
+            let tile = |st: u32| Tile { bn, wg, st, cl: 1, persistent: false, taps: 1 };
             if tile(4).check(p.dtype).is_ok() { tile(4) } else { tile(3) }
         };
         let by_channels = |c: u32, wide: bool| match c {
@@ -591,7 +626,13 @@ impl WgmmaConfig {
                 Some(&narrowest) if blocks(widest) * most * 2 <= sms => narrower.iter().copied().find(|&t| blocks(t) * most >= sms).unwrap_or(narrowest),
                 _ => widest,
             };
-            let slices = quickest_split(blocks(tile), u64::from(tile.rows() * tile.bn), pixel_blocks, sms, &worth);
+            // Units of three taps where the filter's taps come in threes and the accumulators fit
+            // (64 and 128 columns): each block of dy loaded once for three taps, not three times.
+            // A unit's block then counts as three in the split's model.
+            let three_taps = [4, 3].map(|st| Tile { st, taps: 3, ..tile }).into_iter().find(|t| t.check(p.dtype).is_ok());
+            let tile = three_taps.filter(|_| geo.filter_volume().is_multiple_of(3)).unwrap_or(tile);
+            let taps = u64::from(tile.taps);
+            let slices = quickest_split(blocks(tile) / taps, u64::from(tile.rows() * tile.bn) * taps, pixel_blocks * taps, sms, &worth);
             let config = WgmmaConfig { tile, split: Split { slices, two_stage: false } };
             return if config.check(p).is_ok() { config } else { WgmmaConfig { tile, split: UNSPLIT } };
         }
@@ -692,7 +733,7 @@ impl Solver for IgemmWgmma {
         for product in products.iter().filter(|product| product.has_taps()) {
             product.im2col_limits(p.dims.len())?;
         }
-        let narrowest = WgmmaConfig { tile: Tile { bn: COLUMNS[0], wg: CONSUMERS[0], st: STAGES[0], cl: 1, persistent: false }, split: UNSPLIT };
+        let narrowest = WgmmaConfig { tile: Tile { bn: COLUMNS[0], wg: CONSUMERS[0], st: STAGES[0], cl: 1, persistent: false, taps: 1 }, split: UNSPLIT };
         let (_, units) = narrowest.work(p);
         require!(units <= MAX_GRID_X, "{units} work units at the smallest tile exceed the grid");
         // The kernels count pixels in 32 bits, a cluster's row tiles past the last included.
@@ -1203,21 +1244,23 @@ mod tests {
                 let (rows, bn) = (u64::from(tile.rows()), u64::from(tile.bn));
                 if p.direction == Direction::BackwardWeight {
                     let geo = Geometry::new(&p);
-                    let (row_tiles, columns, taps, slices) = ((geo.kg as u64).div_ceil(rows), (geo.cg as u64).div_ceil(bn), geo.filter_volume() as u64, u64::from(config.split.slices));
+                    // A unit's taps: the tile's count of consecutive ones.
+                    let tap_groups = geo.filter_volume() as u64 / u64::from(tile.taps);
+                    let (row_tiles, columns, slices) = ((geo.kg as u64).div_ceil(rows), (geo.cg as u64).div_ceil(bn), u64::from(config.split.slices));
                     let row_groups = row_tiles.div_ceil(cl);
                     let (_, units) = config.work(&p);
                     let mut seen = visited(tile, units, sms, |u, rank| {
                         let k = u % row_groups * cl + rank;
                         let rest = u / row_groups;
                         let (c, rest) = (rest % columns, rest / columns);
-                        let (tap, rest) = (rest % taps, rest / taps);
-                        (k < row_tiles).then_some([k, c, tap, rest % slices, rest / slices])
+                        let (tap_group, rest) = (rest % tap_groups, rest / tap_groups);
+                        (k < row_tiles).then_some([k, c, tap_group, rest % slices, rest / slices])
                     });
                     let all = seen.len();
                     seen.sort_unstable();
                     seen.dedup();
                     prop_assert_eq!(seen.len(), all, "{}: a tile visited twice", config.to_config(p.direction));
-                    prop_assert_eq!(all as u64, row_tiles * columns * taps * slices * u64::from(p.g));
+                    prop_assert_eq!(all as u64, row_tiles * columns * tap_groups * slices * u64::from(p.g));
                     continue;
                 }
                 for product in Product::all(&p) {
@@ -1298,8 +1341,8 @@ mod tests {
         // A wave of slices where the tile's atomics are few: 14x14 (0.0356 ms on the H100 in 4
         // slices, 0.0455 in 2).
         assert_eq!(slices("v1:bwd-weight:bf16:NHWC:n32:c384:k1536:i14x14:f1x1:s1x1:p0x0:d1x1"), 4);
-        // 27 taps' 64 x 64 tiles: many slices of small atomics.
-        assert_eq!(slices("v1:bwd-weight:bf16:NDHWC:n32:c64:k64:i16x56x56:f3x3x3:s1x1x1:p1x1x1:d1x1x1"), 32);
+        // 27 taps in units of three: nine 64 x 64 tiles, as many slices as the split takes.
+        assert_eq!(slices("v1:bwd-weight:bf16:NDHWC:n32:c64:k64:i16x56x56:f3x3x3:s1x1x1:p1x1x1:d1x1x1"), 128);
         assert_eq!(quickest_split(72, 1 << 15, 24, 132, &[1, 2]), 1);
         assert_eq!(quickest_split(66, 1 << 12, 1000, 132, &[1, 2, 4]), 2);
     }
@@ -1315,8 +1358,11 @@ mod tests {
         assert_eq!(Tile::all(DataType::Bf16).count(), tiles);
         // Its reduction is 9 blocks (3x3 taps x 64 channels): ks 1, and 2, 4, 8 atomic or two-stage.
         assert_eq!(WgmmaConfig::all(&forward).len(), tiles * 7);
-        assert_eq!(WgmmaConfig::all(&weight).len(), tiles * (1 + 2 * (SPLITS.len() - 1)));
-        let staged_in_fp32 = Tile { bn: 128, wg: 2, st: 5, cl: 1, persistent: true };
+        // Backward-weight's units take one tap or three (3x3: 2 and 4 do not divide 9); three B
+        // tiles fit 32 tiles (64 and 128 columns: 192 accumulators at most).
+        let three_tap_tiles = 32;
+        assert_eq!(WgmmaConfig::all(&weight).len(), (tiles + three_tap_tiles) * (1 + 2 * (SPLITS.len() - 1)));
+        let staged_in_fp32 = Tile { bn: 128, wg: 2, st: 5, cl: 1, persistent: true, taps: 1 };
         assert!(staged_in_fp32.check(DataType::Bf16).is_ok() && staged_in_fp32.check(DataType::Tf32).is_err());
         for p in [&forward, &weight] {
             for config in WgmmaConfig::all(p) {
@@ -1333,6 +1379,12 @@ mod tests {
         let one_row_tile = ConvProblem::from_key("v1:bwd-weight:bf16:NHWC:n2:c64:k64:i8x8:f3x3:s1x1:p1x1:d1x1").unwrap();
         assert!(error(&one_row_tile, split(2, 1, 0)).contains("shares loads between row tiles"));
         assert!(error(&weight, split(1, 1, 1)).contains("needs ks over 1"));
+        let taps = |bn: u32, tp: u32| Config::new([("bn", bn), ("wg", 1), ("st", 3), ("cl", 1), ("ps", 0), ("ks", 1), ("red", 0), ("tp", tp)]);
+        assert_eq!(WgmmaConfig::from_config(&weight, &taps(64, 3)).unwrap().tile.taps, 3);
+        assert!(error(&weight, taps(64, 2)).contains("does not divide the filter's 9 taps"));
+        assert!(error(&weight, taps(256, 2)).contains("accumulators"));
+        assert!(error(&weight, taps(64, 5)).contains("tp must be"));
+        assert!(error(&forward, taps(64, 3)).contains("backward-weight's"));
         assert!(WgmmaConfig::from_config(&weight, &tile(64, 1, 4, 1, 0)).is_err(), "backward-weight wants ks and red");
         // Forward reads its unsplit configs without ks and red, as they were written before splits.
         assert_eq!(WgmmaConfig::from_config(&forward, &tile(64, 1, 4, 1, 0)).unwrap().split, UNSPLIT);
