@@ -187,7 +187,8 @@ fn gpu_every_solver_kind_is_timed_by_graph_replay() {
 /// cuda.depthwise_tiled on problems larger than its tiles: several row, column and channel
 /// blocks, channel counts that leave a block's lanes partly idle, strides, dilation, pads over
 /// the filter's span, 5x5 and 7x7 filters and 3D, in every direction and data type it takes;
-/// backward-weight with a warp per row of taps at every tile.
+/// groups of 2 and 4 channels (forward and backward-data: a group across lanes in fp32 and
+/// bf16 groups of 4); backward-weight with a warp per row of taps at every tile.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_depthwise_tiles_on_medium_problems() {
@@ -199,6 +200,10 @@ fn gpu_depthwise_tiles_on_medium_problems() {
         "n3:c34:k34:i12x12:f3x3:s1x1:p2x2:d2x2:g34",
         "n2:c2:k2:i9x30:f3x5:s1x1:p0x3:d1x1:g2",
         "n1:c24:k24:i5x9x9:f3x3x3:s1x1x1:p1x1x1:d1x1x1:g24",
+        "n2:c64:k64:i19x23:f3x3:s1x1:p1x1:d1x1:g16",
+        "n2:c100:k100:i13x15:f3x3:s2x2:p1x1:d1x1:g25",
+        "n1:c36:k36:i11x9:f3x3:s1x1:p2x2:d2x2:g18",
+        "n1:c32:k32:i4x7x7:f3x3x3:s1x1x1:p1x1x1:d1x1x1:g8",
     ];
     for p in shapes.into_iter().flat_map(channels_last_variants) {
         check_solvers(&*rt, &p, 6, |s| s.id() == "cuda.depthwise_tiled").unwrap();

@@ -1,10 +1,12 @@
-// cuda.depthwise_tiled: G = C = K in the channels-last layouts. Forward and stride-1
+// cuda.depthwise_tiled: G = C = K in the channels-last layouts, and forward and backward-data
+// of groups of GC = 2 or 4 channels in and out (C = K = G x GC). Forward and stride-1
 // backward-data: a block computes a tile of TH x RH destination rows x TW columns for 32 x CPT
 // channels of one image and depth; the source rows and columns it reads (its halo included)
 // are staged once in shared memory, channels innermost, so each lane reads its own CPT
 // channels without bank conflicts and every global load and store is a warp-wide contiguous
 // run. Each thread keeps its channels' weights of one depth tap in registers and sums RH rows
-// x TW columns of destinations in fp32. Backward-weight stages the same x rectangle and the dy
+// x TW columns of destinations in fp32; a group wider than a lane's CPT channels takes the
+// rest of each source value from its other lanes by shuffles. Backward-weight stages the same x rectangle and the dy
 // tile it meets, each thread sums its RH x TW dy values times x into per-tap sums, a block
 // walks many tiles (with two BUFFERS staging the next while it multiplies one), and only then
 // are its warps' sums reduced in shared memory and added to the fp32 workspace once per block. With TAP_ROWS the warps split the filter's rows instead
@@ -18,8 +20,22 @@
 // staged source value a thread needs is loaded once and serves every tap and row it
 // reaches), BACKWARD_DATA (backward-data at stride 1: a forward pass over dy with the taps
 // flipped), TAP_ROWS (backward-weight: FH warps, one per row of taps; TH x RH is then the
-// tile's rows) and BUFFERS (backward-weight's staging buffers, 1 or 2). Sizes, pads and the
-// depth are run-time.
+// tile's rows), BUFFERS (backward-weight's staging buffers, 1 or 2) and GC (channels per
+// group, 1 depthwise). Sizes, pads and the depth are run-time.
+
+#ifndef GC
+#define GC 1
+#endif
+// Source values a lane multiplies per staged pixel: its own CPT channels, or its group's GC
+// (GC / CPT lanes' worth). A destination channel v of the lane reads its group's from
+// GROUP_FIRST(v) on.
+#if GC > CPT
+#define IN GC
+#define GROUP_FIRST(v) 0
+#else
+#define IN CPT
+#define GROUP_FIRST(v) ((v) / GC * GC)
+#endif
 
 #if TAP_ROWS
 #define BLOCK_WARPS FH
@@ -47,6 +63,24 @@ typedef elem_t chunk_t;
 __device__ __forceinline__ void unpack(chunk_t c, float* out) { out[0] = to_f32(c); }
 __device__ __forceinline__ chunk_t pack(const float* in) { return from_f32(in[0]); }
 #endif
+static_assert(sizeof(chunk_t) == 4, "a lane's channels are one 4-byte chunk");
+
+// The IN source values the lane multiplies from its chunk of a staged pixel: its own, or with
+// a wider group its group's lanes' chunks (every lane of the warp takes part).
+__device__ __forceinline__ void group_values(chunk_t own, float* out) {
+#if GC > CPT
+    constexpr int LANES = GC / CPT;
+    const unsigned bits = *reinterpret_cast<const unsigned*>(&own);
+    const int first = threadIdx.x & ~(LANES - 1);
+#pragma unroll
+    for (int l = 0; l < LANES; ++l) {
+        const unsigned theirs = __shfl_sync(0xffffffffu, bits, first + l);
+        unpack(*reinterpret_cast<const chunk_t*>(&theirs), out + l * CPT);
+    }
+#else
+    unpack(own, out);
+#endif
+}
 
 // Stages rows x cols pixels of one (image n, depth d) plane of `src`, from row h0 and column w0
 // on, into `tile`, 128 bytes (32 chunks) per pixel: COPY-byte cp.async copies, 128 / COPY lanes
@@ -83,9 +117,10 @@ __device__ __forceinline__ void staged_wait() {
     __syncthreads();
 }
 
-// Calls f(r, t, fh, fw, v, x) for each destination row r < RH and column t < TW of the
-// thread's band, each tap (fh, fw) and channel v < CPT, x being the staged source value they
-// meet (tile: the staged rectangle, cols_in pixels wide, the band at row threadIdx.y * RH).
+// Calls f(r, t, fh, fw, x) for each destination row r < RH and column t < TW of the thread's
+// band and each tap (fh, fw), x being the IN staged source values they meet (see
+// group_values; tile: the staged rectangle, cols_in pixels wide, the band at row
+// threadIdx.y * RH).
 template <class F>
 __device__ __forceinline__ void for_each_product(const chunk_t* tile, int cols_in, int sh, int sw, int dh, int dw, F&& f) {
     const chunk_t* band = tile + threadIdx.y * RH * sh * cols_in * 32 + threadIdx.x;
@@ -95,9 +130,9 @@ __device__ __forceinline__ void for_each_product(const chunk_t* tile, int cols_i
     // its value k column t through tap column k - t x SW.
 #pragma unroll
     for (int j = 0; j < (RH - 1) * SH + FH; ++j) {
-        float xs[(TW - 1) * SW + FW][CPT];
+        float xs[(TW - 1) * SW + FW][IN];
 #pragma unroll
-        for (int k = 0; k < (TW - 1) * SW + FW; ++k) unpack(band[(j * cols_in + k) * 32], xs[k]);
+        for (int k = 0; k < (TW - 1) * SW + FW; ++k) group_values(band[(j * cols_in + k) * 32], xs[k]);
 #pragma unroll
         for (int r = 0; r < RH; ++r) {
             const int fh = j - r * SH;
@@ -105,9 +140,7 @@ __device__ __forceinline__ void for_each_product(const chunk_t* tile, int cols_i
 #pragma unroll
             for (int t = 0; t < TW; ++t)
 #pragma unroll
-                for (int fw = 0; fw < FW; ++fw)
-#pragma unroll
-                    for (int v = 0; v < CPT; ++v) f(r, t, fh, fw, v, xs[t * SW + fw][v]);
+                for (int fw = 0; fw < FW; ++fw) f(r, t, fh, fw, xs[t * SW + fw]);
         }
     }
 #else
@@ -120,10 +153,9 @@ __device__ __forceinline__ void for_each_product(const chunk_t* tile, int cols_i
             for (int t = 0; t < TW; ++t)
 #pragma unroll
                 for (int fw = 0; fw < FW; ++fw) {
-                    float xv[CPT];
-                    unpack(row[(t * sw + fw * dw) * 32], xv);
-#pragma unroll
-                    for (int v = 0; v < CPT; ++v) f(r, t, fh, fw, v, xv[v]);
+                    float xv[IN];
+                    group_values(row[(t * sw + fw * dw) * 32], xv);
+                    f(r, t, fh, fw, xv);
                 }
         }
 #endif
@@ -132,7 +164,7 @@ __device__ __forceinline__ void for_each_product(const chunk_t* tile, int cols_i
 extern "C" __global__ void __launch_bounds__(32 * TH) dw_tiled(ConvParams p, const elem_t* src, const elem_t* w, elem_t* dst) {
     extern __shared__ unsigned char staged[];
     chunk_t* tile = reinterpret_cast<chunk_t*>(staged);
-    const int C = p.g;
+    const int C = p.g * GC;
     // Destination and source extents and strides, and the pads in source coordinates: at
     // stride 1 backward-data reads dy at dst + pad - tap * dil, which is a forward read with
     // the tap flipped and the pad (filter span - 1 - pad).
@@ -170,17 +202,28 @@ extern "C" __global__ void __launch_bounds__(32 * TH) dw_tiled(ConvParams p, con
         if (sd < 0 || sd >= se[0]) continue;  // the same for every thread of the block
         stage(src, ss, se, C, n, sd, h0, w0, rows_in, cols_in, tile);
         staged_wait();
-        // This depth tap's weights for the thread's channels (K x 1 x filter, C/G = 1).
+        // This depth tap's weights for the thread's channels (K x GC x filter): destination
+        // channel c + v from its group's source channel u. Backward-data's destination is a
+        // channel of x, its sources the group's channels of dy: w[group's u][c + v's place].
         const int wd = BACKWARD_DATA ? p.fil[0] - 1 - fd : fd;
-        float wv[FH][FW][CPT];
+        float wv[FH][FW][CPT][GC];
 #pragma unroll
         for (int fh = 0; fh < FH; ++fh)
 #pragma unroll
             for (int fw = 0; fw < FW; ++fw)
 #pragma unroll
                 for (int v = 0; v < CPT; ++v)
-                    wv[fh][fw][v] = live ? to_f32(w[offset(p.ws, c + v, 0, wd, BACKWARD_DATA ? FH - 1 - fh : fh, BACKWARD_DATA ? FW - 1 - fw : fw)]) : 0.0f;
-        for_each_product(tile, cols_in, sh, sw, dh, dw, [&](int r, int t, int fh, int fw, int v, float x) { acc[r][t][v] += x * wv[fh][fw][v]; });
+#pragma unroll
+                    for (int u = 0; u < GC; ++u) {
+                        const int k = BACKWARD_DATA ? (c + v) / GC * GC + u : c + v, in_group = BACKWARD_DATA ? (c + v) % GC : u;
+                        wv[fh][fw][v][u] = live ? to_f32(w[offset(p.ws, k, in_group, wd, BACKWARD_DATA ? FH - 1 - fh : fh, BACKWARD_DATA ? FW - 1 - fw : fw)]) : 0.0f;
+                    }
+        for_each_product(tile, cols_in, sh, sw, dh, dw, [&](int r, int t, int fh, int fw, const float* x) {
+#pragma unroll
+            for (int v = 0; v < CPT; ++v)
+#pragma unroll
+                for (int u = 0; u < GC; ++u) acc[r][t][v] += x[GROUP_FIRST(v) + u] * wv[fh][fw][v][u];
+        });
         __syncthreads();
     }
     if (!live) return;
@@ -283,7 +326,10 @@ extern "C" __global__ void __launch_bounds__(32 * BLOCK_WARPS) dw_tiled_bwd_weig
         for (int r = 0; r < RH; ++r)
 #pragma unroll
             for (int t = 0; t < TW; ++t) unpack(dy_tile[((threadIdx.y * RH + r) * TW + t) * 32 + threadIdx.x], g[r][t]);
-        for_each_product(x_tile, cols_in, sh, sw, dh, dw, [&](int r, int t, int fh, int fw, int v, float xv) { acc[fh][fw][v] += xv * g[r][t][v]; });
+        for_each_product(x_tile, cols_in, sh, sw, dh, dw, [&](int r, int t, int fh, int fw, const float* xv) {
+#pragma unroll
+            for (int v = 0; v < CPT; ++v) acc[fh][fw][v] += xv[v] * g[r][t][v];
+        });
 #endif
         // The buffer is free for the next copies into it.
         __syncthreads();

@@ -1,6 +1,6 @@
 //! `cuda.depthwise_tiled`: depthwise (G = C = K) forward, backward-data at stride 1 and
-//! backward-weight in the channels-last layouts, from shared-memory tiles
-//! (kernels/depthwise_tiled.cu). A block stages the source rectangle its (`th` x `rh`) x `tw`
+//! backward-weight in the channels-last layouts, and the forward and backward-data of groups
+//! of 2 or 4 channels (C = K), from shared-memory tiles (kernels/depthwise_tiled.cu). A block stages the source rectangle its (`th` x `rh`) x `tw`
 //! destination tile reads, halo included, for 32 lanes of channels (two per lane in 16-bit
 //! types), then each thread sums `rh` rows x `tw` columns from it with its channels' weights in
 //! registers. Backward-weight tiles dy the same way; a block walks many tiles, reduces its
@@ -33,6 +33,11 @@ const COLUMNS: [u32; 2] = [4, 8];
 /// an SM.
 const MAX_STAGED_BYTES: u64 = 96 << 10;
 const MAX_GRID_Z: u32 = 65_535;
+/// Channels per group (in and out) the kernels take: 1 is depthwise.
+const GROUP_CHANNELS: [u32; 3] = [1, 2, 4];
+/// A thread's weights in registers where a group has more than one channel: FH x FW x its
+/// CPT channels x the group's (3x3 bf16 groups of 4: 72, 182 registers; 7x7 spills).
+const MAX_GROUP_WEIGHTS: u32 = 72;
 
 pub struct DepthwiseTiled {
     pub device: Arc<CudaDevice>,
@@ -60,6 +65,31 @@ fn tiled(p: &ConvProblem) -> [u32; 3] {
 /// Channel blocks: 32 lanes of channels per block.
 fn channel_blocks(p: &ConvProblem) -> u32 {
     (p.c / channels_per_thread(p)).div_ceil(32)
+}
+
+/// Channels per group, in and out (C = K: 1 depthwise).
+fn group_channels(p: &ConvProblem) -> u32 {
+    p.c / p.g
+}
+
+/// Whether `p`'s groups are the kernels': depthwise in every direction, or 2 or 4 channels in
+/// and out forward and backward-data with few enough weights for a thread's registers.
+fn takes_groups(p: &ConvProblem) -> Result<(), NotApplicable> {
+    let gc = group_channels(p);
+    require!(
+        p.c == p.k && p.c.is_multiple_of(p.g) && GROUP_CHANNELS.contains(&gc),
+        "needs C = K with {GROUP_CHANNELS:?} channels per group (depthwise or small groups), got G={} C={} K={}",
+        p.g,
+        p.c,
+        p.k
+    );
+    if gc > 1 {
+        require!(p.direction != Direction::BackwardWeight, "backward-weight only depthwise (G = C = K); groups of {gc} channels are cuda.grouped_direct's");
+        let (fh, fw) = filter_hw(p);
+        let weights = fh * fw * channels_per_thread(p) * gc;
+        require!(weights <= MAX_GROUP_WEIGHTS, "groups of {gc} channels with a {fh}x{fw} filter would hold {weights} weights a thread, over {MAX_GROUP_WEIGHTS}");
+    }
+    Ok(())
 }
 
 /// Channels per thread: a 4-byte pair of 16-bit values, or one fp32.
@@ -206,7 +236,8 @@ impl Tile {
             .define("UNIT", u32::from(unit))
             .define("BACKWARD_DATA", u32::from(p.direction == Direction::BackwardData))
             .define("TAP_ROWS", u32::from(self.tap_rows))
-            .define("BUFFERS", if self.double { 2 } else { 1 });
+            .define("BUFFERS", if self.double { 2 } else { 1 })
+            .define("GC", group_channels(p));
         if unit { source.define("SH", sh).define("SW", sw) } else { source }
     }
 }
@@ -217,7 +248,7 @@ impl Solver for DepthwiseTiled {
     }
 
     fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
-        gconv_core::applicability::depthwise(p)?;
+        takes_groups(p)?;
         check_filter(p)?;
         require!(p.layout == Layout::Nhwc, "needs a channels-last layout (NWC, NHWC, NDHWC)");
         require!(p.dtype != DataType::Tf32, "tf32 has nothing to multiply on tensor cores here; the fp32 problem runs it");
@@ -301,6 +332,21 @@ impl Solve<Cuda> for DepthwiseTiled {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn takes_depthwise_and_groups_of_two_or_four_channels_forward_and_backward_data() {
+        let reason = |key: &str| takes_groups(&ConvProblem::from_key(key).unwrap()).err().map(|r| r.0);
+        assert_eq!(reason("v1:fwd:bf16:NHWC:n32:c128:k128:i56x56:f3x3:s1x1:p1x1:d1x1:g32"), None);
+        assert_eq!(reason("v1:bwd-data:f32:NHWC:n2:c36:k36:i9x9:f3x3:s1x1:p1x1:d1x1:g18"), None);
+        assert_eq!(reason("v1:bwd-weight:bf16:NHWC:n2:c64:k64:i9x9:f7x7:s1x1:p3x3:d1x1:g64"), None);
+        let weight = reason("v1:bwd-weight:bf16:NHWC:n32:c128:k128:i56x56:f3x3:s1x1:p1x1:d1x1:g32").unwrap();
+        assert!(weight.contains("backward-weight only depthwise"), "{weight}");
+        let eight = reason("v1:fwd:bf16:NHWC:n32:c256:k256:i56x56:f3x3:s1x1:p1x1:d1x1:g32").unwrap();
+        assert!(eight.contains("channels per group"), "{eight}");
+        assert!(reason("v1:fwd:bf16:NHWC:n2:c64:k32:i9x9:f3x3:s1x1:p1x1:d1x1:g16").unwrap().contains("got G=16 C=64 K=32"));
+        // 5x5 x 2 channels x groups of 4: 200 weights a thread.
+        assert!(reason("v1:fwd:bf16:NHWC:n2:c64:k64:i9x9:f5x5:s1x1:p2x2:d1x1:g16").unwrap().contains("200 weights"));
+    }
 
     #[test]
     fn tap_row_configs_round_trip_and_belong_to_backward_weight() {
