@@ -20,9 +20,9 @@
 // One producer warpgroup (one elected thread) issues, per reduction block, the TMA loads of
 // both tiles (im2col for the activation: the tap as the im2col offset, the padding zero-filled
 // by the TMA unit; tiled for the filter or dy), 128-byte swizzled, onto the stage's full
-// barrier. CONSUMERS warpgroups each multiply a 64-row slice of the tile with wgmma m64nBN
-// (4 per block: 64 16-bit or 32 tf32 reduction elements), keep one block's MMAs in flight and
-// release the stage before it on its empty barrier. The epilogue rounds the fp32 accumulators;
+// barrier. CONSUMERS warpgroups each multiply MR 64-row slices of the tile with wgmma m64nBN
+// (4 per block and slice: 64 16-bit or 32 tf32 reduction elements), keep one block's MMAs in
+// flight and release the stage before it on its empty barrier. The epilogue rounds the fp32 accumulators;
 // forward and backward-data stage them in shared memory and store whole rows.
 //
 // Work goes out in units: CLUSTER row tiles (of the destination pixels, or of backward-weight's
@@ -34,10 +34,11 @@
 //
 // Compile-time: WEIGHT (1: the backward-weight kernel; 0: the other directions' kernels, so a
 // build compiles only what it runs), SPATIAL (1, 2, 3: the im2col map's rank less two), BN
-// (64, 128, 256), CONSUMERS (1, 2), STAGES, CLUSTER (1, 2), PERSISTENT (0, 1), SPLIT (forward and
-// backward-data: 1 compiles the epilogue of fp32 partial sums, for configs that split), TAPS
-// (backward-weight: the filter taps a unit sums at once, sharing each block of dy) and the data
-// type (bf16, fp16, or fp32 multiplied as tf32: GCONV_TF32, forward and backward-data only). Run-time: the problem (for igemm_wgmma
+// (64, 128, 256), CONSUMERS (1, 2), MR (1; 2 in forward and backward-data), STAGES, CLUSTER
+// (1, 2), PERSISTENT (0, 1), SPLIT (forward and backward-data: 1 compiles the epilogue of fp32
+// partial sums, for configs that split), TAPS (backward-weight: the filter taps a unit sums at
+// once, sharing each block of dy) and the data type (bf16, fp16, or fp32 multiplied as tf32:
+// GCONV_TF32, forward and backward-data only). Run-time: the problem (for igemm_wgmma
 // as a forward convolution of src into dst: for backward-data dy's extents as the input's,
 // the phase's dx pixels as the output, the groups' channel counts swapped and the phase's
 // taps, padding and dilation) and the tensor maps, made on the host.
@@ -50,13 +51,20 @@
 #define MMA_K (32 / (int)sizeof(elem_t))
 // Backward-weight's reduction block: 64 pixels, a row each.
 #define PIXEL_BLOCK 64
-#define BM (64 * CONSUMERS)
+// Each consumer warpgroup multiplies MR slices of 64 rows (forward and backward-data: 2 makes
+// 256 x BN tiles of two consumers, halving the filter's loads per MMA where BN is at most 128).
+#define BM (64 * CONSUMERS * MR)
+#if MR != 1 && (MR != 2 || WEIGHT)
+#error "MR must be 1, or 2 in the forward and backward-data kernels"
+#endif
 // The B tiles of a stage: backward-weight's x at each of the unit's TAPS taps, one otherwise.
 #if WEIGHT
 #define B_TILES TAPS
 #else
 #define B_TILES 1
 #endif
+// A consumer thread's accumulators: BN / 2 per 64-row slice and B tile.
+#define ACCUMULATORS (MR * B_TILES * BN / 2)
 #define THREADS (128 * (CONSUMERS + 1))
 #if CLUSTER == 2
 #define CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
@@ -295,14 +303,14 @@ __device__ __forceinline__ unsigned produce(const Pipeline& pl, int it) {
 
 __device__ __forceinline__ void zero(float* d) {
 #pragma unroll
-    for (int i = 0; i < B_TILES * BN / 2; ++i) d[i] = 0.0f;
+    for (int i = 0; i < ACCUMULATORS; ++i) d[i] = 0.0f;
 }
 
 // A consumer warpgroup's main loop over one unit's `blocks` reduction blocks, the pipeline's
-// blocks `first` on, into d (zeros when there are none): its 64-row slice of the A tile
-// against each whole B tile (into d's tile of BN / 2 accumulators for it), four MMAs per
-// block and B tile (MN-major: 16 rows of K each), one block kept in flight, the stage before
-// it released, and the last one's when all are done.
+// blocks `first` on, into d (zeros when there are none): each of its MR 64-row slices of the
+// A tile against each whole B tile (into d's tile of BN / 2 accumulators for the pair), four
+// MMAs per block, slice and B tile (MN-major: 16 rows of K each), one block kept in flight,
+// the stage before it released, and the last one's when all are done.
 template <bool A_MN, bool B_MN>
 __device__ __forceinline__ void consume(const Pipeline& pl, int first, int blocks, int slice, float* d) {
     if (blocks == 0) {
@@ -313,16 +321,19 @@ __device__ __forceinline__ void consume(const Pipeline& pl, int first, int block
     for (int i = 0; i < blocks; ++i) {
         const int it = first + i, s = it % STAGES;
         mbar_wait(pl.full(s), (it / STAGES) & 1);
-        const unsigned a = pl.stage(s) + slice * TILE64_BYTES;
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
         for (int t = 0; t < B_TILES; ++t) {
             const unsigned b = pl.stage(s) + A_BYTES + t * B_BYTES;
 #pragma unroll
             for (int kk = 0; kk < BK / MMA_K; ++kk) {
-                const unsigned long long a_desc = A_MN ? smem_desc_mn(a + kk * 16 * ROW_BYTES) : smem_desc_k(a + kk * 32);
                 const unsigned long long b_desc = B_MN ? smem_desc_mn(b + kk * 16 * ROW_BYTES) : smem_desc_k(b + kk * 32);
-                wgmma<A_MN, B_MN>(d + t * (BN / 2), a_desc, b_desc, i > 0 || kk > 0);
+#pragma unroll
+                for (int mr = 0; mr < MR; ++mr) {
+                    const unsigned a = pl.stage(s) + (slice * MR + mr) * TILE64_BYTES;
+                    const unsigned long long a_desc = A_MN ? smem_desc_mn(a + kk * 16 * ROW_BYTES) : smem_desc_k(a + kk * 32);
+                    wgmma<A_MN, B_MN>(d + (t * MR + mr) * (BN / 2), a_desc, b_desc, i > 0 || kk > 0);
+                }
             }
         }
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
@@ -389,7 +400,7 @@ __device__ __forceinline__ void consumer_start(float* d) {
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"r"(CONSUMERS * 128) : "memory"); }
 __device__ __forceinline__ void warpgroup_sync(int slice) { asm volatile("bar.sync %0, 128;" ::"r"(2 + slice) : "memory"); }
 
-// The forward epilogue's staging of a consumer's 64 x BN results: rows of BN values and 16
+// The forward epilogue's staging of a consumer's 64 MR x BN results: rows of BN values and 16
 // bytes more, so that a warp's fragment writes (8 rows at a time) spread over the banks, and
 // rows start 16-byte aligned. Without PERSISTENT in the stages' memory (free once the last
 // unit's loads have landed), with it in an area of its own (the producer is loading the
@@ -488,7 +499,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
             }
         }
     } else {
-        float d[TAPS * BN / 2];
+        float d[ACCUMULATORS];
         consumer_start(d);
         const int slice = wg - 1;
         const long long weights = (long long)p.g * p.kg * p.cg * taps;
@@ -620,14 +631,14 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
             }
         }
     } else {
-        float d[BN / 2];
+        float d[ACCUMULATORS];
         consumer_start(d);
         const int slice = wg - 1;
         constexpr int CHUNK = 16 / (int)sizeof(elem_t), CHUNKS = BN / CHUNK;
 #if PERSISTENT
-        elem_t* staged = reinterpret_cast<elem_t*>(raw + (pl.staging() - smem_addr(raw))) + slice * 64 * STAGED_ROW;
+        elem_t* staged = reinterpret_cast<elem_t*>(raw + (pl.staging() - smem_addr(raw))) + slice * 64 * MR * STAGED_ROW;
 #else
-        elem_t* staged = reinterpret_cast<elem_t*>(raw + (pl.base - smem_addr(raw))) + slice * 64 * STAGED_ROW;
+        elem_t* staged = reinterpret_cast<elem_t*>(raw + (pl.base - smem_addr(raw))) + slice * 64 * MR * STAGED_ROW;
 #endif
         // A destination packed in pixel order (forward; backward-data at stride 1) has row m at
         // m times the pixel stride: no divisions per row.
@@ -651,15 +662,16 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                 // once, then every pair of columns in them.
                 const int lane = threadIdx.x % 32, warp = threadIdx.x % 128 / 32;
 #pragma unroll
-                for (int half_row = 0; half_row < 2; ++half_row) {
-                    const int m = t.m0 + slice * 64 + warp * 16 + lane / 4 + half_row * 8;
+                for (int half_row = 0; half_row < 2 * MR; ++half_row) {
+                    const int m = t.m0 + slice * 64 * MR + half_row / 2 * 64 + warp * 16 + lane / 4 + half_row % 2 * 8;
                     if (m >= m_total) continue;
                     float* row = ws + (mode == 2 ? (long long)t.slice * slice_elements : 0) + dst_index(m, t.g * p.kg + t.n0);
+                    const float* acc = d + half_row / 2 * (BN / 2);
 #pragma unroll
                     for (int j = 0; j < BN / 8; ++j) {
                         const int column = j * 8 + (lane % 4) * 2;
                         if (t.n0 + column >= p.kg) continue;
-                        const float2 pair = make_float2(d[4 * j + 2 * half_row], d[4 * j + 2 * half_row + 1]);
+                        const float2 pair = make_float2(acc[4 * j + 2 * (half_row % 2)], acc[4 * j + 2 * (half_row % 2) + 1]);
                         if (mode == 1) {
                             atomicAdd(reinterpret_cast<float2*>(row + column), pair);
                         } else {
@@ -678,14 +690,17 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 #else
                 consumers_sync();  // every consumer is done with the stages (their loads all landed)
 #endif
-                for_each_pair(d, [&](int row, int column, float v0, float v1) { store_pair(staged + row * STAGED_ROW + column, v0, v1); });
+#pragma unroll
+                for (int mr = 0; mr < MR; ++mr) {
+                    for_each_pair(d + mr * (BN / 2), [&](int row, int column, float v0, float v1) { store_pair(staged + (mr * 64 + row) * STAGED_ROW + column, v0, v1); });
+                }
                 // The MMAs read the accumulators: zeros let them die here, not live on through
                 // the stores into the next unit.
                 zero(d);
                 warpgroup_sync(slice);
-                for (int i = threadIdx.x % 128; i < 64 * CHUNKS; i += 128) {
+                for (int i = threadIdx.x % 128; i < 64 * MR * CHUNKS; i += 128) {
                     const int row = i / CHUNKS, column = i % CHUNKS * CHUNK;
-                    const int m = t.m0 + slice * 64 + row, n = t.n0 + column;
+                    const int m = t.m0 + slice * 64 * MR + row, n = t.n0 + column;
                     if (m >= m_total || n >= p.kg) continue;
                     *reinterpret_cast<uint4*>(dst + dst_index(m, t.g * p.kg + n)) = *reinterpret_cast<const uint4*>(staged + row * STAGED_ROW + column);
                 }

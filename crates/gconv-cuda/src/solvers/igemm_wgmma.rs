@@ -48,6 +48,8 @@ const PIXEL_BLOCK: u32 = 64;
 const ROWS_PER_CONSUMER: u32 = 64;
 const COLUMNS: [u32; 3] = [64, 128, 256];
 const CONSUMERS: [u32; 2] = [1, 2];
+/// 64-row slices per consumer warpgroup (forward and backward-data).
+const ROW_SLICES: [u32; 2] = [1, 2];
 const STAGES: [u32; 3] = [3, 4, 5];
 /// CTAs per cluster.
 const CLUSTERS: [u32; 2] = [1, 2];
@@ -86,9 +88,9 @@ pub struct IgemmWgmma {
     pub device: Arc<CudaDevice>,
 }
 
-/// A block tile: columns, consumer warpgroups (64 rows each), pipeline stages, CTAs per
-/// cluster, whether the grid is persistent, and (backward-weight) the taps a unit sums at
-/// once, a B tile each.
+/// A block tile: columns, consumer warpgroups (`mr` slices of 64 rows each), pipeline stages,
+/// CTAs per cluster, whether the grid is persistent, and (backward-weight) the taps a unit sums
+/// at once, a B tile each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Tile {
     bn: u32,
@@ -97,6 +99,7 @@ struct Tile {
     cl: u32,
     persistent: bool,
     taps: u32,
+    mr: u32,
 }
 
 impl Tile {
@@ -116,9 +119,12 @@ impl Tile {
         if !UNIT_TAPS.contains(&self.taps) {
             return Err(format!("tp must be one of {UNIT_TAPS:?}"));
         }
-        let accumulators = self.bn / 2 * self.taps;
+        if !ROW_SLICES.contains(&self.mr) {
+            return Err(format!("mr must be one of {ROW_SLICES:?}"));
+        }
+        let accumulators = self.bn / 2 * self.taps * self.mr;
         if accumulators > MAX_ACCUMULATORS {
-            return Err(format!("bn {} x tp {} needs {accumulators} accumulators a thread, the kernel holds {MAX_ACCUMULATORS}", self.bn, self.taps));
+            return Err(format!("bn {} x tp {} x mr {} needs {accumulators} accumulators a thread, the kernel holds {MAX_ACCUMULATORS}", self.bn, self.taps, self.mr));
         }
         let shared = self.shared_bytes(dtype);
         if shared > MAX_SHARED_BYTES {
@@ -128,7 +134,7 @@ impl Tile {
     }
 
     fn rows(self) -> u32 {
-        ROWS_PER_CONSUMER * self.wg
+        ROWS_PER_CONSUMER * self.wg * self.mr
     }
 
     /// Every stage's A tile and B tiles, their full and empty barriers, room to align the
@@ -143,7 +149,7 @@ impl Tile {
     fn all(dtype: DataType) -> impl Iterator<Item = Tile> {
         let shapes = COLUMNS.into_iter().flat_map(|bn| CONSUMERS.into_iter().flat_map(move |wg| STAGES.into_iter().map(move |st| (bn, wg, st))));
         shapes
-            .flat_map(|(bn, wg, st)| CLUSTERS.into_iter().flat_map(move |cl| [false, true].map(|persistent| Tile { bn, wg, st, cl, persistent, taps: 1 })))
+            .flat_map(|(bn, wg, st)| CLUSTERS.into_iter().flat_map(move |cl| [false, true].map(|persistent| Tile { bn, wg, st, cl, persistent, taps: 1, mr: 1 })))
             .filter(move |t| t.check(dtype).is_ok())
     }
 
@@ -158,6 +164,7 @@ impl Tile {
         KernelSource::new("igemm_wgmma.cu", SOURCE, p.dtype)
             .define("BN", self.bn)
             .define("CONSUMERS", self.wg)
+            .define("MR", self.mr)
             .define("STAGES", self.st)
             .define("CLUSTER", self.cl)
             .define("PERSISTENT", u32::from(self.persistent))
@@ -267,24 +274,34 @@ impl WgmmaConfig {
             0 | 1 => Ok(value == 1),
             _ => Err(bad(format!("{name} must be 0 or 1"))),
         };
-        let parsed = if config.get("tp").is_some() {
-            let [bn, wg, st, cl, ps, slices, red, taps] = config.expect_fields(["bn", "wg", "st", "cl", "ps", "ks", "red", "tp"])?;
-            let tile = Tile { bn, wg, st, cl, persistent: flag("ps", ps)?, taps };
-            WgmmaConfig { tile, split: Split { slices, two_stage: flag("red", red)? } }
-        } else if p.direction == Direction::BackwardWeight || config.get("ks").is_some() {
-            let [bn, wg, st, cl, ps, slices, red] = config.expect_fields(["bn", "wg", "st", "cl", "ps", "ks", "red"])?;
-            let tile = Tile { bn, wg, st, cl, persistent: flag("ps", ps)?, taps: 1 };
+        // tp and mr come last, written only over 1 (see to_config).
+        let fields = config.fields();
+        let (fields, taps, mr) = match fields.split_last() {
+            Some(((name, value), rest)) if name == "tp" => (rest, *value, 1),
+            Some(((name, value), rest)) if name == "mr" => (rest, 1, *value),
+            _ => (fields, 1, 1),
+        };
+        let leading = Config::new(fields.iter().map(|(name, value)| (name.as_str(), *value)));
+        fn expect<const N: usize>(leading: &Config, names: [&str; N], bad: impl Fn(String) -> GconvError) -> Result<[u32; N]> {
+            leading.expect_fields(names).map_err(|e| match e {
+                GconvError::BadConfig { reason, .. } => bad(format!("{reason}, then tp or mr where over 1")),
+                e => e,
+            })
+        }
+        let parsed = if p.direction == Direction::BackwardWeight || leading.get("ks").is_some() {
+            let [bn, wg, st, cl, ps, slices, red] = expect(&leading, ["bn", "wg", "st", "cl", "ps", "ks", "red"], bad)?;
+            let tile = Tile { bn, wg, st, cl, persistent: flag("ps", ps)?, taps, mr };
             WgmmaConfig { tile, split: Split { slices, two_stage: flag("red", red)? } }
         } else {
-            let [bn, wg, st, cl, ps] = config.expect_fields(["bn", "wg", "st", "cl", "ps"])?;
-            WgmmaConfig { tile: Tile { bn, wg, st, cl, persistent: flag("ps", ps)?, taps: 1 }, split: UNSPLIT }
+            let [bn, wg, st, cl, ps] = expect(&leading, ["bn", "wg", "st", "cl", "ps"], bad)?;
+            WgmmaConfig { tile: Tile { bn, wg, st, cl, persistent: flag("ps", ps)?, taps, mr }, split: UNSPLIT }
         };
         parsed.check(p).map_err(bad)?;
         Ok(parsed)
     }
 
     fn to_config(self, direction: Direction) -> Config {
-        let Tile { bn, wg, st, cl, persistent, taps } = self.tile;
+        let Tile { bn, wg, st, cl, persistent, taps, mr } = self.tile;
         let mut fields = vec![("bn", bn), ("wg", wg), ("st", st), ("cl", cl), ("ps", u32::from(persistent))];
         if direction == Direction::BackwardWeight || self.split != UNSPLIT {
             fields.extend([("ks", self.split.slices), ("red", u32::from(self.split.two_stage))]);
@@ -292,6 +309,9 @@ impl WgmmaConfig {
         // Written only where over 1, so that configs from before it read as they did.
         if taps > 1 {
             fields.push(("tp", taps));
+        }
+        if mr > 1 {
+            fields.push(("mr", mr));
         }
         Config::new(fields)
     }
@@ -304,6 +324,9 @@ impl WgmmaConfig {
         }
         if two_stage && slices == 1 {
             return Err("red 1 (two-stage) needs ks over 1".into());
+        }
+        if self.tile.mr > 1 && p.direction == Direction::BackwardWeight {
+            return Err("mr over 1 is forward's and backward-data's".into());
         }
         let taps = self.tile.taps;
         if taps > 1 {
@@ -363,8 +386,9 @@ impl WgmmaConfig {
     /// Every config for `p`'s direction.
     fn all(p: &ConvProblem) -> Vec<WgmmaConfig> {
         let splits: Vec<Split> = Split::all().collect();
-        let unit_taps: &[u32] = if p.direction == Direction::BackwardWeight { &UNIT_TAPS } else { &[1] };
-        let tiles = Tile::all(p.dtype).flat_map(|tile| unit_taps.iter().map(move |&taps| Tile { taps, ..tile }));
+        let (unit_taps, row_slices): (&[u32], &[u32]) = if p.direction == Direction::BackwardWeight { (&UNIT_TAPS, &[1]) } else { (&[1], &ROW_SLICES) };
+        let tiles = Tile::all(p.dtype).flat_map(|tile| unit_taps.iter().flat_map(move |&taps| row_slices.iter().map(move |&mr| Tile { taps, mr, ..tile })));
+        let tiles = tiles.filter(|tile| tile.check(p.dtype).is_ok());
         tiles.flat_map(|tile| splits.iter().map(move |&split| WgmmaConfig { tile, split })).filter(|c| c.check(p).is_ok()).collect()
     }
 }
@@ -602,7 +626,7 @@ impl WgmmaConfig {
     /// narrow on one side with many rows, which run in pairs of CTAs.
     fn default_for(p: &ConvProblem, sms: u64) -> WgmmaConfig {
         let with_stages = |bn: u32, wg: u32| {
-            let tile = |st: u32| Tile { bn, wg, st, cl: 1, persistent: false, taps: 1 };
+            let tile = |st: u32| Tile { bn, wg, st, cl: 1, persistent: false, taps: 1, mr: 1 };
             if tile(4).check(p.dtype).is_ok() { tile(4) } else { tile(3) }
         };
         let by_channels = |c: u32, wide: bool| match c {
@@ -659,12 +683,25 @@ impl WgmmaConfig {
         let plain = with_stages(bn, wg);
         let persistent = [4, 3].map(|st| Tile { st, persistent: true, ..plain }).into_iter().find(|t| t.check(p.dtype).is_ok());
         let tile = persistent.unwrap_or(plain);
+        let narrow = reduction.min(columns) < 64 && product.rows >= CLUSTER_MIN_WAVES * 64 * sms;
+        // Two 64-row slices per consumer (256-row tiles, four stages) where the columns fit 128
+        // and two consumers' tiles of 256 rows still fill half the GPU: a filter tile loaded
+        // serves twice the rows. The H100's 77 dense forward and backward-data layers over 15 us,
+        // each tile timed in one lease: 1.1-1.3x faster where this applies (c64 56x56 3x3 27.9
+        // -> 21.5 us, 3D c128 8x28x28 336 -> 275), about even on 1x1 layers of 64 columns, and
+        // slower where 256-row tiles leave SMs idle (c512 7x7 3x3, 0.93x). 128 columns do not
+        // fit a persistent grid's staging at four stages; without it, pairs of CTAs ran them
+        // slower (c16 k96 112x112: 80 us against 47), so narrow products keep 128 rows there.
+        let two_slices = [true, false].map(|persistent| Tile { mr: 2, st: 4, persistent, ..plain }).into_iter().find(|t| t.check(p.dtype).is_ok());
+        let tile = match two_slices {
+            Some(two) if bn <= 128 && wg == 2 && product.units(two, p.g, 1) * 2 >= sms && (two.persistent || !narrow) => two,
+            _ => tile,
+        };
         // Pairs of CTAs sharing the filter's tile where one side of the product has under 64
         // channels and its rows run eight waves or more. The H100's 291 dense layers, every
         // default run with and without the pair: these 18 took 0.88x the time (0.58x to 1.04x;
         // the 3D RGB stem 2.36 ms -> 1.71), the other 158 forward and backward-data 1.13x.
         let clustered = WgmmaConfig { tile: Tile { cl: 2, ..tile }, split: UNSPLIT };
-        let narrow = reduction.min(columns) < 64 && product.rows >= CLUSTER_MIN_WAVES * 64 * sms;
         let tile = if narrow && clustered.check(p).is_ok() { clustered.tile } else { tile };
         let (units, blocks) = (product.units(tile, p.g, 1), product.blocks(p.dtype));
         let worth_splitting = units * 2 <= sms && units >= MIN_UNITS_TO_SPLIT;
@@ -733,7 +770,7 @@ impl Solver for IgemmWgmma {
         for product in products.iter().filter(|product| product.has_taps()) {
             product.im2col_limits(p.dims.len())?;
         }
-        let narrowest = WgmmaConfig { tile: Tile { bn: COLUMNS[0], wg: CONSUMERS[0], st: STAGES[0], cl: 1, persistent: false, taps: 1 }, split: UNSPLIT };
+        let narrowest = WgmmaConfig { tile: Tile { bn: COLUMNS[0], wg: CONSUMERS[0], st: STAGES[0], cl: 1, persistent: false, taps: 1, mr: 1 }, split: UNSPLIT };
         let (_, units) = narrowest.work(p);
         require!(units <= MAX_GRID_X, "{units} work units at the smallest tile exceed the grid");
         // The kernels count pixels in 32 bits, a cluster's row tiles past the last included.
@@ -1320,6 +1357,28 @@ mod tests {
     }
 
     #[test]
+    fn defaults_take_256_row_tiles_where_their_columns_fit_128_and_they_fill_half_the_gpu() {
+        let tile = |key: &str| WgmmaConfig::default_for(&ConvProblem::from_key(key).unwrap(), 132).tile;
+        let rows_and_grid = |key: &str| {
+            let t = tile(key);
+            (t.rows(), t.bn, t.st, t.cl, t.persistent)
+        };
+        // 100352 rows of 64 columns: 392 tiles of 256 rows, persistent at four stages.
+        assert_eq!(rows_and_grid("v1:fwd:bf16:NHWC:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1"), (256, 64, 4, 1, true));
+        // 128 columns: 98 tiles, not persistent (its staging does not fit four stages).
+        assert_eq!(rows_and_grid("v1:bwd-data:bf16:NHWC:n32:c128:k128:i28x28:f3x3:s1x1:p1x1:d1x1"), (256, 128, 4, 1, false));
+        // The largest of backward-data's four phases counts: 25088 rows each.
+        assert_eq!(tile("v1:bwd-data:bf16:NHWC:n32:c128:k128:i56x56:f3x3:s2x2:p1x1:d1x1").mr, 2);
+        // 1568 rows: 28 tiles of 256 x 128 would leave most SMs idle.
+        assert_eq!(tile("v1:fwd:bf16:NHWC:n32:c512:k512:i7x7:f3x3:s1x1:p1x1:d1x1").mr, 1);
+        // 256 columns: one tile takes them all, at 64 rows a consumer.
+        assert_eq!(tile("v1:fwd:bf16:NHWC:n32:c256:k256:i56x56:f1x1:s1x1:p0x0:d1x1").mr, 1);
+        // Narrow products: 64 columns in pairs of CTAs; 128 keep 128 rows in pairs.
+        assert_eq!(rows_and_grid("v1:fwd:bf16:NHWC:n32:c3:k64:i224x224:f7x7:s2x2:p3x3:d1x1"), (256, 64, 4, 2, true));
+        assert_eq!(rows_and_grid("v1:fwd:bf16:NHWC:n32:c16:k96:i112x112:f1x1:s1x1:p0x0:d1x1"), (128, 128, 4, 2, true));
+    }
+
+    #[test]
     fn backward_weight_defaults_narrow_the_tile_where_few_pixels_leave_sms_idle() {
         let default = |key: &str| WgmmaConfig::default_for(&ConvProblem::from_key(key).unwrap(), 132);
         // 7x7 x 32 images: 24 blocks of pixels, two slices; 64 x 64 tiles make 108 units.
@@ -1356,13 +1415,16 @@ mod tests {
         // staging area leaves out 256 x 1 x 5 and 256 x 2 x 4 too.
         let tiles = 2 * (17 + 15);
         assert_eq!(Tile::all(DataType::Bf16).count(), tiles);
+        // Two 64-row slices per consumer fit 40 tiles (64 and 128 columns; of 256 rows, 128 x 5
+        // stages, and with a staging area 64 x 5 and 128 x 4, do not).
+        let two_slice_tiles = 40;
         // Its reduction is 9 blocks (3x3 taps x 64 channels): ks 1, and 2, 4, 8 atomic or two-stage.
-        assert_eq!(WgmmaConfig::all(&forward).len(), tiles * 7);
+        assert_eq!(WgmmaConfig::all(&forward).len(), (tiles + two_slice_tiles) * 7);
         // Backward-weight's units take one tap or three (3x3: 2 and 4 do not divide 9); three B
         // tiles fit 32 tiles (64 and 128 columns: 192 accumulators at most).
         let three_tap_tiles = 32;
         assert_eq!(WgmmaConfig::all(&weight).len(), (tiles + three_tap_tiles) * (1 + 2 * (SPLITS.len() - 1)));
-        let staged_in_fp32 = Tile { bn: 128, wg: 2, st: 5, cl: 1, persistent: true, taps: 1 };
+        let staged_in_fp32 = Tile { bn: 128, wg: 2, st: 5, cl: 1, persistent: true, taps: 1, mr: 1 };
         assert!(staged_in_fp32.check(DataType::Bf16).is_ok() && staged_in_fp32.check(DataType::Tf32).is_err());
         for p in [&forward, &weight] {
             for config in WgmmaConfig::all(p) {
@@ -1385,6 +1447,14 @@ mod tests {
         assert!(error(&weight, taps(256, 2)).contains("accumulators"));
         assert!(error(&weight, taps(64, 5)).contains("tp must be"));
         assert!(error(&forward, taps(64, 3)).contains("backward-weight's"));
+        let slices = |bn: u32, wg: u32, mr: u32| Config::new([("bn", bn), ("wg", wg), ("st", 3), ("cl", 1), ("ps", 1), ("mr", mr)]);
+        assert_eq!(WgmmaConfig::from_config(&forward, &slices(128, 2, 2)).unwrap().tile.rows(), 256);
+        assert!(error(&forward, slices(256, 1, 2)).contains("accumulators"));
+        assert!(error(&forward, slices(64, 1, 3)).contains("mr must be"));
+        let weight_slices = Config::new([("bn", 64), ("wg", 1), ("st", 3), ("cl", 1), ("ps", 0), ("ks", 1), ("red", 0), ("mr", 2)]);
+        assert!(error(&weight, weight_slices).contains("forward's and backward-data's"));
+        let misplaced = Config::new([("bn", 64), ("wg", 1), ("mr", 2), ("st", 3), ("cl", 1), ("ps", 1)]);
+        assert!(error(&forward, misplaced).contains("then tp or mr"));
         assert!(WgmmaConfig::from_config(&weight, &tile(64, 1, 4, 1, 0)).is_err(), "backward-weight wants ks and red");
         // Forward reads its unsplit configs without ks and red, as they were written before splits.
         assert_eq!(WgmmaConfig::from_config(&forward, &tile(64, 1, 4, 1, 0)).unwrap().split, UNSPLIT);
