@@ -690,11 +690,16 @@ impl WgmmaConfig {
         // each tile timed in one lease: 1.1-1.3x faster where this applies (c64 56x56 3x3 27.9
         // -> 21.5 us, 3D c128 8x28x28 336 -> 275), about even on 1x1 layers of 64 columns, and
         // slower where 256-row tiles leave SMs idle (c512 7x7 3x3, 0.93x). 128 columns do not
-        // fit a persistent grid's staging at four stages; without it, pairs of CTAs ran them
-        // slower (c16 k96 112x112: 80 us against 47), so narrow products keep 128 rows there.
+        // fit a persistent grid's staging at four stages, and without it a unit's stores no
+        // longer overlap the next one's loads: the default A/B of all 181 layers, 1x1 layers of
+        // 128 columns and a few blocks ran 1.09-1.35x slower (c64 k128 56x56, one block), pairs
+        // of CTAs too (c16 k96 112x112: 80 us against 47); so 128 columns take it only over
+        // reductions of MIN_UNOVERLAPPED_BLOCKS and not in pairs.
         let two_slices = [true, false].map(|persistent| Tile { mr: 2, st: 4, persistent, ..plain }).into_iter().find(|t| t.check(p.dtype).is_ok());
+        let longest = products.iter().map(|product| product.blocks(p.dtype)).max().unwrap_or(0);
+        let overlapped_or_long = |two: Tile| two.persistent || (!narrow && longest >= MIN_UNOVERLAPPED_BLOCKS);
         let tile = match two_slices {
-            Some(two) if bn <= 128 && wg == 2 && product.units(two, p.g, 1) * 2 >= sms && (two.persistent || !narrow) => two,
+            Some(two) if bn <= 128 && wg == 2 && product.units(two, p.g, 1) * 2 >= sms && overlapped_or_long(two) => two,
             _ => tile,
         };
         // Pairs of CTAs sharing the filter's tile where one side of the product has under 64
@@ -715,6 +720,10 @@ impl WgmmaConfig {
 /// Waves of 64-row tiles from which a narrow forward or backward-data product runs in clusters
 /// (see `default_for`).
 const CLUSTER_MIN_WAVES: u64 = 8;
+
+/// Reduction blocks from which a forward or backward-data product runs 256-row tiles without a
+/// persistent grid (see `default_for`): the 3x3 layers of 64 channels and more that gained.
+const MIN_UNOVERLAPPED_BLOCKS: u64 = 8;
 
 /// Backward-weight's epilogue per slice, in blocks of pixels' worth of the tile's MMAs: each
 /// slice adds its tile of fp32 sums into the workspace.
@@ -1367,10 +1376,12 @@ mod tests {
         assert_eq!(rows_and_grid("v1:fwd:bf16:NHWC:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1"), (256, 64, 4, 1, true));
         // 128 columns: 98 tiles, not persistent (its staging does not fit four stages).
         assert_eq!(rows_and_grid("v1:bwd-data:bf16:NHWC:n32:c128:k128:i28x28:f3x3:s1x1:p1x1:d1x1"), (256, 128, 4, 1, false));
-        // The largest of backward-data's four phases counts: 25088 rows each.
+        // Backward-data's four phases of 25088 rows, the longest reduction 4 taps x 2 blocks.
         assert_eq!(tile("v1:bwd-data:bf16:NHWC:n32:c128:k128:i56x56:f3x3:s2x2:p1x1:d1x1").mr, 2);
         // 1568 rows: 28 tiles of 256 x 128 would leave most SMs idle.
         assert_eq!(tile("v1:fwd:bf16:NHWC:n32:c512:k512:i7x7:f3x3:s1x1:p1x1:d1x1").mr, 1);
+        // 128 columns over one block (1x1, 64 channels): the unit's stores would not overlap.
+        assert_eq!(tile("v1:fwd:bf16:NHWC:n32:c64:k128:i56x56:f1x1:s1x1:p0x0:d1x1").mr, 1);
         // 256 columns: one tile takes them all, at 64 rows a consumer.
         assert_eq!(tile("v1:fwd:bf16:NHWC:n32:c256:k256:i56x56:f1x1:s1x1:p0x0:d1x1").mr, 1);
         // Narrow products: 64 columns in pairs of CTAs; 128 keep 128 rows in pairs.
