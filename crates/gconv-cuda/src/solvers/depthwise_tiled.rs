@@ -159,10 +159,9 @@ impl Tile {
 
     /// What a sweep of 46 real depthwise layers (H100, bf16) found fastest most often: four
     /// warps, eight columns, four rows per thread where the tiled extent has room for them,
-    /// fewer where the staging would not fit. Groups of several channels, whose weights take a
-    /// thread's registers, two rows first (the H100's c128 g32 56x56 3x3 in one lease: forward
-    /// 67.1 -> 62.1 us, backward-data 61.0 -> 55.1; four rows fastest of the twelve tiles on
-    /// neither). Backward-weight with 5x5 filters and larger: a
+    /// fewer where the staging would not fit. Forward groups of several channels, whose weights
+    /// take a thread's registers, two rows first (the H100's c128 g32 56x56 3x3, three passes
+    /// of each in one lease: 66.8 -> 61.7 us; its backward-data ran 60.5 -> 63.7, so keeps four). Backward-weight with 5x5 filters and larger: a
     /// warp per row of taps, since the all-taps sums take 168-250 registers a thread there
     /// (two or three blocks an SM). Backward-weight with all taps in a thread streams its tiles
     /// through two buffers where one-buffer blocks would run in 2.5 waves or more, two or fewer
@@ -175,7 +174,7 @@ impl Tile {
         let (fh, fw) = filter_hw(p);
         let tap_rows = p.direction == Direction::BackwardWeight && fh > 1 && fh * fw >= 25;
         let fits = |t: &Tile| t.staged_bytes(p) <= MAX_STAGED_BYTES;
-        let row_order = if group_channels(p) > 1 { [2, 4, 1] } else { [4, 2, 1] };
+        let row_order = if group_channels(p) > 1 && p.direction == Direction::Forward { [2, 4, 1] } else { [4, 2, 1] };
         let preferred = |double: bool| row_order.into_iter().filter(|&rh| rows >= 14 || rh <= 2).map(move |rh| Tile { th: 4, rh, tw: 8, tap_rows, double });
         let single = preferred(false).find(fits).or_else(|| tiles(p).find(fits)).unwrap_or(Tile { th: 4, rh: 1, tw: 8, tap_rows, double: false });
         let per_sm = single.blocks_per_sm(p, sm);
@@ -353,11 +352,11 @@ mod tests {
     }
 
     #[test]
-    fn groups_of_several_channels_default_to_two_rows_a_thread() {
+    fn forward_groups_of_several_channels_default_to_two_rows_a_thread() {
         let h100 = SmLimits { registers: 65536, warps: 64, blocks: 32, shared_bytes: 233_472, block_shared_bytes: 232_448, reserved_shared_bytes: 1024 };
         let rows = |key: &str| Tile::default_for(&ConvProblem::from_key(key).unwrap(), &h100, 132).rh;
         assert_eq!(rows("v1:fwd:bf16:NHWC:n32:c128:k128:i56x56:f3x3:s1x1:p1x1:d1x1:g32"), 2);
-        assert_eq!(rows("v1:bwd-data:bf16:NHWC:n32:c128:k128:i56x56:f3x3:s1x1:p1x1:d1x1:g32"), 2);
+        assert_eq!(rows("v1:bwd-data:bf16:NHWC:n32:c128:k128:i56x56:f3x3:s1x1:p1x1:d1x1:g32"), 4);
         assert_eq!(rows("v1:fwd:bf16:NHWC:n32:c128:k128:i56x56:f3x3:s1x1:p1x1:d1x1:g128"), 4);
     }
 
