@@ -22,8 +22,8 @@
 // by the TMA unit; tiled for the filter or dy), 128-byte swizzled, onto the stage's full
 // barrier. CONSUMERS warpgroups each multiply MR 64-row slices of the tile with wgmma m64nBN
 // (4 per block and slice: 64 16-bit or 32 tf32 reduction elements), keep one block's MMAs in
-// flight and release the stage before it on its empty barrier. The epilogue rounds the fp32 accumulators;
-// forward and backward-data stage them in shared memory and store whole rows.
+// flight and release the stage before it on its empty barrier. The epilogue rounds the fp32
+// accumulators; forward and backward-data stage them in shared memory and store whole rows.
 //
 // Work goes out in units: CLUSTER row tiles (of the destination pixels, or of backward-weight's
 // output channels) that share the other operand's tile, one per CTA of a cluster, each CTA's
@@ -659,7 +659,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
             if (mode != 0) {
                 // fp32 partial sums, two channels at a time (channels-last: adjacent), the
                 // accumulators as for_each_pair lays them out: the thread's two rows' indices
-                // once, then every pair of columns in them.
+                // (in each of its MR slices) once, then every pair of columns in them.
                 const int lane = threadIdx.x % 32, warp = threadIdx.x % 128 / 32;
 #pragma unroll
                 for (int half_row = 0; half_row < 2 * MR; ++half_row) {
