@@ -339,7 +339,7 @@ impl WgmmaConfig {
             }
         }
         if p.direction != Direction::BackwardWeight {
-            let blocks = Product::all(p).iter().map(|product| product.blocks(p.dtype)).max().unwrap_or(0);
+            let blocks = Product::longest_reduction(&Product::all(p), p.dtype);
             if slices > MAX_PRODUCT_SPLITS || u64::from(slices) > blocks {
                 return Err(format!("ks {slices} splits a reduction of {blocks} blocks (up to {MAX_PRODUCT_SPLITS} slices, each with a block)"));
             }
@@ -388,7 +388,6 @@ impl WgmmaConfig {
         let splits: Vec<Split> = Split::all().collect();
         let (unit_taps, row_slices): (&[u32], &[u32]) = if p.direction == Direction::BackwardWeight { (&UNIT_TAPS, &[1]) } else { (&[1], &ROW_SLICES) };
         let tiles = Tile::all(p.dtype).flat_map(|tile| unit_taps.iter().flat_map(move |&taps| row_slices.iter().map(move |&mr| Tile { taps, mr, ..tile })));
-        let tiles = tiles.filter(|tile| tile.check(p.dtype).is_ok());
         tiles.flat_map(|tile| splits.iter().map(move |&split| WgmmaConfig { tile, split })).filter(|c| c.check(p).is_ok()).collect()
     }
 }
@@ -590,6 +589,11 @@ impl Product {
         u64::from(self.taps() * src.div_ceil(row_elements(dtype)))
     }
 
+    /// The most reduction blocks of any of `products` (those a split divides).
+    fn longest_reduction(products: &[Product], dtype: DataType) -> u64 {
+        products.iter().map(|product| product.blocks(dtype)).max().unwrap_or(0)
+    }
+
     /// Why TMA cannot make this product's im2col loads, if it cannot.
     fn im2col_limits(&self, spatial: usize) -> Result<(), NotApplicable> {
         let reach = (0..3).map(|i| i64::from((self.params.filter[i] - 1).max(0) * self.params.dilation[i])).max().unwrap_or(0);
@@ -696,7 +700,7 @@ impl WgmmaConfig {
         // of CTAs too (c16 k96 112x112: 80 us against 47); so 128 columns take it only over
         // reductions of MIN_UNOVERLAPPED_BLOCKS and not in pairs.
         let two_slices = [true, false].map(|persistent| Tile { mr: 2, st: 4, persistent, ..plain }).into_iter().find(|t| t.check(p.dtype).is_ok());
-        let longest = products.iter().map(|product| product.blocks(p.dtype)).max().unwrap_or(0);
+        let longest = Product::longest_reduction(&products, p.dtype);
         let overlapped_or_long = |two: Tile| two.persistent || (!narrow && longest >= MIN_UNOVERLAPPED_BLOCKS);
         let tile = match two_slices {
             Some(two) if bn <= 128 && wg == 2 && product.units(two, p.g, 1) * 2 >= sms && overlapped_or_long(two) => two,
