@@ -1,73 +1,107 @@
 #!/usr/bin/env python3
-"""Fits a wave model of cuda.igemm_wgmma's forward and backward-data time to a config sweep, and
-says how well it would pick: the step before a model-based default replaces the hand rules.
+"""Fits the wave model behind cuda.igemm_wgmma's forward and backward-data defaults (TILE_COSTS
+in crates/gconv-cuda/src/solvers/igemm_wgmma.rs) to config sweeps, and says how well it picks.
 
-    bench/wave_model.py data/bench/h100-s19-config-sweeps-bf16.csv [--sweep small-fwd-bwd-data]
+    bench/wave_model.py data/bench/h100-s19-config-sweeps-bf16.csv data/bench/h100-s20-config-sweeps-bf16.csv
 
-Model (persistent tiles, 1x1 stride-1 layers, whose product is one plain GEMM): a tile of
-bn columns and wg consumers runs `waves = ceil(units / SMS)` waves, each costing
-`blocks / ks x per_block[bn, wg] + per_wave[bn, wg]`, plus `split` when ks > 1 and a constant;
-units = row tiles x column tiles x ks, blocks = reduction channels / 64. The costs are fitted by
-least squares on relative error. Prints the fitted costs (us), then per layer the config the
-model picks and its measured time over the fastest measured, in sample and with each layer left
-out of the fit (the honest figure for layers the sweep never saw). Needs numpy.
+Model: a config (tile shape: columns bn, consumers wg, 64-row slices per consumer mr, persistent
+or not; split ks) runs each product with taps (forward: one; backward-data: one per sub-pixel
+phase) in ceil(units / SMS) waves, units = row tiles x column tiles x ks x groups, each wave
+costing `blocks / ks x per_block[shape] + per_wave[shape]`; a split adds a constant and a cost
+per million destination elements; stored zeros (phases no tap reaches) and a constant complete
+the time. Least squares on relative error. Prints the costs (the Rust table's numbers), then
+per layer the model's pick against the fastest config swept, in sample and with the layer left
+out of the fit, and against the default of the build that ran the `*-base` side of an A/B when
+given (--defaults, lines `DEF key config`). Needs numpy. Clusters (cl 2) are left out: the
+defaults add them by a rule of their own.
 """
 import argparse
 import collections
 import csv
+import itertools
 import math
 import re
 
 import numpy as np
 
 SMS = 132
-SHAPES = [(bn, wg) for bn in (64, 128, 256) for wg in (1, 2)]
-LAYER = re.compile(r"v1:(fwd|bwd-data):[a-z0-9]+:NHWC:n(\d+):c(\d+):k(\d+):i(\d+)x(\d+):f1x1:s1x1")
+# (bn, wg, mr, persistent): TILE_COSTS' order.
+SHAPES = [(64, 1, 1, 1), (64, 2, 1, 1), (128, 1, 1, 1), (128, 2, 1, 1), (256, 1, 1, 1), (256, 2, 1, 1), (64, 2, 2, 1), (128, 2, 2, 0)]
+FITTED = ("s20-small-fwd-bwd-data", "rows-per-consumer", "small-fwd-bwd-data", "s20-default-ab-1-base", "s20-default-ab-1-new")
+KEY = re.compile(r"v1:(fwd|bwd-data):(bf16|f16):N[DH]*WC:n(\d+):c(\d+):k(\d+):i([\dx]+):f([\dx]+):s([\dx]+):p([\dx]+):d([\dx]+)(?::g(\d+))?$")
 
 
-def gemm(key):
-    """(rows, columns, reduction blocks) of a 1x1 stride-1 layer's product, else None."""
-    m = LAYER.match(key)
+def products(key):
+    """(rows, columns, reduction blocks, groups) of each product the layer runs, else None."""
+    m = KEY.match(key)
     if not m:
         return None
-    direction, n, c, k, h, w = m.groups()
-    n, c, k, h, w = map(int, (n, c, k, h, w))
-    columns, reduction = (k, c) if direction == "fwd" else (c, k)
-    return n * h * w, columns, math.ceil(reduction / 64)
+    direction, _, n, c, k, i, f, s, p, d, g = m.groups()
+    n, c, k, g = int(n), int(c), int(k), int(g or 1)
+    extent, fil, stride, pad, dil = [list(map(int, v.split("x"))) for v in (i, f, s, p, d)]
+    dims = range(len(extent))
+    if direction == "fwd":
+        out = [(extent[j] + 2 * pad[j] - dil[j] * (fil[j] - 1) - 1) // stride[j] + 1 for j in dims]
+        return [(n * math.prod(out), k // g, math.prod(fil) * math.ceil(c // g / 64), g)]
+    phases = []
+    for j in dims:
+        per_dim = []
+        for r in range(stride[j]):
+            origin = (r - pad[j]) % stride[j]
+            count = (extent[j] - origin + stride[j] - 1) // stride[j] if origin < extent[j] else 0
+            per_dim.append((count, sum(1 for t in range(fil[j]) if t * dil[j] % stride[j] == r)))
+        phases.append(per_dim)
+    found = []
+    for combo in itertools.product(*phases):
+        rows = n * math.prod(count for count, _ in combo)
+        if rows:
+            found.append((rows, c // g, math.prod(taps for _, taps in combo) * math.ceil(k // g / 64), g))
+    return found
 
 
 def fields(config):
     return {name: int(value) for name, value in re.findall(r"([a-z]+)(\d+)", config)}
 
 
-def features(rows, columns, blocks, config):
+def features(key, config):
     f = fields(config)
-    bn, wg, ks = f["bn"], f["wg"], f.get("ks", 1)
-    waves = math.ceil(math.ceil(rows / (64 * wg)) * math.ceil(columns / bn) * ks / SMS)
-    x = np.zeros(2 * len(SHAPES) + 2)
-    i = SHAPES.index((bn, wg))
-    x[i] = waves * blocks / ks
-    x[len(SHAPES) + i] = waves
-    x[-2] = ks > 1
+    shape = (f["bn"], f["wg"], f.get("mr", 1), f["ps"])
+    found = products(key)
+    if found is None or f.get("cl", 1) != 1 or shape not in SHAPES:
+        return None
+    ks, i = f.get("ks", 1), SHAPES.index(shape)
+    x = np.zeros(2 * len(SHAPES) + 4)
+    for rows, columns, blocks, groups in found:
+        if blocks == 0:
+            x[-3] += rows * columns * groups / 1e6
+            continue
+        units = math.ceil(rows / (64 * shape[1] * shape[2])) * math.ceil(columns / shape[0]) * ks * groups
+        waves = math.ceil(units / SMS)
+        x[i] += waves * blocks / ks
+        x[len(SHAPES) + i] += waves
+    if ks > 1:
+        x[-4] = sum(rows * columns * groups for rows, columns, _, groups in found) / 1e6
+        x[-2] = 1
     x[-1] = 1
     return x
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("csv", help="a config sweep: key, solver, config, time_ms, sweep")
-    ap.add_argument("--sweep", default="small-fwd-bwd-data")
+    ap.add_argument("csv", nargs="+", help="config sweeps: key, solver, config, time_ms, sweep")
+    ap.add_argument("--sweeps", nargs="+", default=FITTED, help="the sweeps to fit")
+    ap.add_argument("--defaults", help="`DEF key config` lines: the defaults to compare with")
+    ap.add_argument("-v", "--verbose", action="store_true", help="a line per layer")
     args = ap.parse_args()
     samples = []
-    with open(args.csv) as f:
-        for r in csv.DictReader(f):
-            shape = gemm(r["key"])
-            fs = fields(r["config"])
-            if r["sweep"] != args.sweep or shape is None or fs.get("ps") != 1 or fs.get("mr", 1) != 1 or fs.get("cl") != 1:
-                continue
-            samples.append((r["key"], r["config"], features(*shape, r["config"]), float(r["time_ms"]) * 1e3))
+    for path in args.csv:
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                x = features(r["key"], r["config"]) if r["sweep"] in args.sweeps else None
+                if x is not None:
+                    samples.append((r["key"], r["config"], x, float(r["time_ms"]) * 1e3))
     if not samples:
-        raise SystemExit(f"no persistent igemm_wgmma rows of 1x1 stride-1 layers in sweep {args.sweep}")
+        raise SystemExit("no igemm_wgmma forward or backward-data rows of the modelled shapes in those sweeps")
     x = np.array([s[2] for s in samples])
     y = np.array([s[3] for s in samples])
     weight = 1 / y
@@ -76,27 +110,33 @@ def main():
         coef, *_ = np.linalg.lstsq(x[mask] * weight[mask, None], y[mask] * weight[mask], rcond=None)
         return coef
 
-    def pick(coef, key):
-        mine = [(x[i] @ coef, y[i], samples[i][1]) for i in range(len(y)) if samples[i][0] == key]
-        fastest = min(t for _, t, _ in mine)
-        _, time, config = min(mine)
-        return time / fastest, config
-
-    everything = np.ones(len(y), dtype=bool)
-    coef = fit(everything)
-    print("us per block per wave:", {f"bn{bn} wg{wg}": round(c, 2) for (bn, wg), c in zip(SHAPES, coef)})
-    print("us per wave:          ", {f"bn{bn} wg{wg}": round(c, 2) for (bn, wg), c in zip(SHAPES, coef[len(SHAPES):])})
-    print(f"split: {coef[-2]:.2f} us, constant: {coef[-1]:.2f} us")
-    keys = sorted({s[0] for s in samples})
+    coef = fit(np.ones(len(y), dtype=bool))
+    n = len(SHAPES)
+    for shape, block, wave in zip(SHAPES, coef[:n], coef[n : 2 * n]):
+        print(f"    cost({shape[0]}, {shape[1]}, {shape[2]}, {'true' if shape[3] else 'false'}, {block:.3f}, {wave:.2f}),")
+    print(f"split {coef[-2]:.2f} us + {coef[-4]:.2f} us per million elements; stored zeros {coef[-3]:.2f} us per million; constant {coef[-1]:.2f} us")
+    defaults = {}
+    if args.defaults:
+        with open(args.defaults) as f:
+            defaults = {line.split()[1]: line.split()[2] for line in f if line.startswith("DEF ")}
+    by_key = collections.defaultdict(list)
+    for i, s in enumerate(samples):
+        by_key[s[0]].append(i)
     ratios = collections.defaultdict(list)
-    for key in keys:
-        inside, config = pick(coef, key)
-        outside, _ = pick(fit(np.array([s[0] != key for s in samples])), key)
-        ratios["in sample"].append(inside)
-        ratios["left out"].append(outside)
-        print(f"  {inside:5.2f} {outside:5.2f}  {config:32s} {key}")
+    for key, rows in sorted(by_key.items()):
+        fastest = min(y[i] for i in rows)
+        inside = min(rows, key=lambda i: x[i] @ coef)
+        left_out = fit(np.array([s[0] != key for s in samples]))
+        outside = min(rows, key=lambda i: x[i] @ left_out)
+        ratios["in sample"].append(y[inside] / fastest)
+        ratios["left out"].append(y[outside] / fastest)
+        default = [i for i in rows if samples[i][1] == defaults.get(key)]
+        if default:
+            ratios["defaults"].append(y[default[0]] / fastest)
+        if args.verbose:
+            print(f"  {y[inside] / fastest:5.2f} {y[outside] / fastest:5.2f}  {samples[outside][1]:36s} {key}")
     for name, r in ratios.items():
-        print(f"{name}: pick / fastest geomean {math.exp(sum(map(math.log, r)) / len(r)):.3f}, worst {max(r):.2f} ({len(r)} layers)")
+        print(f"{name}: time / fastest swept, geomean {math.exp(sum(map(math.log, r)) / len(r)):.3f}, worst {max(r):.2f} ({len(r)} layers)")
 
 
 if __name__ == "__main__":

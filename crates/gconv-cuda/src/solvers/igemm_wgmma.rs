@@ -68,11 +68,6 @@ const MAX_GRID_YZ: u64 = 65_535;
 const SPLITS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 /// Forward's and backward-data's reductions (taps x channels) are far shorter.
 const MAX_PRODUCT_SPLITS: u32 = 16;
-/// A default split of theirs leaves each slice at least this many blocks of 64 channels.
-const MIN_BLOCKS_PER_PRODUCT_SLICE: u64 = 4;
-/// Nor is a product of fewer tiles split by default: such layers (squeeze-excite's 1x1 over
-/// one pixel) take a few microseconds, which the zeroing and the reduction launch would add to.
-const MIN_UNITS_TO_SPLIT: u64 = 8;
 /// A slice should reduce at least this many blocks of 64 pixels, or its share of the
 /// pipeline's fill and the reduction outweigh its work.
 const MIN_BLOCKS_PER_SLICE: u64 = 8;
@@ -619,15 +614,12 @@ impl Product {
 }
 
 impl WgmmaConfig {
-    /// The config a problem starts from on a GPU of `sms` SMs. Forward and backward-data, by
-    /// the largest product: the fewest columns that take all of a group's channels up to 256,
-    /// past that 256 where the grid still fills the GPU, else 128; two consumers (128 rows)
-    /// unless one fills the GPU better; where even so the tiles leave more than half the SMs
-    /// idle, the reduction split into as many slices as one wave holds.
-    /// Backward-weight: columns by input channels per group, rows by output channels, and the
-    /// fewest slices of the pixels that fill the GPU while each keeps a few blocks of work.
-    /// Four stages where they fit; a CTA per tile, but for forward and backward-data products
-    /// narrow on one side with many rows, which run in pairs of CTAs.
+    /// The config a problem starts from on a GPU of `sms` SMs. Forward and backward-data: the
+    /// tile and split (of 1, 2 or 4 slices) a wave model of the kernel's time expects to finish
+    /// first (see TILE_COSTS), in pairs of CTAs where the product is narrow on one side and has
+    /// many rows. Backward-weight: columns by input channels per group, rows by output
+    /// channels, and the fewest slices of the pixels that fill the GPU while each keeps a few
+    /// blocks of work; four stages where they fit.
     fn default_for(p: &ConvProblem, sms: u64) -> WgmmaConfig {
         let with_stages = |bn: u32, wg: u32| {
             let tile = |st: u32| Tile { bn, wg, st, cl: 1, persistent: false, taps: 1, mr: 1 };
@@ -665,69 +657,97 @@ impl WgmmaConfig {
             return if config.check(p).is_ok() { config } else { WgmmaConfig { tile, split: UNSPLIT } };
         }
         let products = Product::all(p);
-        let Some(product) = products.iter().max_by_key(|product| product.rows) else {
+        let Some(largest) = products.iter().max_by_key(|product| product.rows) else {
             return WgmmaConfig { tile: with_stages(128, 2), split: UNSPLIT };
         };
-        let (reduction, columns) = product.channels();
-        let blocks = |bn: u32, wg: u32| product.units(with_stages(bn, wg), p.g, 1);
-        // One column tile where it takes every channel of the group, so the source's tile is
-        // loaded once (exhaustive tuning on the H100: 1.6x on c256 14x14, 1.5x on a c24 k144
-        // 1x1); fewer rows per tile, not fewer columns, then fill the GPU.
-        let bn = match columns {
-            c if c <= 256 => COLUMNS.into_iter().find(|&bn| bn >= c).unwrap_or(256),
-            c => by_channels(c, blocks(256, 2) >= sms),
-        };
-        let wg = if blocks(bn, 2) >= sms { 2 } else { 1 };
-        // Tiles that spill a few past one wave take twice as long as the tiles twice as wide in
-        // one wave (the H100's c3072 k768 7x7 1x1: 150 units of 64 x 128 on 132 SMs 0.0378 ms,
-        // 75 of 64 x 256 0.0238).
-        let bn = if bn < 256 && blocks(bn, wg) > sms && blocks(2 * bn, wg) <= sms { 2 * bn } else { bn };
-        // A persistent grid where its staging area fits: exhaustive tuning on the H100 chose it
-        // with this tile on each layer tried (1.2-1.6x the same tile launched per unit).
-        let plain = with_stages(bn, wg);
-        let persistent = [4, 3].map(|st| Tile { st, persistent: true, ..plain }).into_iter().find(|t| t.check(p.dtype).is_ok());
-        let tile = persistent.unwrap_or(plain);
-        let narrow = reduction.min(columns) < 64 && product.rows >= CLUSTER_MIN_WAVES * 64 * sms;
-        // Two 64-row slices per consumer (256-row tiles, four stages) where the columns fit 128
-        // and two consumers' tiles of 256 rows still fill half the GPU: a filter tile loaded
-        // serves twice the rows. The H100's 77 dense forward and backward-data layers over 15 us,
-        // each tile timed in one lease: 1.1-1.3x faster where this applies (c64 56x56 3x3 27.9
-        // -> 21.5 us, 3D c128 8x28x28 336 -> 275), about even on 1x1 layers of 64 columns, and
-        // slower where 256-row tiles leave SMs idle (c512 7x7 3x3, 0.93x). 128 columns do not
-        // fit a persistent grid's staging at four stages, and without it a unit's stores no
-        // longer overlap the next one's loads: the default A/B of all 181 layers, 1x1 layers of
-        // 128 columns and a few blocks ran 1.09-1.35x slower (c64 k128 56x56, one block), pairs
-        // of CTAs too (c16 k96 112x112: 80 us against 47); so 128 columns take it only over
-        // reductions of MIN_UNOVERLAPPED_BLOCKS and not in pairs.
-        let two_slices = [true, false].map(|persistent| Tile { mr: 2, st: 4, persistent, ..plain }).into_iter().find(|t| t.check(p.dtype).is_ok());
+        // The tile and split the wave model (TILE_COSTS) expects to finish first.
+        let modelled = TILE_COSTS.iter().filter_map(|cost| {
+            let tile = [4, 3].map(|st| Tile { bn: cost.bn, wg: cost.wg, st, cl: 1, persistent: cost.persistent, taps: 1, mr: cost.mr });
+            tile.into_iter().find(|t| t.check(p.dtype).is_ok()).map(|tile| (tile, cost))
+        });
+        let candidates = modelled.flat_map(|(tile, cost)| MODELLED_SPLITS.map(|slices| (WgmmaConfig { tile, split: Split { slices, two_stage: false } }, cost)));
         let longest = Product::longest_reduction(&products, p.dtype);
-        let overlapped_or_long = |two: Tile| two.persistent || (!narrow && longest >= MIN_UNOVERLAPPED_BLOCKS);
-        let tile = match two_slices {
-            Some(two) if bn <= 128 && wg == 2 && product.units(two, p.g, 1) * 2 >= sms && overlapped_or_long(two) => two,
-            _ => tile,
+        let quickest = candidates
+            .filter(|(config, _)| config.check(p).is_ok() && (config.tile.persistent || longest >= MIN_UNOVERLAPPED_BLOCKS))
+            .map(|(config, cost)| (modelled_us(&products, p, config, cost, sms), config))
+            .min_by(|a, b| a.0.total_cmp(&b.0));
+        let Some((_, config)) = quickest else {
+            return WgmmaConfig { tile: with_stages(128, 2), split: UNSPLIT };
         };
         // Pairs of CTAs sharing the filter's tile where one side of the product has under 64
-        // channels and its rows run eight waves or more. The H100's 291 dense layers, every
-        // default run with and without the pair: these 18 took 0.88x the time (0.58x to 1.04x;
-        // the 3D RGB stem 2.36 ms -> 1.71), the other 158 forward and backward-data 1.13x.
-        let clustered = WgmmaConfig { tile: Tile { cl: 2, ..tile }, split: UNSPLIT };
-        let tile = if narrow && clustered.check(p).is_ok() { clustered.tile } else { tile };
-        let (units, blocks) = (product.units(tile, p.g, 1), product.blocks(p.dtype));
-        let worth_splitting = units * 2 <= sms && units >= MIN_UNITS_TO_SPLIT;
-        let fits_one_wave = |s: u32| s <= MAX_PRODUCT_SPLITS && units * u64::from(s) <= sms && blocks >= u64::from(s) * MIN_BLOCKS_PER_PRODUCT_SLICE;
-        let slices = if worth_splitting { SPLITS.into_iter().filter(|&s| fits_one_wave(s)).max().unwrap_or(1) } else { 1 };
-        let split = WgmmaConfig { tile, split: Split { slices, two_stage: false } };
-        if split.check(p).is_ok() { split } else { WgmmaConfig { tile, split: UNSPLIT } }
+        // channels and its rows run eight waves or more (the model has no clusters). The H100's
+        // 291 dense layers, every default run with and without the pair: these 18 took 0.88x
+        // the time (0.58x to 1.04x; the 3D RGB stem 2.36 ms -> 1.71), the other 158 forward and
+        // backward-data 1.13x.
+        let (reduction, columns) = largest.channels();
+        let narrow = reduction.min(columns) < 64 && largest.rows >= CLUSTER_MIN_WAVES * 64 * sms;
+        let clustered = WgmmaConfig { tile: Tile { cl: 2, ..config.tile }, split: UNSPLIT };
+        if narrow && clustered.check(p).is_ok() { clustered } else { config }
     }
+}
+
+/// A forward or backward-data tile's time on the GPU: microseconds per reduction block of each
+/// wave of units, and per wave (its fill, drain and epilogue). Fitted by bench/wave_model.py to
+/// the H100's config sweeps of 181 dense layers (bf16; data/bench/h100-s20-config-sweeps-bf16.csv
+/// with session 19's): its picks ran 1.016x the fastest config swept, each layer left out of
+/// the fit in turn, against 1.07x for the hand rules it replaced.
+struct TileCost {
+    bn: u32,
+    wg: u32,
+    mr: u32,
+    persistent: bool,
+    per_block_us: f64,
+    per_wave_us: f64,
+}
+
+const fn cost(bn: u32, wg: u32, mr: u32, persistent: bool, per_block_us: f64, per_wave_us: f64) -> TileCost {
+    TileCost { bn, wg, mr, persistent, per_block_us, per_wave_us }
+}
+
+/// Persistent where the staging fits four stages (a unit's stores overlap the next one's
+/// loads); 256 x 128 tiles not: persistent at three stages they ran 1.00-1.09x the time of
+/// the tiles they replaced in the model's first A/B on the H100 (30 layers), which the model
+/// did not foresee.
+const TILE_COSTS: [TileCost; 8] = [
+    cost(64, 1, 1, true, 0.324, 0.49),
+    cost(64, 2, 1, true, 0.345, 0.85),
+    cost(128, 1, 1, true, 0.359, 0.90),
+    cost(128, 2, 1, true, 0.404, 1.56),
+    cost(256, 1, 1, true, 0.439, 1.81),
+    cost(256, 2, 1, true, 0.604, 2.66),
+    cost(64, 2, 2, true, 0.458, 1.66),
+    cost(128, 2, 2, false, 0.523, 3.77),
+];
+
+/// The splits the model was fitted on.
+const MODELLED_SPLITS: [u32; 3] = [1, 2, 4];
+
+/// A split's cost in the model: zeroing the fp32 workspace and the reduction's launch, and
+/// per million destination elements their atomics and the reduction's pass.
+const SPLIT_US: f64 = 2.16;
+const SPLIT_US_PER_MILLION_ELEMENTS: f64 = 6.78;
+
+/// Reduction blocks from which a forward or backward-data product may run tiles that are not
+/// persistent: with fewer, a unit's stores no longer overlapped by the next one's loads cost
+/// more than the model says (session 19's A/B: 1x1 layers of 128 columns and 1-6 blocks ran
+/// 1.09-1.35x slower in 256 x 128 tiles than in persistent 128 x 128).
+const MIN_UNOVERLAPPED_BLOCKS: u64 = 8;
+
+/// The wave model's time of `config` on `p`: per product with taps, ceil(units / SMs) waves,
+/// each of its slice's reduction blocks and the wave's own cost; and the split's cost.
+fn modelled_us(products: &[Product], p: &ConvProblem, config: WgmmaConfig, cost: &TileCost, sms: u64) -> f64 {
+    let slices = config.split.slices;
+    let waves = products.iter().filter(|product| product.has_taps()).map(|product| {
+        let waves = product.units(config.tile, p.g, slices).div_ceil(sms) as f64;
+        waves * (product.blocks(p.dtype) as f64 / f64::from(slices) * cost.per_block_us + cost.per_wave_us)
+    });
+    let split = if slices > 1 { SPLIT_US + SPLIT_US_PER_MILLION_ELEMENTS * destination_elements(p) as f64 / 1e6 } else { 0.0 };
+    waves.sum::<f64>() + split
 }
 
 /// Waves of 64-row tiles from which a narrow forward or backward-data product runs in clusters
 /// (see `default_for`).
 const CLUSTER_MIN_WAVES: u64 = 8;
-
-/// Reduction blocks from which a forward or backward-data product runs 256-row tiles without a
-/// persistent grid (see `default_for`): the 3x3 layers of 64 channels and more that gained.
-const MIN_UNOVERLAPPED_BLOCKS: u64 = 8;
 
 /// Backward-weight's epilogue per slice, in blocks of pixels' worth of the tile's MMAs: each
 /// slice adds its tile of fp32 sums into the workspace.
@@ -1334,25 +1354,36 @@ mod tests {
         }
     }
 
-    #[test]
-    fn defaults_split_only_layers_that_leave_most_sms_idle() {
-        let split_of = |key: &str| WgmmaConfig::default_for(&ConvProblem::from_key(key).unwrap(), 132).split;
-        // 25 tiles of 64 x 256 on 132 SMs: four slices of 18 blocks' reduction.
-        assert_eq!(split_of("v1:fwd:bf16:NHWC:n32:c1152:k192:i7x7:f1x1:s1x1:p0x0:d1x1"), Split { slices: 4, two_stage: false });
-        assert_eq!(split_of("v1:fwd:bf16:NHWC:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1"), UNSPLIT);
-        // Squeeze-excite: one tile, a few microseconds.
-        assert_eq!(split_of("v1:fwd:bf16:NHWC:n32:c1152:k48:i1x1:f1x1:s1x1:p0x0:d1x1"), UNSPLIT);
+    /// The default's config string, as `gconv conv --config` takes it.
+    fn default_config(key: &str) -> String {
+        let p = ConvProblem::from_key(key).unwrap();
+        WgmmaConfig::default_for(&p, 132).to_config(p.direction).to_string()
     }
 
     #[test]
-    fn defaults_widen_tiles_that_spill_just_past_a_wave() {
-        let tile = |key: &str| WgmmaConfig::default_for(&ConvProblem::from_key(key).unwrap(), 132).tile;
-        // 25 row tiles x 6 of 128 columns = 150 units: 75 of 256 columns fit one wave (tuned).
-        let spilling = tile("v1:fwd:bf16:NHWC:n32:c3072:k768:i7x7:f1x1:s1x1:p0x0:d1x1");
-        assert_eq!((spilling.bn, spilling.wg), (256, 1));
-        // Many waves either way: the tile stays as it was.
-        let large = tile("v1:fwd:bf16:NHWC:n32:c512:k512:i28x28:f3x3:s1x1:p1x1:d1x1");
-        assert_eq!((large.bn, large.wg), (256, 2));
+    fn defaults_take_what_the_wave_model_expects_to_finish_first() {
+        // Each against the hand rules' default, in one lease on the H100: 7x7 1x1 layers
+        // of few tiles run unsplit in narrow tiles (0.0095 ms in 64 x 256 tiles split in two,
+        // 0.0058 so); squeeze-excite splits four ways (0.0078 -> 0.0058); 14x14 layers of 576
+        // columns take 128 x 128 tiles (0.0092 in 128 x 256, 0.0064).
+        assert_eq!(default_config("v1:fwd:bf16:NHWC:n32:c672:k192:i7x7:f1x1:s1x1:p0x0:d1x1"), "bn64_wg1_st4_cl1_ps1");
+        assert_eq!(default_config("v1:fwd:bf16:NHWC:n32:c1152:k48:i1x1:f1x1:s1x1:p0x0:d1x1"), "bn64_wg1_st4_cl1_ps1_ks4_red0");
+        assert_eq!(default_config("v1:fwd:bf16:NHWC:n32:c96:k576:i14x14:f1x1:s1x1:p0x0:d1x1"), "bn128_wg2_st4_cl1_ps1");
+        // 256-row tiles split where they are few (0.0280 -> 0.0260; 3D 0.110 -> 0.079).
+        assert_eq!(default_config("v1:fwd:bf16:NHWC:n32:c512:k512:i7x7:f3x3:s1x1:p1x1:d1x1"), "bn128_wg2_st4_cl1_ps0_ks4_red0_mr2");
+        assert_eq!(default_config("v1:bwd-data:bf16:NDHWC:n32:c512:k512:i2x7x7:f3x3x3:s1x1x1:p1x1x1:d1x1x1"), "bn128_wg2_st4_cl1_ps0_ks2_red0_mr2");
+        // Many waves: unsplit, 256 rows where the columns fit 128.
+        assert_eq!(default_config("v1:fwd:bf16:NHWC:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1"), "bn64_wg2_st4_cl1_ps1_mr2");
+        assert_eq!(default_config("v1:bwd-data:bf16:NHWC:n32:c128:k128:i28x28:f3x3:s1x1:p1x1:d1x1"), "bn128_wg2_st4_cl1_ps0_mr2");
+    }
+
+    #[test]
+    fn defaults_keep_short_reductions_on_persistent_tiles() {
+        // One and four blocks of 64 channels: tiles that are not persistent would wait on their
+        // stores, which the model does not see.
+        let persistent = |key: &str| WgmmaConfig::default_for(&ConvProblem::from_key(key).unwrap(), 132).tile.persistent;
+        assert!(persistent("v1:fwd:bf16:NHWC:n32:c64:k128:i56x56:f1x1:s1x1:p0x0:d1x1"));
+        assert!(persistent("v1:fwd:bf16:NHWC:n32:c256:k128:i56x56:f1x1:s1x1:p0x0:d1x1"));
     }
 
     #[test]
@@ -1367,30 +1398,6 @@ mod tests {
         assert_eq!(cluster("v1:fwd:bf16:NHWC:n32:c32:k192:i28x28:f1x1:s1x1:p0x0:d1x1"), 1);
         assert_eq!(cluster("v1:fwd:bf16:NHWC:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1"), 1);
         assert_eq!(cluster("v1:bwd-weight:bf16:NHWC:n32:c3:k64:i224x224:f7x7:s2x2:p3x3:d1x1"), 1);
-    }
-
-    #[test]
-    fn defaults_take_256_row_tiles_where_their_columns_fit_128_and_they_fill_half_the_gpu() {
-        let tile = |key: &str| WgmmaConfig::default_for(&ConvProblem::from_key(key).unwrap(), 132).tile;
-        let rows_and_grid = |key: &str| {
-            let t = tile(key);
-            (t.rows(), t.bn, t.st, t.cl, t.persistent)
-        };
-        // 100352 rows of 64 columns: 392 tiles of 256 rows, persistent at four stages.
-        assert_eq!(rows_and_grid("v1:fwd:bf16:NHWC:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1"), (256, 64, 4, 1, true));
-        // 128 columns: 98 tiles, not persistent (its staging does not fit four stages).
-        assert_eq!(rows_and_grid("v1:bwd-data:bf16:NHWC:n32:c128:k128:i28x28:f3x3:s1x1:p1x1:d1x1"), (256, 128, 4, 1, false));
-        // Backward-data's four phases of 25088 rows, the longest reduction 4 taps x 2 blocks.
-        assert_eq!(tile("v1:bwd-data:bf16:NHWC:n32:c128:k128:i56x56:f3x3:s2x2:p1x1:d1x1").mr, 2);
-        // 1568 rows: 28 tiles of 256 x 128 would leave most SMs idle.
-        assert_eq!(tile("v1:fwd:bf16:NHWC:n32:c512:k512:i7x7:f3x3:s1x1:p1x1:d1x1").mr, 1);
-        // 128 columns over one block (1x1, 64 channels): the unit's stores would not overlap.
-        assert_eq!(tile("v1:fwd:bf16:NHWC:n32:c64:k128:i56x56:f1x1:s1x1:p0x0:d1x1").mr, 1);
-        // 256 columns: one tile takes them all, at 64 rows a consumer.
-        assert_eq!(tile("v1:fwd:bf16:NHWC:n32:c256:k256:i56x56:f1x1:s1x1:p0x0:d1x1").mr, 1);
-        // Narrow products: 64 columns in pairs of CTAs; 128 keep 128 rows in pairs.
-        assert_eq!(rows_and_grid("v1:fwd:bf16:NHWC:n32:c3:k64:i224x224:f7x7:s2x2:p3x3:d1x1"), (256, 64, 4, 2, true));
-        assert_eq!(rows_and_grid("v1:fwd:bf16:NHWC:n32:c16:k96:i112x112:f1x1:s1x1:p0x0:d1x1"), (128, 128, 4, 2, true));
     }
 
     #[test]
