@@ -10,7 +10,7 @@ use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKer
 use gconv_core::{ConvProblem, DataType, Direction, GconvError, Result};
 
 use crate::device::{backend_error, driver_error};
-use crate::params::TapMap;
+use crate::params::{Products, TapMap};
 use crate::ConvParams;
 
 /// Dynamic shared memory a kernel may take without opting in to more.
@@ -112,6 +112,7 @@ impl<'a> CudaBuffers<'a> {
 /// `const __grid_constant__` parameter). The TMA unit reads only inside the dimensions it was
 /// encoded with, which lie inside the buffer.
 #[repr(transparent)]
+#[derive(Clone, Copy)]
 pub struct TensorMap(cu::CUtensorMap);
 
 // SAFETY: a plain 128-byte-aligned #[repr(C)] array of u64, as the driver defines it.
@@ -228,10 +229,11 @@ impl TensorMap {
 /// One argument of a kernel, in the order of its parameter list.
 pub enum Arg<'a> {
     Params(&'a ConvParams),
-    Taps(&'a TapMap),
     Buffer(Buffer),
     Int(i32),
     TensorMap(&'a TensorMap),
+    Products(&'a Products),
+    Taps(&'a TapMap),
 }
 
 /// Launches `function` on the buffers' stream. `args` follow the kernel's parameter list as
@@ -242,10 +244,11 @@ pub fn kernel(b: &CudaBuffers<'_>, function: &CudaFunction, config: LaunchConfig
     for arg in args {
         match arg {
             Arg::Params(params) => launch.arg(*params),
-            Arg::Taps(taps) => launch.arg(*taps),
             Arg::Buffer(buffer) => launch.arg(&buffer.ptr),
             Arg::Int(value) => launch.arg(value),
             Arg::TensorMap(map) => launch.arg(*map),
+            Arg::Products(products) => launch.arg(*products),
+            Arg::Taps(taps) => launch.arg(*taps),
         };
     }
     // SAFETY: the arguments are the kernel's parameters in order (above), and the buffers hold

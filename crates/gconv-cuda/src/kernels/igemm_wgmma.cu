@@ -9,9 +9,10 @@
 // Forward reads x with the filter; backward-data is the same product over dy with the filter
 // flipped and transposed (16-bit types: w's taps mapped by TapMap; tf32: the copy flip_filter
 // below writes), once per sub-pixel phase of a strided convolution (the destination pixels
-// one residue class of taps reaches, written with the stride: the host passes dx's pointer
-// moved to the phase's first pixel and its strides multiplied by the convolution's). A product
-// without taps (a phase no tap reaches) stores zeros.
+// one residue class of taps reaches, written with the stride: the host passes the offset of
+// the phase's first pixel in dx and its strides multiplied by the convolution's), up to
+// MAX_PRODUCTS phases in one launch. A product without taps (a phase no tap reaches) stores
+// zeros.
 //
 // Backward-weight (igemm_wgmma_weight): per group and tap, rows are output channels, columns
 // input channels, and the reduction runs over (a slice of) the pixels; both tiles MN-major
@@ -38,10 +39,10 @@
 // (1, 2), PERSISTENT (0, 1), SPLIT (forward and backward-data: 1 compiles the epilogue of fp32
 // partial sums, for configs that split), TAPS (backward-weight: the filter taps a unit sums at
 // once, sharing each block of dy) and the data type (bf16, fp16, or fp32 multiplied as tf32:
-// GCONV_TF32, forward and backward-data only). Run-time: the problem (for igemm_wgmma
-// as a forward convolution of src into dst: for backward-data dy's extents as the input's,
-// the phase's dx pixels as the output, the groups' channel counts swapped and the phase's
-// taps, padding and dilation) and the tensor maps, made on the host.
+// GCONV_TF32, forward and backward-data only), MAX_PRODUCTS and PRODUCTS. Run-time: the problem (for
+// igemm_wgmma per product as a forward convolution of src into dst: for backward-data dy's
+// extents as the input's, the phase's dx pixels as the output, the groups' channel counts
+// swapped and the phase's taps, padding and dilation) and the tensor maps, made on the host.
 
 // Tiles are rows of 128 bytes: BK reduction elements of a K-major row (64 16-bit values, 32
 // fp32 for tf32), or 64 M or N elements of an MN-major row (16-bit only). One MMA takes
@@ -380,14 +381,13 @@ __device__ __forceinline__ void tap_offsets(const ConvParams& p, const int* f, u
 }
 
 // The producer warpgroup gives up registers to the consumers; one elected thread stays on (true
-// for it) and prefetches the two tensor maps.
-__device__ __forceinline__ bool producer_start(const TensorMap* a, const TensorMap* b) {
+// for it).
+__device__ __forceinline__ bool producer_start() {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-    if (threadIdx.x != 0) return false;
-    asm volatile("prefetch.tensormap [%0];" ::"l"(a) : "memory");
-    asm volatile("prefetch.tensormap [%0];" ::"l"(b) : "memory");
-    return true;
+    return threadIdx.x == 0;
 }
+
+__device__ __forceinline__ void prefetch_map(const TensorMap* map) { asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory"); }
 
 // A consumer warpgroup takes the registers the producer gave up and zeroes its accumulators.
 __device__ __forceinline__ void consumer_start(float* d) {
@@ -469,7 +469,9 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     constexpr int SHARE_PIXELS = PIXEL_BLOCK / CLUSTER;
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
-        if (producer_start(&dy_map, &x_map)) {
+        if (producer_start()) {
+            prefetch_map(&dy_map);
+            prefetch_map(&x_map);
             int it = 0;
             FOR_EACH_UNIT(u, units) {
                 const WeightUnit t = unit_at(u);
@@ -548,14 +550,19 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 // groups), sharing the filter's tile, of which each CTA loads its share (BN / CLUSTER rows,
 // or with FILTER_MN 64 / CLUSTER of the block's 64 rows of k). mode 0 stores into dst; 1 adds
 // into the fp32 workspace ws (zeroed before); 2 stores the slice's fp32 copy of the
-// destination (slice_elements apart) into ws. ws lies as dst does: at the product's first
-// pixel, with the destination's strides.
+// destination (slice_elements apart) into ws. ws lies as dst does.
+//
+// One launch runs forward's product, or up to MAX_PRODUCTS of backward-data's sub-pixel phases
+// (their units one after another: a persistent grid fills the GPU with all of them, where a
+// launch per phase left a partial wave each). Per product: its source and filter maps, its
+// problem as a forward convolution, its taps' map into w, and where its destination's first
+// pixel lies in dst (and in ws), in elements. The products share the channels and groups.
 //
 // FILTER_MN (backward-data in 16-bit types): the filter is read straight from w, its rows of
 // c channels at tap and output channel k being B MN-major (rows along the reduction), in
 // boxes of 64 c x 64 k; the product's tap t reads w's tap as TapMap says.
 struct Unit {
-    int m0, n0, slice, g;
+    int product, m0, n0, slice, g;
 };
 
 // Which filter tap a product's tap reads: per dimension f = origin + step * t (see TapMap in
@@ -568,9 +575,41 @@ struct TapMap {
 #error "tf32 wgmma takes K-major operands only"
 #endif
 
+// MAX_PRODUCTS: as params.rs has it.
+struct Products {
+    TensorMap src[MAX_PRODUCTS], filter[MAX_PRODUCTS];
+    ConvParams p[MAX_PRODUCTS];
+    TapMap taps[MAX_PRODUCTS];
+    long long dst_offset[MAX_PRODUCTS];
+    int count;
+};
+
+// PRODUCTS: 1 where the problem has one product (forward, backward-data at unit stride): the
+// kernel takes its maps, problem and taps as parameters of their own, as it did before it ran
+// several (with them read from a Products struct such layers ran 1.02x the time on the H100,
+// 1x1 layers of short reductions up to 1.13x); else MAX_PRODUCTS, from a Products struct.
+#if PRODUCTS == 1
+#define PRODUCT_PARAMETERS const __grid_constant__ TensorMap src_map, const __grid_constant__ TensorMap filter_map, ConvParams product, TapMap product_taps
+#define PRODUCT_COUNT 1
+#define PRODUCT(q) product
+#define PRODUCT_TAPS(q) product_taps
+#define PRODUCT_SRC(q) (&src_map)
+#define PRODUCT_FILTER(q) (&filter_map)
+#define PRODUCT_OFFSET(q) 0
+#else
+#define PRODUCT_PARAMETERS const __grid_constant__ Products products
+#define PRODUCT_COUNT products.count
+#define PRODUCT(q) products.p[q]
+#define PRODUCT_TAPS(q) products.taps[q]
+#define PRODUCT_SRC(q) (&products.src[q])
+#define PRODUCT_FILTER(q) (&products.filter[q])
+#define PRODUCT_OFFSET(q) products.dst_offset[q]
+#endif
+
+__device__ __forceinline__ int product_pixels(const ConvParams& p) { return p.out[0] * p.out[1] * p.out[2]; }
+
 extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
-    igemm_wgmma(const __grid_constant__ TensorMap src_map, const __grid_constant__ TensorMap filter_map, ConvParams p, TapMap taps, elem_t* dst, float* ws, int split_arg,
-                int mode, int slice_elements) {
+    igemm_wgmma(PRODUCT_PARAMETERS, elem_t* dst, float* ws, int split_arg, int mode, int slice_elements) {
     // Unsplit builds fold the slice arithmetic away: with one block per unit (1x1 layers of 64
     // channels) its divisions cost as much as the unit's MMAs.
     const int splits = SPLIT ? split_arg : 1;
@@ -578,42 +617,52 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     const Pipeline pl = pipeline_init(raw);
     const int rank = cluster_rank();
     // A dense layer's last chunk may run past its channels: TMA reads zeros there.
-    const int chunks = (p.cg + BK - 1) / BK, all_blocks = p.fil[0] * p.fil[1] * p.fil[2] * chunks;
-    const int pixels = p.out[0] * p.out[1] * p.out[2];
-    const int m_total = p.n * pixels;
-    const int row_groups = ((m_total + BM - 1) / BM + CLUSTER - 1) / CLUSTER, column_tiles = (p.kg + BN - 1) / BN;
-    const int units = row_groups * column_tiles * splits * p.g;
+    const int chunks = (PRODUCT(0).cg + BK - 1) / BK, column_tiles = (PRODUCT(0).kg + BN - 1) / BN;
+    const int per_row_group = column_tiles * splits * PRODUCT(0).g;
+    auto row_groups = [&](int q) { return ((PRODUCT(q).n * product_pixels(PRODUCT(q)) + BM - 1) / BM + CLUSTER - 1) / CLUSTER; };
+    int units = 0;
+    for (int q = 0; q < PRODUCT_COUNT; ++q) units += row_groups(q) * per_row_group;
     auto unit_at = [&](int u) {
         Unit t;
+        t.product = 0;
+        for (int rows = row_groups(0); u >= rows * per_row_group && t.product + 1 < PRODUCT_COUNT; rows = row_groups(++t.product)) u -= rows * per_row_group;
+        const int rows = row_groups(t.product);
         t.n0 = u % column_tiles * BN;
         u /= column_tiles;
-        t.m0 = (u % row_groups * CLUSTER + rank) * BM;
-        u /= row_groups;
+        t.m0 = (u % rows * CLUSTER + rank) * BM;
+        u /= rows;
         t.slice = u % splits;
         t.g = u / splits;
         return t;
     };
-    // A slice's reduction blocks run from its first block to the next slice's.
-    auto first_block = [&](int slice) { return all_blocks * slice / splits; };
+    // A slice's reduction blocks (of its product's) run from its first block to the next slice's.
+    auto first_block = [&](const ConvParams& p, int slice) { return p.fil[0] * p.fil[1] * p.fil[2] * chunks * slice / splits; };
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
-        if (producer_start(&src_map, &filter_map)) {
+        if (producer_start()) {
+            for (int q = 0; q < PRODUCT_COUNT; ++q) {
+                prefetch_map(PRODUCT_SRC(q));
+                prefetch_map(PRODUCT_FILTER(q));
+            }
             int it = 0;
             FOR_EACH_UNIT(u, units) {
                 const Unit t = unit_at(u);
+                const ConvParams& p = PRODUCT(t.product);
+                const TapMap& taps = PRODUCT_TAPS(t.product);
+                const TensorMap *src = PRODUCT_SRC(t.product), *filter = PRODUCT_FILTER(t.product);
                 // The tile's first pixel, as the source position its first tap starts from.
-                const int n = t.m0 / pixels;
+                const int pixels = product_pixels(p), n = t.m0 / pixels;
                 int pos[3];
                 window_start(p, t.m0 % pixels, pos);
-                const int end = first_block(t.slice + 1);
-                for (int block = first_block(t.slice); block < end; ++block, ++it) {
+                const int end = first_block(p, t.slice + 1);
+                for (int block = first_block(p, t.slice); block < end; ++block, ++it) {
                     const int s = produce(pl, it);
                     const int tap = block / chunks, c0 = block % chunks * BK;
                     int f[3];
                     tap_position(p, tap, f);
                     unsigned short off[3];
                     tap_offsets(p, f, off);
-                    load_im2col<false>(pl.stage(s), &src_map, t.g * p.cg + c0, pos, n, off, pl.full(s));
+                    load_im2col<false>(pl.stage(s), src, t.g * p.cg + c0, pos, n, off, pl.full(s));
 #if FILTER_MN
                     const int filter_tap = ((taps.origin[0] + taps.step[0] * f[0]) * taps.fil[1] + taps.origin[1] + taps.step[1] * f[1]) * taps.fil[2] + taps.origin[2] +
                                            taps.step[2] * f[2];
@@ -621,11 +670,11 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 #pragma unroll
                     for (int j = 0; j < BN / 64; ++j) {
                         const unsigned at = pl.stage(s) + A_BYTES + j * TILE64_BYTES + share * ROW_BYTES;
-                        load_tile<true>(at, &filter_map, t.n0 + 64 * j, filter_tap, t.g * p.cg + c0 + share, pl.full(s));
+                        load_tile<true>(at, filter, t.n0 + 64 * j, filter_tap, t.g * p.cg + c0 + share, pl.full(s));
                     }
 #else
                     const unsigned share = rank * B_SHARE_ROWS;
-                    load_tile<true>(pl.stage(s) + A_BYTES + share * ROW_BYTES, &filter_map, c0, tap, t.g * p.kg + t.n0 + share, pl.full(s));
+                    load_tile<true>(pl.stage(s) + A_BYTES + share * ROW_BYTES, filter, c0, tap, t.g * p.kg + t.n0 + share, pl.full(s));
 #endif
                 }
             }
@@ -640,19 +689,22 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 #else
         elem_t* staged = reinterpret_cast<elem_t*>(raw + (pl.base - smem_addr(raw))) + slice * 64 * MR * STAGED_ROW;
 #endif
-        // A destination packed in pixel order (forward; backward-data at stride 1) has row m at
-        // m times the pixel stride: no divisions per row.
-        const bool packed = (p.out[1] == 1 || p.ys[3] == p.out[2] * p.ys[4]) && (p.out[0] == 1 || p.ys[2] == p.out[1] * p.out[2] * p.ys[4]) &&
-                            (p.n == 1 || p.ys[0] == pixels * p.ys[4]);
-        auto dst_index = [&](int m, int channel) {
-            if (packed) return m * p.ys[4] + channel * p.ys[1];
-            const int pixel = m % pixels;
-            return offset(p.ys, m / pixels, channel, pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]);
-        };
         int it = 0;
         FOR_EACH_UNIT(u, units) {
             const Unit t = unit_at(u);
-            const int first = first_block(t.slice), blocks = first_block(t.slice + 1) - first;
+            const ConvParams& p = PRODUCT(t.product);
+            const int pixels = product_pixels(p), m_total = p.n * pixels;
+            // A destination packed in pixel order (forward; backward-data at stride 1) has row m
+            // at m times the pixel stride: no divisions per row.
+            const bool packed = (p.out[1] == 1 || p.ys[3] == p.out[2] * p.ys[4]) && (p.out[0] == 1 || p.ys[2] == p.out[1] * p.out[2] * p.ys[4]) &&
+                                (p.n == 1 || p.ys[0] == pixels * p.ys[4]);
+            auto dst_index = [&](int m, int channel) {
+                const auto at = PRODUCT_OFFSET(t.product);
+                if (packed) return at + m * p.ys[4] + channel * p.ys[1];
+                const int pixel = m % pixels;
+                return at + offset(p.ys, m / pixels, channel, pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]);
+            };
+            const int first = first_block(p, t.slice), blocks = first_block(p, t.slice + 1) - first;
             consume<false, FILTER_MN>(pl, it, blocks, slice, d);
             it += blocks;
 #if SPLIT

@@ -9,8 +9,8 @@
 //! read w's rows straight as an MN-major B, each product tap mapped to w's; tf32, K-major only,
 //! from a transposed copy a small kernel writes into the workspace), once per sub-pixel phase
 //! at a stride over one (each phase's dx pixels are reached by one residue class of taps and
-//! written with the stride; a phase no tap reaches gets zeros). Backward-weight multiplies dy (tiled loads) by x (im2col
-//! at each tap's offsets), both MN-major, per group and tap, its pixel reduction split into
+//! written with the stride; a phase no tap reaches gets zeros), up to eight phases' products in
+//! one launch. Backward-weight multiplies dy (tiled loads) by x (im2col at each tap's offsets), both MN-major, per group and tap, its pixel reduction split into
 //! `ks` slices summed by atomics or in two stages (`red`). Forward and backward-data split their
 //! reductions (taps x channels) the same way where `ks` is over 1, for layers with too few
 //! tiles to fill the GPU. A dense layer with too few channels for a TMA row (an RGB stem) runs
@@ -35,7 +35,7 @@ use super::tap_packing::{self, Packing};
 use super::{builds_from_kernel, BuiltFrom};
 use crate::device::CudaDevice;
 use crate::launch::{self, Arg, Buffer, Im2col, TensorMap};
-use crate::params::TapMap;
+use crate::params::{ProductArgs, Products, TapMap, MAX_PRODUCTS};
 use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
 
 const SOURCE: &str = concat!(include_str!("../kernels/igemm_wgmma.cu"), include_str!("../kernels/split_reduce.cuh"));
@@ -374,7 +374,11 @@ impl WgmmaConfig {
         let source = self.tile.source(p);
         match p.direction {
             Direction::BackwardWeight => source.define("TAPS", self.tile.taps),
-            _ => source.define("SPLIT", u32::from(self.split != UNSPLIT)).define("FILTER_MN", u32::from(reads_filter_directly(p))),
+            _ => {
+                let products = if Product::all(p).len() == 1 { 1 } else { MAX_PRODUCTS };
+                let source = source.define("SPLIT", u32::from(self.split != UNSPLIT)).define("FILTER_MN", u32::from(reads_filter_directly(p)));
+                source.define("MAX_PRODUCTS", MAX_PRODUCTS).define("PRODUCTS", products)
+            }
         }
     }
 
@@ -498,7 +502,8 @@ impl Product {
         Product { params, src, rows, lower, upper, dst_offset, filter_offset, tap_map }
     }
 
-    /// The products `p` runs as, those with taps first.
+    /// The products `p` runs as, the longest reductions first (a persistent grid takes their
+    /// units first; those without taps come last).
     fn all(p: &ConvProblem) -> Vec<Product> {
         let geo = Geometry::new(p);
         let params = ConvParams::new(p);
@@ -542,7 +547,7 @@ impl Product {
                 }
             }
         }
-        products.sort_by_key(|product| !product.has_taps());
+        products.sort_by_key(|product| std::cmp::Reverse(product.blocks(p.dtype)));
         products
     }
 
@@ -733,16 +738,22 @@ const SPLIT_US_PER_MILLION_ELEMENTS: f64 = 6.78;
 /// 1.09-1.35x slower in 256 x 128 tiles than in persistent 128 x 128).
 const MIN_UNOVERLAPPED_BLOCKS: u64 = 8;
 
-/// The wave model's time of `config` on `p`: per product with taps, ceil(units / SMs) waves,
-/// each of its slice's reduction blocks and the wave's own cost; and the split's cost.
+/// The wave model's time of `config` on `p`: per launch, ceil(units / SMs) waves of its
+/// products with taps, each of their slices' reduction blocks (on average over the units) and
+/// the wave's own cost; and the split's cost.
 fn modelled_us(products: &[Product], p: &ConvProblem, config: WgmmaConfig, cost: &TileCost, sms: u64) -> f64 {
     let slices = config.split.slices;
-    let waves = products.iter().filter(|product| product.has_taps()).map(|product| {
-        let waves = product.units(config.tile, p.g, slices).div_ceil(sms) as f64;
-        waves * (product.blocks(p.dtype) as f64 / f64::from(slices) * cost.per_block_us + cost.per_wave_us)
+    let launches = products.chunks(MAX_PRODUCTS).map(|launch| {
+        let with_taps = launch.iter().filter(|product| product.has_taps());
+        let (units, blocks) = with_taps.fold((0, 0), |(units, blocks), product| {
+            let mine = product.units(config.tile, p.g, slices);
+            (units + mine, blocks + mine * product.blocks(p.dtype))
+        });
+        let mean_blocks = if units > 0 { blocks as f64 / units as f64 } else { 0.0 };
+        units.div_ceil(sms) as f64 * (mean_blocks / f64::from(slices) * cost.per_block_us + cost.per_wave_us)
     });
     let split = if slices > 1 { SPLIT_US + SPLIT_US_PER_MILLION_ELEMENTS * destination_elements(p) as f64 / 1e6 } else { 0.0 };
-    waves.sum::<f64>() + split
+    launches.sum::<f64>() + split
 }
 
 /// Waves of 64-row tiles from which a narrow forward or backward-data product runs in clusters
@@ -908,13 +919,22 @@ impl Solve<Cuda> for IgemmWgmma {
         // the filter matrix (w, or its flipped copy) in boxes of the cluster's share of the
         // column tile's rows x a 128-byte row of the reduction.
         let filter_box = if direct { [64, 1, 64 / tile.cl] } else { [row_elements(p.dtype), 1, tile.bn / tile.cl] };
-        let products = Product::all(p)
-            .into_iter()
-            .map(|product| {
-                let launch = LaunchConfig { grid_dim: (tile.grid(product.units(tile, p.g, split.slices), sms), 1, 1), block_dim, shared_mem_bytes: shared };
-                let im2col = product.has_taps().then(|| product.im2col(row_elements(p.dtype), tile.rows()));
-                let filter = if direct { (0, [geo.cg as u64, geo.filter_volume() as u64, u64::from(p.k)]) } else { (product.filter_offset, product.filter_extents()) };
-                ProductLaunch { launch, params: product.params, tap_map: product.tap_map, im2col, filter, dst_offset: product.dst_offset }
+        let all = Product::all(p);
+        let one_product = all.len() == 1;
+        let launches = all
+            .chunks(MAX_PRODUCTS)
+            .map(|products| {
+                let units = products.iter().map(|product| product.units(tile, p.g, split.slices)).sum();
+                let launch = LaunchConfig { grid_dim: (tile.grid(units, sms), 1, 1), block_dim, shared_mem_bytes: shared };
+                let products = products
+                    .iter()
+                    .map(|product| {
+                        let im2col = product.has_taps().then(|| product.im2col(row_elements(p.dtype), tile.rows()));
+                        let filter = if direct { (0, [geo.cg as u64, geo.filter_volume() as u64, u64::from(p.k)]) } else { (product.filter_offset, product.filter_extents()) };
+                        ProductLaunch { params: product.params, tap_map: product.tap_map, im2col, filter, dst_offset: product.dst_offset }
+                    })
+                    .collect();
+                ProductsLaunch { launch, products }
             })
             .collect();
         let flip = match p.direction {
@@ -935,7 +955,7 @@ impl Solve<Cuda> for IgemmWgmma {
             reduce: split.reduce(p, &self.device, &source)?,
             filter_start: flipped_filter_start(p, split),
         };
-        Ok(Box::new(WgmmaInvoker { function, products, direction: p.direction, dtype: p.dtype, filter_box, flip, split }))
+        Ok(Box::new(WgmmaInvoker { function, launches, one_product, direction: p.direction, dtype: p.dtype, filter_box, flip, split }))
     }
 }
 
@@ -947,13 +967,18 @@ struct Flip {
     params: ConvParams,
 }
 
-/// One product's launch.
-struct ProductLaunch {
+/// Up to MAX_PRODUCTS products in one grid.
+struct ProductsLaunch {
     launch: LaunchConfig,
+    products: Vec<ProductLaunch>,
+}
+
+/// One product's part of a launch.
+struct ProductLaunch {
     params: ConvParams,
     tap_map: TapMap,
     /// The source's map; none where no tap reaches (the kernel reads nothing and stores
-    /// zeros, handed the maps of the product before it).
+    /// zeros, handed the first product's maps).
     im2col: Option<Im2col>,
     /// The filter: its offset in elements, and extents.
     filter: (u64, [u64; 3]),
@@ -963,8 +988,10 @@ struct ProductLaunch {
 /// Forward and backward-data.
 struct WgmmaInvoker {
     function: CudaFunction,
-    /// Those with taps first.
-    products: Vec<ProductLaunch>,
+    /// The products, the longest reductions first.
+    launches: Vec<ProductsLaunch>,
+    /// Whether the problem has one product (the kernel's PRODUCTS 1).
+    one_product: bool,
     direction: Direction,
     dtype: DataType,
     /// The filter box a CTA loads per block (see `solution`).
@@ -1003,32 +1030,37 @@ impl Invoker<Cuda> for WgmmaInvoker {
         };
         let elem = self.dtype.size_bytes() as u64;
         let dst = b.output(self.direction);
-        let mut maps = None;
-        for product in &self.products {
-            // Tensor maps hold the buffers' addresses, so they are made per run (a few
-            // microseconds of host time; a captured graph keeps the ones it was captured with).
-            if let Some(im2col) = &product.im2col {
-                let (offset, extents) = product.filter;
-                let src = TensorMap::im2col(src, self.dtype, im2col)?;
-                let filter = TensorMap::tiled(filter.from_byte(offset * elem), self.dtype, extents, self.filter_box)?;
-                maps = Some((src, filter));
-            }
-            let Some((src, filter)) = &maps else {
-                return Err(GconvError::Backend("cuda.igemm_wgmma: a product without taps came before any with them".into()));
+        // Tensor maps hold the buffers' addresses, so they are made per run (a few microseconds
+        // of host time; a captured graph keeps the ones it was captured with).
+        let maps = |product: &ProductLaunch| -> Result<Option<(TensorMap, TensorMap)>> {
+            let Some(im2col) = &product.im2col else { return Ok(None) };
+            let (offset, extents) = product.filter;
+            Ok(Some((TensorMap::im2col(src, self.dtype, im2col)?, TensorMap::tiled(filter.from_byte(offset * elem), self.dtype, extents, self.filter_box)?)))
+        };
+        let first = self.launches.first().and_then(|launch| launch.products.first()).map(maps).transpose()?.flatten();
+        let Some(first) = first else {
+            return Err(GconvError::Backend("cuda.igemm_wgmma: the first product has no taps".into()));
+        };
+        for launch in &self.launches {
+            let products = launch
+                .products
+                .iter()
+                .map(|product| {
+                    let (src, filter) = maps(product)?.unwrap_or(first);
+                    Ok(ProductArgs { src, filter, params: product.params, taps: product.tap_map, dst_offset: product.dst_offset as i64 })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let Some(products) = Products::new(&products) else {
+                return Err(GconvError::Backend(format!("cuda.igemm_wgmma: {} products for one launch", products.len())));
             };
-            let args = [
-                Arg::TensorMap(src),
-                Arg::TensorMap(filter),
-                Arg::Params(&product.params),
-                Arg::Taps(&product.tap_map),
-                Arg::Buffer(dst.from_byte(product.dst_offset * elem)),
-                // The fp32 partials lie as the destination does.
-                Arg::Buffer(b.workspace.from_byte(product.dst_offset * 4)),
-                Arg::Int(split.slices),
-                Arg::Int(split.mode),
-                Arg::Int(split.elements),
-            ];
-            launch::kernel(b, &self.function, product.launch, &args, "launch cuda.igemm_wgmma")?;
+            // A kernel built for one product takes it in parameters of their own (see the kernel).
+            let mut args = if self.one_product {
+                vec![Arg::TensorMap(&products.src[0]), Arg::TensorMap(&products.filter[0]), Arg::Params(&products.params[0]), Arg::Taps(&products.taps[0])]
+            } else {
+                vec![Arg::Products(&products)]
+            };
+            args.extend([Arg::Buffer(dst), Arg::Buffer(b.workspace), Arg::Int(split.slices), Arg::Int(split.mode), Arg::Int(split.elements)]);
+            launch::kernel(b, &self.function, launch.launch, &args, "launch cuda.igemm_wgmma")?;
         }
         match &split.reduce {
             Some(reduce) => reduce.run(b, dst),
