@@ -585,9 +585,8 @@ struct Products {
 };
 
 // PRODUCTS: 1 where the problem has one product (forward, backward-data at unit stride): the
-// kernel takes its maps, problem and taps as parameters of their own, as it did before it ran
-// several (with them read from a Products struct such layers ran 1.02x the time on the H100,
-// 1x1 layers of short reductions up to 1.13x); else MAX_PRODUCTS, from a Products struct.
+// kernel takes its maps, problem and taps as parameters of their own, and the product's index
+// folds away; else MAX_PRODUCTS, from a Products struct.
 #if PRODUCTS == 1
 #define PRODUCT_PARAMETERS const __grid_constant__ TensorMap src_map, const __grid_constant__ TensorMap filter_map, ConvParams product, TapMap product_taps
 #define PRODUCT_COUNT 1
