@@ -10,8 +10,9 @@
 //! from a transposed copy a small kernel writes into the workspace), once per sub-pixel phase
 //! at a stride over one (each phase's dx pixels are reached by one residue class of taps and
 //! written with the stride; a phase no tap reaches gets zeros), up to eight phases' products in
-//! one launch. Backward-weight multiplies dy (tiled loads) by x (im2col at each tap's offsets), both MN-major, per group and tap, its pixel reduction split into
-//! `ks` slices summed by atomics or in two stages (`red`). Forward and backward-data split their
+//! one launch. Backward-weight multiplies dy (tiled loads) by x (im2col at each tap's offsets),
+//! both MN-major, per group and tap, its pixel reduction split into `ks` slices summed by
+//! atomics or in two stages (`red`). Forward and backward-data split their
 //! reductions (taps x channels) the same way where `ks` is over 1, for layers with too few
 //! tiles to fill the GPU. A dense layer with too few channels for a TMA row (an RGB stem) runs
 //! packed: its taps along W moved into the channels (see tap_packing).
@@ -694,8 +695,8 @@ impl WgmmaConfig {
 /// A forward or backward-data tile's time on the GPU: microseconds per reduction block of each
 /// wave of units, and per wave (its fill, drain and epilogue). Fitted by bench/wave_model.py to
 /// the H100's config sweeps of 181 dense layers (bf16; data/bench/h100-s20-config-sweeps-bf16.csv
-/// with session 19's): its picks ran 1.016x the fastest config swept, each layer left out of
-/// the fit in turn, against 1.07x for the hand rules it replaced.
+/// with session 19's): its picks ran 1.018x the fastest config swept, each layer left out of
+/// the fit in turn, against 1.071x for the hand rules it replaced.
 struct TileCost {
     bn: u32,
     wg: u32,
