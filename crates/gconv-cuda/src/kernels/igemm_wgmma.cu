@@ -39,10 +39,11 @@
 // (1, 2), PERSISTENT (0, 1), SPLIT (forward and backward-data: 1 compiles the epilogue of fp32
 // partial sums, for configs that split), TAPS (backward-weight: the filter taps a unit sums at
 // once, sharing each block of dy) and the data type (bf16, fp16, or fp32 multiplied as tf32:
-// GCONV_TF32, forward and backward-data only), MAX_PRODUCTS and PRODUCTS. Run-time: the problem (for
-// igemm_wgmma per product as a forward convolution of src into dst: for backward-data dy's
-// extents as the input's, the phase's dx pixels as the output, the groups' channel counts
-// swapped and the phase's taps, padding and dilation) and the tensor maps, made on the host.
+// GCONV_TF32, forward and backward-data only), MAX_PRODUCTS and PRODUCTS. Run-time: the
+// problem (for igemm_wgmma per product as a forward convolution of src into dst: for
+// backward-data dy's extents as the input's, the phase's dx pixels as the output, the groups'
+// channel counts swapped and the phase's taps, padding and dilation) and the tensor maps, made
+// on the host.
 
 // Tiles are rows of 128 bytes: BK reduction elements of a K-major row (64 16-bit values, 32
 // fp32 for tf32), or 64 M or N elements of an MN-major row (16-bit only). One MMA takes
