@@ -1387,10 +1387,14 @@ mod tests {
         }
     }
 
+    /// The default of a problem key on the H100's 132 SMs.
+    fn default_of(key: &str) -> WgmmaConfig {
+        WgmmaConfig::default_for(&ConvProblem::from_key(key).unwrap(), 132)
+    }
+
     /// The default's config string, as `gconv conv --config` takes it.
     fn default_config(key: &str) -> String {
-        let p = ConvProblem::from_key(key).unwrap();
-        WgmmaConfig::default_for(&p, 132).to_config(p.direction).to_string()
+        default_of(key).to_config(ConvProblem::from_key(key).unwrap().direction).to_string()
     }
 
     #[test]
@@ -1414,14 +1418,14 @@ mod tests {
     fn defaults_keep_short_reductions_on_persistent_tiles() {
         // One and four blocks of 64 channels: tiles that are not persistent would wait on their
         // stores, which the model does not see.
-        let persistent = |key: &str| WgmmaConfig::default_for(&ConvProblem::from_key(key).unwrap(), 132).tile.persistent;
+        let persistent = |key: &str| default_of(key).tile.persistent;
         assert!(persistent("v1:fwd:bf16:NHWC:n32:c64:k128:i56x56:f1x1:s1x1:p0x0:d1x1"));
         assert!(persistent("v1:fwd:bf16:NHWC:n32:c256:k128:i56x56:f1x1:s1x1:p0x0:d1x1"));
     }
 
     #[test]
     fn defaults_pair_ctas_only_on_narrow_products_of_many_rows() {
-        let cluster = |key: &str| WgmmaConfig::default_for(&ConvProblem::from_key(key).unwrap(), 132).tile.cl;
+        let cluster = |key: &str| default_of(key).tile.cl;
         // 24 source channels, 100352 rows: eight waves of 64-row tiles and more.
         assert_eq!(cluster("v1:fwd:bf16:NHWC:n32:c24:k144:i56x56:f1x1:s1x1:p0x0:d1x1"), 2);
         // Backward-data's destination of 24 channels is as narrow.
@@ -1435,17 +1439,16 @@ mod tests {
 
     #[test]
     fn backward_weight_defaults_narrow_the_tile_where_few_pixels_leave_sms_idle() {
-        let default = |key: &str| WgmmaConfig::default_for(&ConvProblem::from_key(key).unwrap(), 132);
         // 7x7 x 32 images: 24 blocks of pixels, two slices; 64 x 64 tiles make 108 units.
-        let few_pixels = default("v1:bwd-weight:bf16:NHWC:n32:c1152:k192:i7x7:f1x1:s1x1:p0x0:d1x1");
+        let few_pixels = default_of("v1:bwd-weight:bf16:NHWC:n32:c1152:k192:i7x7:f1x1:s1x1:p0x0:d1x1");
         assert_eq!((few_pixels.tile.bn, few_pixels.tile.wg, few_pixels.split.slices), (64, 1, 2));
-        let many_pixels = default("v1:bwd-weight:bf16:NHWC:n32:c256:k256:i56x56:f3x3:s1x1:p1x1:d1x1");
+        let many_pixels = default_of("v1:bwd-weight:bf16:NHWC:n32:c256:k256:i56x56:f3x3:s1x1:p1x1:d1x1");
         assert_eq!((many_pixels.tile.bn, many_pixels.tile.wg), (256, 2));
     }
 
     #[test]
     fn backward_weight_defaults_split_no_further_than_whole_waves_pay() {
-        let slices = |key: &str| WgmmaConfig::default_for(&ConvProblem::from_key(key).unwrap(), 132).split.slices;
+        let slices = |key: &str| default_of(key).split.slices;
         // Exhaustive tuning on the H100 chose unsplit here: two slices make a second wave of 12
         // tiles.
         assert_eq!(slices("v1:bwd-weight:bf16:NHWC:n32:c768:k3072:i7x7:f1x1:s1x1:p0x0:d1x1"), 1);
