@@ -1038,16 +1038,21 @@ impl Invoker<Cuda> for WgmmaInvoker {
             let (offset, extents) = product.filter;
             Ok(Some((TensorMap::im2col(src, self.dtype, im2col)?, TensorMap::tiled(filter.from_byte(offset * elem), self.dtype, extents, self.filter_box)?)))
         };
-        let first = self.launches.first().and_then(|launch| launch.products.first()).map(maps).transpose()?.flatten();
-        let Some(first) = first else {
-            return Err(GconvError::Backend("cuda.igemm_wgmma: the first product has no taps".into()));
-        };
+        // Products without taps come after those with them: they take the first one's maps.
+        let mut first = None;
         for launch in &self.launches {
             let products = launch
                 .products
                 .iter()
                 .map(|product| {
-                    let (src, filter) = maps(product)?.unwrap_or(first);
+                    let (src, filter) = match (maps(product)?, first) {
+                        (Some(own), _) => {
+                            first.get_or_insert(own);
+                            own
+                        }
+                        (None, Some(first)) => first,
+                        (None, None) => return Err(GconvError::Backend("cuda.igemm_wgmma: a product without taps came before any with them".into())),
+                    };
                     Ok(ProductArgs { src, filter, params: product.params, taps: product.tap_map, dst_offset: product.dst_offset as i64 })
                 })
                 .collect::<Result<Vec<_>>>()?;
