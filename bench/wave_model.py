@@ -14,6 +14,10 @@ per layer the model's pick against the fastest config swept, in sample and with 
 out of the fit, and against the default of the build that ran the `*-base` side of an A/B when
 given (--defaults, lines `DEF key config`). Needs numpy. Clusters (cl 2) are left out: the
 defaults add them by a rule of their own.
+
+--weight fits WEIGHT_1X1_COSTS instead: 1x1 backward-weight layers, tiles of 64 x wg rows (output
+channels) by bn columns (input channels), ceil(tiles x ks / SMS) waves of ceil(pixels / 64) / ks
+blocks each, a split's cost a constant and per million fp32 sums added (units x tile size).
 """
 import argparse
 import collections
@@ -27,6 +31,9 @@ import numpy as np
 SMS = 132
 # (bn, wg, mr, persistent): TILE_COSTS' order.
 SHAPES = [(64, 1, 1, 1), (64, 2, 1, 1), (128, 1, 1, 1), (128, 2, 1, 1), (256, 1, 1, 1), (256, 2, 1, 1), (64, 2, 2, 1), (128, 2, 2, 0)]
+WEIGHT_SHAPES = [(64, 1, 1, 0), (64, 2, 1, 0), (128, 1, 1, 0), (128, 2, 1, 0), (256, 1, 1, 0), (256, 2, 1, 0)]
+WEIGHT_FITTED = ("small-1x1-bwd-weight",)
+WEIGHT_KEY = re.compile(r"v1:bwd-weight:(bf16|f16):NHWC:n(\d+):c(\d+):k(\d+):i(\d+)x(\d+):f1x1:s(\d+)x(\d+):p0x0:d1x1$")
 FITTED = ("s20-small-fwd-bwd-data", "rows-per-consumer", "small-fwd-bwd-data", "s20-default-ab-1-base", "s20-default-ab-1-new")
 KEY = re.compile(r"v1:(fwd|bwd-data):(bf16|f16):N[DH]*WC:n(\d+):c(\d+):k(\d+):i([\dx]+):f([\dx]+):s([\dx]+):p([\dx]+):d([\dx]+)(?::g(\d+))?$")
 
@@ -86,22 +93,47 @@ def features(key, config):
     return x
 
 
+def weight_features(key, config):
+    m = WEIGHT_KEY.match(key)
+    f = fields(config)
+    if not m or f.get("cl", 1) != 1 or (f["bn"], f["wg"], 1, f["ps"]) not in WEIGHT_SHAPES:
+        return None
+    _, n, c, k, h, w, sh, sw = m.groups()
+    n, c, k, h, w, sh, sw = map(int, (n, c, k, h, w, sh, sw))
+    bn, wg, ks = f["bn"], f["wg"], f.get("ks", 1)
+    i = WEIGHT_SHAPES.index((bn, wg, 1, f["ps"]))
+    units = math.ceil(k / (64 * wg)) * math.ceil(c / bn) * ks
+    waves = math.ceil(units / SMS)
+    x = np.zeros(2 * len(WEIGHT_SHAPES) + 4)
+    x[i] = waves * math.ceil(n * math.ceil(h / sh) * math.ceil(w / sw) / 64) / ks
+    x[len(WEIGHT_SHAPES) + i] = waves
+    if ks > 1:
+        x[-4] = units * 64 * wg * bn / 1e6
+        x[-2] = 1
+    x[-1] = 1
+    return x
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("csv", nargs="+", help="config sweeps: key, solver, config, time_ms, sweep")
     ap.add_argument("--sweeps", nargs="+", default=FITTED, help="the sweeps to fit")
     ap.add_argument("--defaults", help="`DEF key config` lines: the defaults to compare with")
     ap.add_argument("-v", "--verbose", action="store_true", help="a line per layer")
+    ap.add_argument("--weight", action="store_true", help="fit the 1x1 backward-weight model")
     args = ap.parse_args()
+    shapes, featurize = (WEIGHT_SHAPES, weight_features) if args.weight else (SHAPES, features)
+    if args.weight and args.sweeps == FITTED:
+        args.sweeps = WEIGHT_FITTED
     samples = []
     for path in args.csv:
         with open(path) as f:
             for r in csv.DictReader(f):
-                x = features(r["key"], r["config"]) if r["sweep"] in args.sweeps else None
+                x = featurize(r["key"], r["config"]) if r["sweep"] in args.sweeps else None
                 if x is not None:
                     samples.append((r["key"], r["config"], x, float(r["time_ms"]) * 1e3))
     if not samples:
-        raise SystemExit("no igemm_wgmma forward or backward-data rows of the modelled shapes in those sweeps")
+        raise SystemExit("no igemm_wgmma rows of the modelled layers and shapes in those sweeps")
     x = np.array([s[2] for s in samples])
     y = np.array([s[3] for s in samples])
     weight = 1 / y
@@ -111,10 +143,11 @@ def main():
         return coef
 
     coef = fit(np.ones(len(y), dtype=bool))
-    n = len(SHAPES)
-    for shape, block, wave in zip(SHAPES, coef[:n], coef[n : 2 * n]):
+    n = len(shapes)
+    for shape, block, wave in zip(shapes, coef[:n], coef[n : 2 * n]):
         print(f"    cost({shape[0]}, {shape[1]}, {shape[2]}, {'true' if shape[3] else 'false'}, {block:.3f}, {wave:.2f}),")
-    print(f"split {coef[-2]:.2f} us + {coef[-4]:.2f} us per million elements; stored zeros {coef[-3]:.2f} us per million; constant {coef[-1]:.2f} us")
+    per_million = "sums" if args.weight else f"elements; stored zeros {coef[-3]:.2f} us per million"
+    print(f"split {coef[-2]:.2f} us + {coef[-4]:.2f} us per million {per_million}; constant {coef[-1]:.2f} us")
     defaults = {}
     if args.defaults:
         with open(args.defaults) as f:

@@ -623,7 +623,8 @@ impl WgmmaConfig {
     /// The config a problem starts from on a GPU of `sms` SMs. Forward and backward-data: the
     /// tile and split (of 1, 2 or 4 slices) a wave model of the kernel's time expects to finish
     /// first (see TILE_COSTS), in pairs of CTAs where the product is narrow on one side and has
-    /// many rows. Backward-weight: columns by input channels per group, rows by output
+    /// many rows. Backward-weight: 1x1 layers by a wave model of their own
+    /// (quickest_weight_1x1); others columns by input channels per group, rows by output
     /// channels, and the fewest slices of the pixels that fill the GPU while each keeps a few
     /// blocks of work; four stages where they fit.
     fn default_for(p: &ConvProblem, sms: u64) -> WgmmaConfig {
@@ -641,6 +642,11 @@ impl WgmmaConfig {
             let (kg, cg) = (geo.kg as u32, geo.cg as u32);
             let blocks = |tile: Tile| u64::from(kg.div_ceil(tile.rows()) * cg.div_ceil(tile.bn)) * geo.filter_volume() as u64 * u64::from(p.g);
             let pixel_blocks = (geo.n * geo.output_volume()) as u64 / u64::from(PIXEL_BLOCK);
+            if geo.filter_volume() == 1 {
+                if let Some(config) = quickest_weight_1x1(p, sms) {
+                    return config;
+                }
+            }
             let worth: Vec<u32> = SPLITS.into_iter().filter(|&s| s == 1 || u64::from(s) * MIN_BLOCKS_PER_SLICE <= pixel_blocks).collect();
             let most = u64::from(worth[worth.len() - 1]);
             // Where even split as far as is worth it the widest tile's blocks would leave more
@@ -787,6 +793,53 @@ fn quickest_split(tiles: u64, tile_sums: u64, reduction: u64, sms: u64, candidat
         (tiles * s).div_ceil(sms) * (reduction.div_ceil(s) + SLICE_EPILOGUE_BLOCKS) + atomics
     };
     candidates.iter().copied().min_by_key(|&s| (time(s), s)).unwrap_or(1)
+}
+
+/// Backward-weight 1x1 tiles' times (as TILE_COSTS; not persistent): fitted by
+/// bench/wave_model.py's method to session 19's sweep of 48 configs on 25 1x1 layers of 7x7 to
+/// 28x28 pixels (data/bench/h100-s19-config-sweeps-bf16.csv, `small-1x1-bwd-weight`): picks
+/// 1.007x the fastest config swept with each layer left out, the rule before it 1.087x.
+const WEIGHT_1X1_COSTS: [TileCost; 6] = [
+    cost(64, 1, 1, false, 0.360, 1.49),
+    cost(64, 2, 1, false, 0.451, 1.40),
+    cost(128, 1, 1, false, 0.406, 1.73),
+    cost(128, 2, 1, false, 0.489, 2.08),
+    cost(256, 1, 1, false, 0.467, 2.98),
+    cost(256, 2, 1, false, 0.599, 4.07),
+];
+
+/// The splits that sweep took.
+const WEIGHT_1X1_SPLITS: [u32; 4] = [1, 2, 4, 8];
+
+/// A backward-weight split's cost there: the zeroing and the reduction's launch, and per
+/// million fp32 sums the slices add by atomics.
+const WEIGHT_SPLIT_US: f64 = 2.01;
+const WEIGHT_SPLIT_US_PER_MILLION_SUMS: f64 = 1.76;
+
+/// The 1x1 backward-weight tile and split the model expects to finish first: ceil(units / SMs)
+/// waves of tiles x slices, each of its slice's blocks of 64 pixels and the wave's own cost,
+/// and a split's cost.
+fn quickest_weight_1x1(p: &ConvProblem, sms: u64) -> Option<WgmmaConfig> {
+    let geo = Geometry::new(p);
+    let pixel_blocks = ((geo.n * geo.output_volume()) as u64).div_ceil(u64::from(PIXEL_BLOCK));
+    let modelled = |config: WgmmaConfig, cost: &TileCost| {
+        let tiles = (geo.kg as u64).div_ceil(u64::from(config.tile.rows())) * (geo.cg as u64).div_ceil(u64::from(config.tile.bn)) * u64::from(p.g);
+        let slices = u64::from(config.split.slices);
+        let units = tiles * slices;
+        let waves = units.div_ceil(sms) as f64 * (pixel_blocks as f64 / slices as f64 * cost.per_block_us + cost.per_wave_us);
+        let sums = (units * u64::from(config.tile.rows() * config.tile.bn)) as f64;
+        waves + if slices > 1 { WEIGHT_SPLIT_US + WEIGHT_SPLIT_US_PER_MILLION_SUMS * sums / 1e6 } else { 0.0 }
+    };
+    let tiles = WEIGHT_1X1_COSTS.iter().filter_map(|cost| {
+        let tile = [4, 3].map(|st| Tile { bn: cost.bn, wg: cost.wg, st, cl: 1, persistent: cost.persistent, taps: 1, mr: cost.mr });
+        tile.into_iter().find(|t| t.check(p.dtype).is_ok()).map(|tile| (tile, cost))
+    });
+    let candidates = tiles.flat_map(|(tile, cost)| WEIGHT_1X1_SPLITS.map(|slices| (WgmmaConfig { tile, split: Split { slices, two_stage: false } }, cost)));
+    candidates
+        .filter(|(config, _)| config.check(p).is_ok())
+        .map(|(config, cost)| (modelled(config, cost), config))
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, config)| config)
 }
 
 impl IgemmWgmma {
@@ -1444,9 +1497,13 @@ mod tests {
 
     #[test]
     fn backward_weight_defaults_narrow_the_tile_where_few_pixels_leave_sms_idle() {
-        // 7x7 x 32 images: 24 blocks of pixels, two slices; 64 x 64 tiles make 108 units.
+        // 1x1 layers by the model: 7x7 x 32 images, 25 blocks of pixels; 27 tiles of 64 x 128 in
+        // four slices (9.7 us in session 19's sweep; the rule's 64 x 64 tiles in two, 10.6).
         let few_pixels = default_of("v1:bwd-weight:bf16:NHWC:n32:c1152:k192:i7x7:f1x1:s1x1:p0x0:d1x1");
-        assert_eq!((few_pixels.tile.bn, few_pixels.tile.wg, few_pixels.split.slices), (64, 1, 2));
+        assert_eq!((few_pixels.tile.bn, few_pixels.tile.wg, few_pixels.split.slices), (128, 1, 4));
+        // 1024 x 2048 tiles of 128 x 128 unsplit (19.3 us; the rule's 128 x 256, 23.0).
+        let wide = default_of("v1:bwd-weight:bf16:NHWC:n32:c1024:k2048:i7x7:f1x1:s1x1:p0x0:d1x1");
+        assert_eq!((wide.tile.bn, wide.tile.wg, wide.split.slices), (128, 2, 1));
         let many_pixels = default_of("v1:bwd-weight:bf16:NHWC:n32:c256:k256:i56x56:f3x3:s1x1:p1x1:d1x1");
         assert_eq!((many_pixels.tile.bn, many_pixels.tile.wg), (256, 2));
     }
