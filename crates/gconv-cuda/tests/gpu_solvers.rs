@@ -294,7 +294,7 @@ fn misses(rt: &dyn Runtime, p: &ConvProblem, (inputs, exact): (&ConvTensors, &[f
 /// (wider than the filter reaches too), groups, a 1x1 and a wide 1x3, 1D and 3D, dense
 /// channels short of a TMA row (and grouped ones refused), RGB stems packed; failures
 /// listed with where they miss. Backward-weight too, its slices of the pixels summed by
-/// atomics and in two stages.
+/// atomics, in two stages and in the cluster.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_wgmma_implicit_gemm_on_medium_problems() {
@@ -329,11 +329,13 @@ fn gpu_wgmma_implicit_gemm_on_medium_problems() {
         "n1:c3:k8:i4x9x9:f3x5x5:s1x2x2:p1x2x2:d1x1x1",
     ];
     // Every tile shape without clusters or a persistent grid, and with them at three stages;
-    // the splits (backward-weight's 15, the others' up to 9) on the smallest tile shape only.
+    // the splits (backward-weight's 17, the others' up to 11) on the smallest tile shape, and
+    // sums in the cluster on two consumers in pairs of CTAs (clusters of 4 and 8).
     let sampled = |c: &Config| {
         let plain = c.get("cl") == Some(1) && c.get("ps") == Some(0);
         let smallest = [c.get("bn"), c.get("wg"), c.get("st")] == [Some(64), Some(1), Some(3)];
-        (plain || c.get("st") == Some(3)) && (c.get("ks").is_none_or(|ks| ks == 1) || smallest)
+        let paired_cluster_sums = c.get("red") == Some(2) && [c.get("bn"), c.get("wg"), c.get("st"), c.get("cl")] == [Some(128), Some(2), Some(3), Some(2)];
+        (plain || c.get("st") == Some(3)) && (c.get("ks").is_none_or(|ks| ks == 1) || smallest || paired_cluster_sums)
     };
     list_misses(&*rt, "cuda.igemm_wgmma", &shapes, |solver, p| solver.configs(p).filter(sampled).collect());
     let grouped = ConvProblem::from_key("v1:fwd:bf16:NHWC:n1:c48:k48:i8x8:f3x3:s1x1:p1x1:d1x1:g2").unwrap();

@@ -37,7 +37,8 @@
 // build compiles only what it runs), SPATIAL (1, 2, 3: the im2col map's rank less two), BN
 // (64, 128, 256), CONSUMERS (1, 2), MR (1; 2 in forward and backward-data), STAGES, CLUSTER
 // (1, 2), PERSISTENT (0, 1), SPLIT (forward and backward-data: 1 compiles the epilogue of fp32
-// partial sums, for configs that split), TAPS (backward-weight: the filter taps a unit sums at
+// partial sums, for configs that split through the workspace), KSPLIT (1; 2 or 4 slices of the
+// reduction summed in the cluster), TAPS (backward-weight: the filter taps a unit sums at
 // once, sharing each block of dy) and the data type (bf16, fp16, or fp32 multiplied as tf32:
 // GCONV_TF32, forward and backward-data only), MAX_PRODUCTS and PRODUCTS. Run-time: the
 // problem (for igemm_wgmma per product as a forward convolution of src into dst: for
@@ -68,15 +69,20 @@
 // A consumer thread's accumulators: BN / 2 per 64-row slice and B tile.
 #define ACCUMULATORS (MR * B_TILES * BN / 2)
 #define THREADS (128 * (CONSUMERS + 1))
-#if CLUSTER == 2
-#define CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
-#elif CLUSTER == 1
-#define CLUSTER_DIMS
-#else
+#if CLUSTER != 1 && CLUSTER != 2
 #error "CLUSTER must be 1 or 2"
 #endif
-// The CTAs of the cluster, as a multicast's mask.
-#define CLUSTER_MASK ((unsigned short)((1u << CLUSTER) - 1))
+// KSPLIT slices of the reduction in one cluster, CLUSTER CTAs each (a slice's CTAs share
+// loads), summing their tiles through shared memory (see the cluster's sums below); 1: none.
+#if KSPLIT != 1 && (KSPLIT != 2 && KSPLIT != 4 || PERSISTENT)
+#error "KSPLIT must be 1, or 2 or 4 without PERSISTENT"
+#endif
+#define CLUSTER_CTAS (CLUSTER * KSPLIT)
+#if CLUSTER_CTAS > 1
+#define CLUSTER_DIMS __cluster_dims__(CLUSTER_CTAS, 1, 1)
+#else
+#define CLUSTER_DIMS
+#endif
 
 struct __align__(128) TensorMap {
     unsigned long long opaque[16];
@@ -90,27 +96,8 @@ __device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
 
-// Arrive on the barrier at shared address `bar` in every CTA of the cluster (with one CTA, its own).
-// The arrive's default CTA-scope release is enough: the stage it frees was read by MMAs already
-// waited for. A cluster-scope release compiles to a fence that waits for the MMAs still in
-// flight, serialising the consumers (Nsight Compute on the H100: cluster 2 ran 2.6x slower
-// than 1, its warps stalled on the fence).
-__device__ __forceinline__ void mbar_arrive_cluster(unsigned bar) {
-#if CLUSTER == 1
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-#else
-#pragma unroll
-    for (unsigned cta = 0; cta < CLUSTER; ++cta) {
-        asm volatile(
-            "{ .reg .b32 remote; mapa.shared::cluster.u32 remote, %0, %1; mbarrier.arrive.shared::cluster.b64 _, [remote]; }"
-            ::"r"(bar), "r"(cta)
-            : "memory");
-    }
-#endif
-}
-
 __device__ __forceinline__ unsigned cluster_rank() {
-#if CLUSTER == 1
+#if CLUSTER_CTAS == 1
     return 0;
 #else
     unsigned rank;
@@ -119,10 +106,37 @@ __device__ __forceinline__ unsigned cluster_rank() {
 #endif
 }
 
+// The first of the CTAs that share this CTA's loads (its slice's; see KSPLIT).
+__device__ __forceinline__ unsigned first_sharing() { return KSPLIT == 1 ? 0 : cluster_rank() / CLUSTER * CLUSTER; }
+
+// The CTAs that share this CTA's loads, as a multicast's mask.
+__device__ __forceinline__ unsigned short multicast_mask() { return (unsigned short)(((1u << CLUSTER) - 1) << first_sharing()); }
+
+// Arrive on the barrier at shared address `bar` in every CTA that shares this one's loads
+// (with one CTA, its own).
+// The arrive's default CTA-scope release is enough: the stage it frees was read by MMAs already
+// waited for. A cluster-scope release compiles to a fence that waits for the MMAs still in
+// flight, serialising the consumers (Nsight Compute on the H100: cluster 2 ran 2.6x slower
+// than 1, its warps stalled on the fence).
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned bar) {
+#if CLUSTER == 1
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+#else
+    const unsigned first = first_sharing();
+#pragma unroll
+    for (unsigned cta = first; cta < first + CLUSTER; ++cta) {
+        asm volatile(
+            "{ .reg .b32 remote; mapa.shared::cluster.u32 remote, %0, %1; mbarrier.arrive.shared::cluster.b64 _, [remote]; }"
+            ::"r"(bar), "r"(cta)
+            : "memory");
+    }
+#endif
+}
+
 // Every thread of the cluster: its barriers are initialised before any CTA multicasts into or
 // arrives on them, and none leaves while another may still do so.
 __device__ __forceinline__ void cluster_sync() {
-#if CLUSTER > 1
+#if CLUSTER_CTAS > 1
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 #endif
 }
@@ -142,7 +156,7 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
 // tile's first destination pixel times the stride, less the pad), 64 channels from c, shifted
 // by the tap's offsets (ow, oh, od); pixels wrap across rows, planes and images, and those
 // outside the tensor read as zeros. Coordinates and offsets go innermost first, as many as the
-// map's rank wants. MULTICAST: into every CTA of the cluster.
+// map's rank wants. MULTICAST: into every CTA that shares the loads.
 #if SPATIAL == 1
 #define IM2COL_DIM "3d"
 #define IM2COL_OPERANDS "{%2, %3, %4}], [%5], {%6}"
@@ -167,7 +181,7 @@ template <bool MULTICAST>
 __device__ __forceinline__ void load_im2col(unsigned dst, const TensorMap* map, int c, const int* pos, int n, const unsigned short* off, unsigned bar) {
     if constexpr (MULTICAST && CLUSTER > 1) {
         asm volatile(TMA_LOAD(IM2COL_DIM, "im2col") ".multicast::cluster [%0], [%1, " IM2COL_OPERANDS IM2COL_MASK ";"
-                     ::"r"(dst), "l"(map), IM2COL_INPUTS, "h"(CLUSTER_MASK)
+                     ::"r"(dst), "l"(map), IM2COL_INPUTS, "h"(multicast_mask())
                      : "memory");
     } else {
         asm volatile(TMA_LOAD(IM2COL_DIM, "im2col") " [%0], [%1, " IM2COL_OPERANDS ";" ::"r"(dst), "l"(map), IM2COL_INPUTS : "memory");
@@ -181,7 +195,7 @@ template <bool MULTICAST>
 __device__ __forceinline__ void load_tile(unsigned dst, const TensorMap* map, int x, int y, int z, unsigned bar) {
     if constexpr (MULTICAST && CLUSTER > 1) {
         asm volatile(TMA_LOAD("3d", "tile") ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;"
-                     ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(z), "r"(bar), "h"(CLUSTER_MASK)
+                     ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(z), "r"(bar), "h"(multicast_mask())
                      : "memory");
     } else {
         asm volatile(TMA_LOAD("3d", "tile") " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(z), "r"(bar) : "memory");
@@ -412,10 +426,101 @@ static_assert(PERSISTENT || BM * STAGED_ROW * sizeof(elem_t) <= STAGES * STAGE_B
 // The units a cluster takes: the one its place in the grid names, and (PERSISTENT) every one a
 // grid's worth of clusters on from there. Without PERSISTENT the grid has a cluster per unit.
 #if PERSISTENT
-#define FOR_EACH_UNIT(u, units) for (int u = blockIdx.x / CLUSTER; u < (units); u += gridDim.x / CLUSTER)
+#define FOR_EACH_UNIT(u, units) for (int u = blockIdx.x / CLUSTER_CTAS; u < (units); u += gridDim.x / CLUSTER_CTAS)
 #else
-#define FOR_EACH_UNIT(u, units) if (const int u = blockIdx.x / CLUSTER; u < (units))
+#define FOR_EACH_UNIT(u, units) if (const int u = blockIdx.x / CLUSTER_CTAS; u < (units))
 #endif
+
+// The cluster's sums (KSPLIT over 1): the slices' CTAs of a row tile each hold the tile's
+// partial sums over their share of the reduction, and slice s stores the tile's rows from
+// s x OWNED_ROWS on. A fragment (a warp's 16 rows of a 64-row slice: per thread BN / 2
+// accumulators per B tile) that another slice stores goes into the CTA's own shared memory
+// after its last unit (every load landed and read), past forward's staged results, as float4s
+// with a warp's 32 lanes contiguous; after a barrier of the cluster, each CTA adds the other
+// slices' fragments of its rows, read from theirs. One launch, no workspace, no atomics.
+constexpr int OWNED_ROWS = BM / KSPLIT, OWNED_FRAGMENTS = OWNED_ROWS / 16;
+constexpr unsigned FRAGMENT_BYTES = 32 * 16 * (B_TILES * BN / 8);
+#if WEIGHT
+constexpr unsigned SUMS_START = 0;
+#else
+constexpr unsigned SUMS_START = (BM * STAGED_ROW * sizeof(elem_t) + 127) / 128 * 128;
+#endif
+#if KSPLIT > 1
+static_assert(OWNED_ROWS % 16 == 0, "a slice stores whole fragments");
+static_assert(SUMS_START + (BM / 16 - OWNED_FRAGMENTS) * FRAGMENT_BYTES <= STAGES * STAGE_BYTES, "the kept fragments must fit in the stages");
+#endif
+
+// This CTA's slice of the cluster's reduction.
+__device__ __forceinline__ int cluster_slice() { return KSPLIT == 1 ? 0 : cluster_rank() / CLUSTER; }
+
+// Whether this CTA stores the fragment of warp `warp`, consumer warpgroup `consumer`, 64-row
+// slice `mr`: the fragment of tile rows from 16 f on.
+__device__ __forceinline__ int fragment_index(int consumer, int mr, int warp) { return (consumer * MR + mr) * 4 + warp; }
+__device__ __forceinline__ bool stores_fragment(int f) { return KSPLIT == 1 || f / OWNED_FRAGMENTS == cluster_slice(); }
+
+// Where slice s keeps fragment f (one another slice stores), among those it keeps.
+__device__ __forceinline__ unsigned kept_at(int f, int s) { return SUMS_START + (f < s * OWNED_FRAGMENTS ? f : f - OWNED_FRAGMENTS) * FRAGMENT_BYTES; }
+
+// A consumer warpgroup's first step, once every consumer is done with the stages (at shared
+// address `stages`): keep the fragments other slices store.
+__device__ __forceinline__ void keep_others_fragments(const float* d, int consumer, unsigned stages) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x % 128 / 32;
+#pragma unroll
+    for (int mr = 0; mr < MR; ++mr) {
+        const int f = fragment_index(consumer, mr, warp);
+        if (stores_fragment(f)) continue;
+        const unsigned at = stages + kept_at(f, cluster_slice()) + lane * 16;
+#pragma unroll
+        for (int v = 0; v < B_TILES * BN / 8; ++v) {
+            const float* x = d + (v / (BN / 8) * MR + mr) * (BN / 2) + v % (BN / 8) * 4;
+            asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(at + v * 512), "f"(x[0]), "f"(x[1]), "f"(x[2]), "f"(x[3]) : "memory");
+        }
+    }
+}
+
+// Its second, after the cluster's barrier: add the other slices' fragments of its rows.
+__device__ __forceinline__ void add_others_fragments(float* d, int consumer, unsigned stages) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x % 128 / 32;
+#pragma unroll
+    for (int mr = 0; mr < MR; ++mr) {
+        const int f = fragment_index(consumer, mr, warp);
+        if (!stores_fragment(f)) continue;
+#pragma unroll
+        for (int other = 0; other < KSPLIT; ++other) {
+            if (other == cluster_slice()) continue;
+            unsigned at;
+            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(at) : "r"(stages + kept_at(f, other) + lane * 16), "r"(other * CLUSTER + cluster_rank() % CLUSTER));
+#pragma unroll
+            for (int v = 0; v < B_TILES * BN / 8; ++v) {
+                float* x = d + (v / (BN / 8) * MR + mr) * (BN / 2) + v % (BN / 8) * 4;
+                float4 y;
+                asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(y.x), "=f"(y.y), "=f"(y.z), "=f"(y.w) : "r"(at + v * 512) : "memory");
+                x[0] += y.x;
+                x[1] += y.y;
+                x[2] += y.z;
+                x[3] += y.w;
+            }
+        }
+    }
+}
+
+// The cluster's sums, where it has KSPLIT slices: after this, d holds the whole reduction's
+// sums in the fragments this CTA stores. The producer warpgroup joins the cluster's barrier
+// with producer_joins_sums.
+__device__ __forceinline__ void cluster_sums(float* d, int consumer, unsigned stages) {
+#if KSPLIT > 1
+    consumers_sync();
+    keep_others_fragments(d, consumer, stages);
+    cluster_sync();
+    add_others_fragments(d, consumer, stages);
+#endif
+}
+
+__device__ __forceinline__ void producer_joins_sums() {
+#if KSPLIT > 1
+    cluster_sync();
+#endif
+}
 
 __device__ __forceinline__ void store_pair(elem_t* at, float v0, float v1) {
     if constexpr (sizeof(elem_t) == 4) {
@@ -438,7 +543,8 @@ __device__ __forceinline__ void store_pair(elem_t* at, float v0, float v1) {
 // per row (MN-major operands): dy's by tiled loads of 64 channels x 64 pixels, once per block
 // for all the unit's taps, x's by im2col loads of 64 channels at each tap's offsets.
 // ConvParams as the forward convolution's. mode 0 stores into dw; 1 adds into the fp32
-// workspace (zeroed before); 2 stores the slice's own fp32 copy of the weights into it.
+// workspace (zeroed before); 2 stores the slice's own fp32 copy of the weights into it. With
+// KSPLIT the slices are the cluster's CTAs, and mode is 0.
 struct WeightUnit {
     int k0, c0, tap0, slice, g;
 };
@@ -447,10 +553,12 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     igemm_wgmma_weight(const __grid_constant__ TensorMap dy_map, const __grid_constant__ TensorMap x_map, ConvParams p, elem_t* dw, float* ws, int splits, int mode) {
     extern __shared__ unsigned char raw[];
     const Pipeline pl = pipeline_init(raw);
-    const int rank = cluster_rank();
+    const int rank = cluster_rank() % CLUSTER;
+    // Slices within a cluster (KSPLIT) are the cluster's CTAs, not units of their own.
+    const int unit_splits = KSPLIT > 1 ? 1 : splits, slices = KSPLIT > 1 ? KSPLIT : splits;
     const int row_groups = ((p.kg + BM - 1) / BM + CLUSTER - 1) / CLUSTER, column_tiles = (p.cg + BN - 1) / BN;
     const int taps = p.fil[0] * p.fil[1] * p.fil[2], tap_groups = taps / TAPS;
-    const int units = row_groups * column_tiles * tap_groups * splits * p.g;
+    const int units = row_groups * column_tiles * tap_groups * unit_splits * p.g;
     const int pixels = p.out[0] * p.out[1] * p.out[2];
     const int all_blocks = (p.n * pixels + PIXEL_BLOCK - 1) / PIXEL_BLOCK;
     auto unit_at = [&](int u) {
@@ -461,12 +569,12 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         u /= column_tiles;
         t.tap0 = u % tap_groups * TAPS;
         u /= tap_groups;
-        t.slice = u % splits;
-        t.g = u / splits;
+        t.slice = KSPLIT > 1 ? cluster_slice() : u % unit_splits;
+        t.g = u / unit_splits;
         return t;
     };
     // A slice's blocks of 64 pixels run from its first block to the next slice's.
-    auto first_block = [&](int slice) { return (int)((long long)all_blocks * slice / splits); };
+    auto first_block = [&](int slice) { return (int)((long long)all_blocks * slice / slices); };
     constexpr int SHARE_PIXELS = PIXEL_BLOCK / CLUSTER;
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
@@ -501,6 +609,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                 }
             }
         }
+        producer_joins_sums();
     } else {
         float d[ACCUMULATORS];
         consumer_start(d);
@@ -512,10 +621,12 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
             const int first = first_block(t.slice), blocks = first_block(t.slice + 1) - first;
             consume<true, true>(pl, it, blocks, slice, d);
             it += blocks;
+            cluster_sums(d, slice, pl.base);
 #pragma unroll
             for (int tap = 0; tap < TAPS; ++tap) {
                 int f[3];
                 tap_position(p, t.tap0 + tap, f);
+                if (!stores_fragment(fragment_index(slice, 0, threadIdx.x % 128 / 32))) continue;
                 for_each_pair(d + tap * (BN / 2), [&](int row, int column, float v0, float v1) {
                     const int k = t.k0 + slice * 64 + row, c = t.c0 + column;
                     if (k >= p.kg || c >= p.cg) return;
@@ -551,7 +662,8 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 // groups), sharing the filter's tile, of which each CTA loads its share (BN / CLUSTER rows,
 // or with FILTER_MN 64 / CLUSTER of the block's 64 rows of k). mode 0 stores into dst; 1 adds
 // into the fp32 workspace ws (zeroed before); 2 stores the slice's fp32 copy of the
-// destination (slice_elements apart) into ws. ws lies as dst does.
+// destination (slice_elements apart) into ws. ws lies as dst does. With KSPLIT the slices are
+// the cluster's CTAs, and mode is 0.
 //
 // One launch runs forward's product, or up to MAX_PRODUCTS of backward-data's sub-pixel phases
 // (their units one after another: a persistent grid fills the GPU with all of them, where a
@@ -631,9 +743,11 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     // Unsplit builds fold the slice arithmetic away: with one block per unit (1x1 layers of 64
     // channels) its divisions cost as much as the unit's MMAs.
     const int splits = SPLIT ? split_arg : 1;
+    // Slices within a cluster (KSPLIT) are the cluster's CTAs, not units of their own.
+    const int slices = KSPLIT > 1 ? KSPLIT : splits;
     extern __shared__ unsigned char raw[];
     const Pipeline pl = pipeline_init(raw);
-    const int rank = cluster_rank();
+    const int rank = cluster_rank() % CLUSTER;
     // A dense layer's last chunk may run past its channels: TMA reads zeros there.
     const int chunks = (PRODUCT(0).cg + BK - 1) / BK, column_tiles = (PRODUCT(0).kg + BN - 1) / BN;
     const int per_row_group = column_tiles * splits * PRODUCT(0).g;
@@ -653,12 +767,12 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         u /= column_tiles;
         t.m0 = (u % rows * CLUSTER + rank) * BM;
         u /= rows;
-        t.slice = u % splits;
+        t.slice = KSPLIT > 1 ? cluster_slice() : u % splits;
         t.g = u / splits;
         return t;
     };
     // A slice's reduction blocks (of its product's) run from its first block to the next slice's.
-    auto first_block = [&](const ConvParams& p, int slice) { return p.fil[0] * p.fil[1] * p.fil[2] * chunks * slice / splits; };
+    auto first_block = [&](const ConvParams& p, int slice) { return p.fil[0] * p.fil[1] * p.fil[2] * chunks * slice / slices; };
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         if (producer_start()) {
@@ -705,6 +819,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                 }
             }
         }
+        producer_joins_sums();
     } else {
         float d[ACCUMULATORS];
         consumer_start(d);
@@ -734,6 +849,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
             const int first = first_block(p, t.slice), blocks = first_block(p, t.slice + 1) - first;
             consume<false, FILTER_MN>(pl, it, blocks, slice, d);
             it += blocks;
+            cluster_sums(d, slice, pl.base);
 #if SPLIT
             if (mode != 0) {
                 // fp32 partial sums, two channels at a time (channels-last: adjacent), the
@@ -771,13 +887,17 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 #endif
 #pragma unroll
                 for (int mr = 0; mr < MR; ++mr) {
+                    if (!stores_fragment(fragment_index(slice, mr, threadIdx.x % 128 / 32))) continue;
                     for_each_pair(d + mr * (BN / 2), [&](int row, int column, float v0, float v1) { store_pair(staged + (mr * 64 + row) * STAGED_ROW + column, v0, v1); });
                 }
                 // The MMAs read the accumulators: zeros let them die here, not live on through
                 // the stores into the next unit.
                 zero(d);
                 warpgroup_sync(slice);
-                for (int i = threadIdx.x % 128; i < 64 * MR * CHUNKS; i += 128) {
+                // The consumer's rows this CTA stores: all of them, or with KSPLIT its slice's.
+                const int owned = cluster_slice() * OWNED_ROWS - slice * 64 * MR;
+                const int first_row = KSPLIT == 1 ? 0 : max(owned, 0), end_row = KSPLIT == 1 ? 64 * MR : min(owned + OWNED_ROWS, 64 * MR);
+                for (int i = first_row * CHUNKS + threadIdx.x % 128; i < end_row * CHUNKS; i += 128) {
                     const int row = i / CHUNKS, column = i % CHUNKS * CHUNK;
                     const int m = t.m0 + slice * 64 * MR + row, n = t.n0 + column;
                     if (m >= m_total || n >= p.kg) continue;

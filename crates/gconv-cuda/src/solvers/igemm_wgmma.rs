@@ -11,10 +11,11 @@
 //! at a stride over one (each phase's dx pixels are reached by one residue class of taps and
 //! written with the stride; a phase no tap reaches gets zeros), up to eight phases' products in
 //! one launch. Backward-weight multiplies dy (tiled loads) by x (im2col at each tap's offsets),
-//! both MN-major, per group and tap, its pixel reduction split into `ks` slices summed by
-//! atomics or in two stages (`red`). Forward and backward-data split their
-//! reductions (taps x channels) the same way where `ks` is over 1, for layers with too few
-//! tiles to fill the GPU. A dense layer with too few channels for a TMA row (an RGB stem) runs
+//! both MN-major, per group and tap, its pixel reduction split into `ks` slices summed (`red`)
+//! by atomics into an fp32 workspace, in two stages, or in the cluster (2 or 4 slices as CTAs
+//! of one cluster adding their tiles through distributed shared memory: one launch, no
+//! workspace). Forward and backward-data split their reductions (taps x channels) the same
+//! way where `ks` is over 1, for layers with too few tiles to fill the GPU. A dense layer with too few channels for a TMA row (an RGB stem) runs
 //! packed: its taps along W moved into the channels (see tap_packing).
 //!
 //! A producer warpgroup issues the loads onto an mbarrier pipeline of `st` stages and `wg`
@@ -142,6 +143,23 @@ impl Tile {
         1024 + self.st * (self.rows() + self.bn * self.taps) * ROW_BYTES + self.st * 2 * 8 + staging
     }
 
+    /// Whether `slices` slices of the tile's reduction can sum in one cluster (see the kernel's
+    /// KSPLIT): each CTA of a slice keeps the tile's rows the others store, in fp32, in its stages
+    /// (forward and backward-data: past the staged results).
+    fn check_cluster_sums(self, p: &ConvProblem, slices: u32) -> std::result::Result<(), String> {
+        if self.persistent {
+            return Err("red 2 (sums in the cluster) takes a grid of a cluster per tile, not ps 1".into());
+        }
+        let elem = p.dtype.size_bytes() as u32;
+        let staged = if p.direction == Direction::BackwardWeight { 0 } else { (self.rows() * (self.bn * elem + 16)).next_multiple_of(128) };
+        let kept = (self.rows() - self.rows() / slices) * self.bn * self.taps * 4;
+        let stages = self.st * (self.rows() + self.bn * self.taps) * ROW_BYTES;
+        if staged + kept > stages {
+            return Err(format!("ks {slices} summed in the cluster keeps {kept} bytes of sums past {staged} of staged results, and the stages hold {stages}"));
+        }
+        Ok(())
+    }
+
     fn all(dtype: DataType) -> impl Iterator<Item = Tile> {
         let shapes = COLUMNS.into_iter().flat_map(|bn| CONSUMERS.into_iter().flat_map(move |wg| STAGES.into_iter().map(move |st| (bn, wg, st))));
         shapes
@@ -171,28 +189,74 @@ impl Tile {
 }
 
 /// How a product splits its reduction (backward-weight's pixels, the others' taps x channels):
-/// into `slices` that add into an fp32 workspace by atomics, or (`two_stage`) write one fp32
-/// copy each of the destination that a second kernel sums. One slice writes the destination
-/// directly.
+/// into `slices`, summed as `reduction` says. One slice writes the destination directly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Split {
     slices: u32,
-    two_stage: bool,
+    reduction: Reduction,
 }
 
-const UNSPLIT: Split = Split { slices: 1, two_stage: false };
+/// How a split's slices are summed (the config's `red`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reduction {
+    /// 0: added into an fp32 workspace by atomics (zeroed before), rounded into the destination
+    /// by a second kernel.
+    Atomic,
+    /// 1: one fp32 copy of the destination per slice, summed by a second kernel.
+    TwoStage,
+    /// 2: the slices are CTAs of one cluster that sum their tiles in shared memory (see the
+    /// kernel's KSPLIT): one launch, no workspace; 2 or 4 slices, not persistent.
+    Cluster,
+}
+
+impl Reduction {
+    const ALL: [Reduction; 3] = [Reduction::Atomic, Reduction::TwoStage, Reduction::Cluster];
+
+    fn code(self) -> u32 {
+        match self {
+            Reduction::Atomic => 0,
+            Reduction::TwoStage => 1,
+            Reduction::Cluster => 2,
+        }
+    }
+
+    fn from_code(code: u32) -> Option<Reduction> {
+        Reduction::ALL.into_iter().find(|r| r.code() == code)
+    }
+}
+
+const UNSPLIT: Split = Split { slices: 1, reduction: Reduction::Atomic };
+
+/// The slices a cluster's sums take.
+const CLUSTER_SPLITS: [u32; 2] = [2, 4];
 
 impl Split {
     fn all() -> impl Iterator<Item = Split> {
-        SPLITS.into_iter().flat_map(|slices| [false, true].map(|two_stage| Split { slices, two_stage })).filter(|s| s.slices > 1 || !s.two_stage)
+        SPLITS.into_iter().flat_map(|slices| Reduction::ALL.map(|reduction| Split { slices, reduction })).filter(|s| s.check().is_ok())
     }
 
-    /// The kernel's output mode: 0 the weights, 1 atomics into the workspace, 2 a slice of it.
+    fn check(self) -> std::result::Result<(), String> {
+        if !SPLITS.contains(&self.slices) {
+            return Err(format!("ks must be one of {SPLITS:?}"));
+        }
+        match self.reduction {
+            Reduction::TwoStage if self.slices == 1 => Err("red 1 (two-stage) needs ks over 1".into()),
+            Reduction::Cluster if !CLUSTER_SPLITS.contains(&self.slices) => Err(format!("red 2 (sums in the cluster) takes ks {CLUSTER_SPLITS:?}")),
+            _ => Ok(()),
+        }
+    }
+
+    /// The slices that sum in one cluster (the kernel's KSPLIT): 1 unless the reduction is there.
+    fn cluster_slices(self) -> u32 {
+        if self.reduction == Reduction::Cluster { self.slices } else { 1 }
+    }
+
+    /// The kernel's output mode: 0 the destination, 1 atomics into the workspace, 2 a slice of it.
     fn mode(self) -> i32 {
-        match (self.slices, self.two_stage) {
-            (1, _) => 0,
-            (_, false) => 1,
-            (_, true) => 2,
+        match (self.slices, self.reduction) {
+            (1, _) | (_, Reduction::Cluster) => 0,
+            (_, Reduction::Atomic) => 1,
+            (_, Reduction::TwoStage) => 2,
         }
     }
 
@@ -287,7 +351,8 @@ impl WgmmaConfig {
         let parsed = if p.direction == Direction::BackwardWeight || leading.get("ks").is_some() {
             let [bn, wg, st, cl, ps, slices, red] = expect(&leading, ["bn", "wg", "st", "cl", "ps", "ks", "red"], bad)?;
             let tile = Tile { bn, wg, st, cl, persistent: flag("ps", ps)?, taps, mr };
-            WgmmaConfig { tile, split: Split { slices, two_stage: flag("red", red)? } }
+            let reduction = Reduction::from_code(red).ok_or_else(|| bad("red must be 0 (atomics), 1 (two-stage) or 2 (sums in the cluster)".into()))?;
+            WgmmaConfig { tile, split: Split { slices, reduction } }
         } else {
             let [bn, wg, st, cl, ps] = expect(&leading, ["bn", "wg", "st", "cl", "ps"], bad)?;
             WgmmaConfig { tile: Tile { bn, wg, st, cl, persistent: flag("ps", ps)?, taps, mr }, split: UNSPLIT }
@@ -300,7 +365,7 @@ impl WgmmaConfig {
         let Tile { bn, wg, st, cl, persistent, taps, mr } = self.tile;
         let mut fields = vec![("bn", bn), ("wg", wg), ("st", st), ("cl", cl), ("ps", u32::from(persistent))];
         if direction == Direction::BackwardWeight || self.split != UNSPLIT {
-            fields.extend([("ks", self.split.slices), ("red", u32::from(self.split.two_stage))]);
+            fields.extend([("ks", self.split.slices), ("red", self.split.reduction.code())]);
         }
         // Written only where over 1, so that configs from before it read as they did.
         if taps > 1 {
@@ -314,12 +379,10 @@ impl WgmmaConfig {
 
     fn check(self, p: &ConvProblem) -> std::result::Result<(), String> {
         self.tile.check(p.dtype)?;
-        let Split { slices, two_stage } = self.split;
-        if !SPLITS.contains(&slices) {
-            return Err(format!("ks must be one of {SPLITS:?}"));
-        }
-        if two_stage && slices == 1 {
-            return Err("red 1 (two-stage) needs ks over 1".into());
+        self.split.check()?;
+        let slices = self.split.slices;
+        if self.split.reduction == Reduction::Cluster {
+            self.tile.check_cluster_sums(p, slices)?;
         }
         if self.tile.mr > 1 && p.direction == Direction::BackwardWeight {
             return Err("mr over 1 is forward's and backward-data's".into());
@@ -370,14 +433,14 @@ impl WgmmaConfig {
     }
 
     /// The tile's kernels; forward and backward-data compile their split epilogue only where
-    /// they split (it would slow every other build).
+    /// they split through the workspace (it would slow every other build).
     fn source(self, p: &ConvProblem) -> KernelSource {
-        let source = self.tile.source(p);
+        let source = self.tile.source(p).define("KSPLIT", self.split.cluster_slices());
         match p.direction {
             Direction::BackwardWeight => source.define("TAPS", self.tile.taps),
             _ => {
                 let products = if Product::all(p).len() == 1 { 1 } else { MAX_PRODUCTS };
-                let source = source.define("SPLIT", u32::from(self.split != UNSPLIT)).define("FILTER_MN", u32::from(reads_filter_directly(p)));
+                let source = source.define("SPLIT", u32::from(self.split.mode() != 0)).define("FILTER_MN", u32::from(reads_filter_directly(p)));
                 source.define("MAX_PRODUCTS", MAX_PRODUCTS).define("PRODUCTS", products)
             }
         }
@@ -665,7 +728,7 @@ impl WgmmaConfig {
             let tile = three_taps.filter(|_| geo.filter_volume().is_multiple_of(3)).unwrap_or(tile);
             let taps = u64::from(tile.taps);
             let slices = quickest_split(blocks(tile) / taps, u64::from(tile.rows() * tile.bn) * taps, pixel_blocks * taps, sms, &worth);
-            let config = WgmmaConfig { tile, split: Split { slices, two_stage: false } };
+            let config = WgmmaConfig { tile, split: Split { slices, reduction: Reduction::Atomic } };
             return if config.check(p).is_ok() { config } else { WgmmaConfig { tile, split: UNSPLIT } };
         }
         let products = Product::all(p);
@@ -677,7 +740,7 @@ impl WgmmaConfig {
             let tile = [4, 3].map(|st| Tile { bn: cost.bn, wg: cost.wg, st, cl: 1, persistent: cost.persistent, taps: 1, mr: cost.mr });
             tile.into_iter().find(|t| t.check(p.dtype).is_ok()).map(|tile| (tile, cost))
         });
-        let candidates = modelled.flat_map(|(tile, cost)| MODELLED_SPLITS.map(|slices| (WgmmaConfig { tile, split: Split { slices, two_stage: false } }, cost)));
+        let candidates = modelled.flat_map(|(tile, cost)| MODELLED_SPLITS.map(|slices| (WgmmaConfig { tile, split: Split { slices, reduction: Reduction::Atomic } }, cost)));
         let longest = Product::longest_reduction(&products, p.dtype);
         let quickest = candidates
             .filter(|(config, _)| config.check(p).is_ok() && (config.tile.persistent || longest >= MIN_UNOVERLAPPED_BLOCKS))
@@ -843,7 +906,7 @@ fn quickest_weight_1x1(p: &ConvProblem, sms: u64) -> Option<WgmmaConfig> {
         let tile = [4, 3].map(|st| Tile { bn: cost.bn, wg: cost.wg, st, cl: 1, persistent: cost.persistent, taps: 1, mr: cost.mr });
         tile.into_iter().find(|t| t.check(p.dtype).is_ok()).map(|tile| (tile, cost))
     });
-    let candidates = tiles.flat_map(|(tile, cost)| WEIGHT_1X1_SPLITS.map(|slices| (WgmmaConfig { tile, split: Split { slices, two_stage: false } }, cost)));
+    let candidates = tiles.flat_map(|(tile, cost)| WEIGHT_1X1_SPLITS.map(|slices| (WgmmaConfig { tile, split: Split { slices, reduction: Reduction::Atomic } }, cost)));
     candidates
         .filter(|(config, _)| config.check(p).is_ok())
         .map(|(config, cost)| (modelled(config, cost), config))
@@ -1550,12 +1613,15 @@ mod tests {
         // Two 64-row slices per consumer fit 40 tiles (64 and 128 columns; of 256 rows, 128 x 5
         // stages, and with a staging area 64 x 5 and 128 x 4, do not).
         let two_slice_tiles = 40;
-        // Its reduction is 9 blocks (3x3 taps x 64 channels): ks 1, and 2, 4, 8 atomic or two-stage.
-        assert_eq!(WgmmaConfig::all(&forward).len(), (tiles + two_slice_tiles) * 7);
+        // Its reduction is 9 blocks (3x3 taps x 64 channels): ks 1, and 2, 4, 8 atomic or
+        // two-stage; the 56 tiles without a persistent grid also sum 2 or 4 slices in the
+        // cluster, but for 256 rows or columns of two consumers at three stages in 4 (4 tiles).
+        assert_eq!(WgmmaConfig::all(&forward).len(), (tiles + two_slice_tiles) * 7 + 2 * 56 - 4);
         // Backward-weight's units take one tap or three (3x3: 2 and 4 do not divide 9); three B
         // tiles fit 32 tiles (64 and 128 columns: 192 accumulators at most).
         let three_tap_tiles = 32;
-        assert_eq!(WgmmaConfig::all(&weight).len(), (tiles + three_tap_tiles) * (1 + 2 * (SPLITS.len() - 1)));
+        // The 52 without a persistent grid sum 2 or 4 slices in the cluster too.
+        assert_eq!(WgmmaConfig::all(&weight).len(), (tiles + three_tap_tiles) * (1 + 2 * (SPLITS.len() - 1)) + 2 * 52);
         let staged_in_fp32 = Tile { bn: 128, wg: 2, st: 5, cl: 1, persistent: true, taps: 1, mr: 1 };
         assert!(staged_in_fp32.check(DataType::Bf16).is_ok() && staged_in_fp32.check(DataType::Tf32).is_err());
         for p in [&forward, &weight] {
@@ -1573,6 +1639,12 @@ mod tests {
         let one_row_tile = ConvProblem::from_key("v1:bwd-weight:bf16:NHWC:n2:c64:k64:i8x8:f3x3:s1x1:p1x1:d1x1").unwrap();
         assert!(error(&one_row_tile, split(2, 1, 0)).contains("shares loads between row tiles"));
         assert!(error(&weight, split(1, 1, 1)).contains("needs ks over 1"));
+        assert!(error(&weight, split(1, 8, 2)).contains("red 2 (sums in the cluster) takes ks [2, 4]"));
+        assert!(error(&weight, split(1, 2, 3)).contains("red must be 0"));
+        let persistent_cluster_sums = Config::new([("bn", 64), ("wg", 1), ("st", 4), ("cl", 1), ("ps", 1), ("ks", 2), ("red", 2)]);
+        assert!(error(&weight, persistent_cluster_sums).contains("not ps 1"));
+        let big_cluster_sums = Config::new([("bn", 256), ("wg", 2), ("st", 3), ("cl", 1), ("ps", 0), ("ks", 4), ("red", 2)]);
+        assert!(error(&forward, big_cluster_sums).contains("past 67584 of staged results"));
         let taps = |bn: u32, tp: u32| Config::new([("bn", bn), ("wg", 1), ("st", 3), ("cl", 1), ("ps", 0), ("ks", 1), ("red", 0), ("tp", tp)]);
         assert_eq!(WgmmaConfig::from_config(&weight, &taps(64, 3)).unwrap().tile.taps, 3);
         assert!(error(&weight, taps(64, 2)).contains("does not divide the filter's 9 taps"));
