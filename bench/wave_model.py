@@ -15,9 +15,11 @@ out of the fit, and against the default of the build that ran the `*-base` side 
 given (--defaults, lines `DEF key config`). Needs numpy. Clusters (cl 2) are left out: the
 defaults add them by a rule of their own.
 
---weight fits WEIGHT_1X1_COSTS instead: 1x1 backward-weight layers, tiles of 64 x wg rows (output
-channels) by bn columns (input channels), ceil(tiles x ks / SMS) waves of ceil(pixels / 64) / ks
-blocks each, a split's cost a constant and per million fp32 sums added (units x tile size).
+--weight fits WEIGHT_1X1_COSTS instead: 1x1 backward-weight layers of up to 100 blocks of 64
+pixels (WEIGHT_1X1_MAX_PIXEL_BLOCKS), tiles of 64 x wg rows (output channels) by bn columns
+(input channels), ceil(tiles x ks / SMS) waves of ceil(pixels / 64) / ks blocks each, a split's
+cost a constant and per million fp32 sums (units x tile size) added by atomics, or with the sums
+in the cluster (red 2, two slices) a constant and a cost per million of its own.
 """
 import argparse
 import collections
@@ -32,7 +34,8 @@ SMS = 132
 # (bn, wg, mr, persistent): TILE_COSTS' order.
 SHAPES = [(64, 1, 1, 1), (64, 2, 1, 1), (128, 1, 1, 1), (128, 2, 1, 1), (256, 1, 1, 1), (256, 2, 1, 1), (64, 2, 2, 1), (128, 2, 2, 0)]
 WEIGHT_SHAPES = [(64, 1, 1, 0), (64, 2, 1, 0), (128, 1, 1, 0), (128, 2, 1, 0), (256, 1, 1, 0), (256, 2, 1, 0)]
-WEIGHT_FITTED = ("small-1x1-bwd-weight",)
+WEIGHT_FITTED = ("small-1x1-bwd-weight", "s21-small-bwd-weight-cluster-sums")
+WEIGHT_MAX_PIXEL_BLOCKS = 100
 WEIGHT_KEY = re.compile(r"v1:bwd-weight:(bf16|f16):NHWC:n(\d+):c(\d+):k(\d+):i(\d+)x(\d+):f1x1:s(\d+)x(\d+):p0x0:d1x1$")
 FITTED = ("s20-small-fwd-bwd-data", "rows-per-consumer", "small-fwd-bwd-data", "s20-default-ab-1-base", "s20-default-ab-1-new")
 KEY = re.compile(r"v1:(fwd|bwd-data):(bf16|f16):N[DH]*WC:n(\d+):c(\d+):k(\d+):i([\dx]+):f([\dx]+):s([\dx]+):p([\dx]+):d([\dx]+)(?::g(\d+))?$")
@@ -101,13 +104,23 @@ def weight_features(key, config):
     _, n, c, k, h, w, sh, sw = m.groups()
     n, c, k, h, w, sh, sw = map(int, (n, c, k, h, w, sh, sw))
     bn, wg, ks = f["bn"], f["wg"], f.get("ks", 1)
+    pixel_blocks = math.ceil(n * math.ceil(h / sh) * math.ceil(w / sw) / 64)
+    if pixel_blocks > WEIGHT_MAX_PIXEL_BLOCKS:
+        return None
     i = WEIGHT_SHAPES.index((bn, wg, 1, f["ps"]))
     units = math.ceil(k / (64 * wg)) * math.ceil(c / bn) * ks
     waves = math.ceil(units / SMS)
-    x = np.zeros(2 * len(WEIGHT_SHAPES) + 4)
-    x[i] = waves * math.ceil(n * math.ceil(h / sh) * math.ceil(w / sw) / 64) / ks
+    x = np.zeros(2 * len(WEIGHT_SHAPES) + 6)
+    x[i] = waves * pixel_blocks / ks
     x[len(WEIGHT_SHAPES) + i] = waves
-    if ks > 1:
+    if ks > 1 and f.get("red") == 2:
+        # Clusters of four slices wait on GPCs with room for them (1.2-1.6x the atomics' time
+        # in session 21's sweep): the defaults take two.
+        if ks != 2:
+            return None
+        x[-6] = units * 64 * wg * bn / 1e6
+        x[-5] = 1
+    elif ks > 1:
         x[-4] = units * 64 * wg * bn / 1e6
         x[-2] = 1
     x[-1] = 1
@@ -146,7 +159,7 @@ def main():
     n = len(shapes)
     for shape, block, wave in zip(shapes, coef[:n], coef[n : 2 * n]):
         print(f"    cost({shape[0]}, {shape[1]}, {shape[2]}, {'true' if shape[3] else 'false'}, {block:.3f}, {wave:.2f}),")
-    per_million = "sums" if args.weight else f"elements; stored zeros {coef[-3]:.2f} us per million"
+    per_million = f"sums; sums in the cluster {coef[-5]:.2f} us + {coef[-6]:.2f} us per million" if args.weight else f"elements; stored zeros {coef[-3]:.2f} us per million"
     print(f"split {coef[-2]:.2f} us + {coef[-4]:.2f} us per million {per_million}; constant {coef[-1]:.2f} us")
     defaults = {}
     if args.defaults:

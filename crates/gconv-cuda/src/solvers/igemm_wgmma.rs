@@ -859,20 +859,28 @@ fn quickest_split(tiles: u64, tile_sums: u64, reduction: u64, sms: u64, candidat
 }
 
 /// Backward-weight 1x1 tiles' times (as TILE_COSTS; not persistent): fitted by
-/// bench/wave_model.py's method to session 19's sweep of 48 configs on 25 1x1 layers of 7x7 to
-/// 28x28 pixels (data/bench/h100-s19-config-sweeps-bf16.csv, `small-1x1-bwd-weight`): picks
-/// 1.007x the fastest config swept with each layer left out, the rule before it 1.087x.
+/// `bench/wave_model.py --weight` to the 40 layers of up to 100 blocks of pixels in session
+/// 19's sweep of 48 configs and session 21's of 30 with sums in the cluster
+/// (data/bench/h100-s19-config-sweeps-bf16.csv, `small-1x1-bwd-weight`; h100-s21-*,
+/// `s21-small-bwd-weight-cluster-sums`): picks 1.012x the fastest config swept.
 const WEIGHT_1X1_COSTS: [TileCost; 6] = [
-    cost(64, 1, 1, false, 0.360, 1.49),
-    cost(64, 2, 1, false, 0.451, 1.40),
-    cost(128, 1, 1, false, 0.406, 1.73),
-    cost(128, 2, 1, false, 0.489, 2.08),
-    cost(256, 1, 1, false, 0.467, 2.98),
-    cost(256, 2, 1, false, 0.599, 4.07),
+    cost(64, 1, 1, false, 0.360, 1.60),
+    cost(64, 2, 1, false, 0.450, 1.68),
+    cost(128, 1, 1, false, 0.398, 2.00),
+    cost(128, 2, 1, false, 0.484, 2.46),
+    cost(256, 1, 1, false, 0.464, 3.27),
+    cost(256, 2, 1, false, 0.618, 4.04),
 ];
 
-/// The splits that sweep took.
-const WEIGHT_1X1_SPLITS: [u32; 4] = [1, 2, 4, 8];
+/// The splits those sweeps took: by atomics, and two slices summed in the cluster (four wait
+/// on GPCs with room for clusters of four: 1.2-1.6x the atomics' time there).
+const WEIGHT_1X1_SPLITS: [Split; 5] = [
+    UNSPLIT,
+    Split { slices: 2, reduction: Reduction::Atomic },
+    Split { slices: 4, reduction: Reduction::Atomic },
+    Split { slices: 8, reduction: Reduction::Atomic },
+    Split { slices: 2, reduction: Reduction::Cluster },
+];
 
 /// The most blocks of pixels the model decides for. In the H100 A/B over 97 backward-weight
 /// layers (session 21) its picks ran 0.88x the rule's time on the 22 layers of 7x7 and 14x14
@@ -880,10 +888,12 @@ const WEIGHT_1X1_SPLITS: [u32; 4] = [1, 2, 4, 8];
 /// 128 slices lie outside the splits it models.
 const WEIGHT_1X1_MAX_PIXEL_BLOCKS: u64 = 100;
 
-/// A backward-weight split's cost there: the zeroing and the reduction's launch, and per
-/// million fp32 sums the slices add by atomics.
-const WEIGHT_SPLIT_US: f64 = 2.01;
-const WEIGHT_SPLIT_US_PER_MILLION_SUMS: f64 = 1.76;
+/// A backward-weight split's cost there, a constant and per million fp32 sums of the slices'
+/// tiles: by atomics (the zeroing, the reduction's launch and the atomics), and in the cluster.
+const WEIGHT_SPLIT_US: f64 = 2.68;
+const WEIGHT_SPLIT_US_PER_MILLION_SUMS: f64 = 1.70;
+const WEIGHT_CLUSTER_SUMS_US: f64 = 2.00;
+const WEIGHT_CLUSTER_SUMS_US_PER_MILLION: f64 = 1.73;
 
 /// The 1x1 backward-weight tile and split the model expects to finish first: ceil(units / SMs)
 /// waves of tiles x slices, each of its slice's blocks of 64 pixels and the wave's own cost,
@@ -900,13 +910,18 @@ fn quickest_weight_1x1(p: &ConvProblem, sms: u64) -> Option<WgmmaConfig> {
         let units = tiles * slices;
         let waves = units.div_ceil(sms) as f64 * (pixel_blocks as f64 / slices as f64 * cost.per_block_us + cost.per_wave_us);
         let sums = (units * u64::from(config.tile.rows() * config.tile.bn)) as f64;
-        waves + if slices > 1 { WEIGHT_SPLIT_US + WEIGHT_SPLIT_US_PER_MILLION_SUMS * sums / 1e6 } else { 0.0 }
+        waves
+            + match config.split.mode() {
+                0 if slices > 1 => WEIGHT_CLUSTER_SUMS_US + WEIGHT_CLUSTER_SUMS_US_PER_MILLION * sums / 1e6,
+                0 => 0.0,
+                _ => WEIGHT_SPLIT_US + WEIGHT_SPLIT_US_PER_MILLION_SUMS * sums / 1e6,
+            }
     };
     let tiles = WEIGHT_1X1_COSTS.iter().filter_map(|cost| {
         let tile = [4, 3].map(|st| Tile { bn: cost.bn, wg: cost.wg, st, cl: 1, persistent: cost.persistent, taps: 1, mr: cost.mr });
         tile.into_iter().find(|t| t.check(p.dtype).is_ok()).map(|tile| (tile, cost))
     });
-    let candidates = tiles.flat_map(|(tile, cost)| WEIGHT_1X1_SPLITS.map(|slices| (WgmmaConfig { tile, split: Split { slices, reduction: Reduction::Atomic } }, cost)));
+    let candidates = tiles.flat_map(|(tile, cost)| WEIGHT_1X1_SPLITS.map(|split| (WgmmaConfig { tile, split }, cost)));
     candidates
         .filter(|(config, _)| config.check(p).is_ok())
         .map(|(config, cost)| (modelled(config, cost), config))
@@ -1578,6 +1593,9 @@ mod tests {
         assert_eq!((wide.tile.bn, wide.tile.wg, wide.split.slices), (128, 2, 1));
         let many_pixels = default_of("v1:bwd-weight:bf16:NHWC:n32:c256:k256:i56x56:f3x3:s1x1:p1x1:d1x1");
         assert_eq!((many_pixels.tile.bn, many_pixels.tile.wg), (256, 2));
+        // Two slices summed in the cluster: 10.3 us on the H100, by atomics 12.1 (session 21's sweep).
+        let cluster_sums = default_of("v1:bwd-weight:bf16:NHWC:n32:c960:k320:i7x7:f1x1:s1x1:p0x0:d1x1");
+        assert_eq!((cluster_sums.tile.bn, cluster_sums.tile.wg, cluster_sums.split), (128, 1, Split { slices: 2, reduction: Reduction::Cluster }));
         // 1x1 past the model's pixels: the rule's many slices (the model's eight took 6x the time).
         let many_pixels_1x1 = default_of("v1:bwd-weight:bf16:NHWC:n32:c64:k64:i56x56:f1x1:s1x1:p0x0:d1x1");
         assert!(many_pixels_1x1.split.slices > 8, "{many_pixels_1x1:?}");
