@@ -36,8 +36,8 @@
 // Compile-time: WEIGHT (1: the backward-weight kernel; 0: the other directions' kernels, so a
 // build compiles only what it runs), SPATIAL (1, 2, 3: the im2col map's rank less two), BN
 // (64, 128, 256), CONSUMERS (1, 2), MR (1; 2 in forward and backward-data), STAGES, CLUSTER
-// (1, 2), PERSISTENT (0, 1), SPLIT (forward and backward-data: 1 compiles the epilogue of fp32
-// partial sums, for configs that split through the workspace), KSPLIT (1; 2 or 4 slices of the
+// (1, 2), PERSISTENT (0, 1), SPLIT (the output mode; over 0 compiles the epilogue of fp32
+// partial sums, for configs that split through the workspace, and only it), KSPLIT (1; 2 or 4 slices of the
 // reduction summed in the cluster), TAPS (backward-weight: the filter taps a unit sums at
 // once, sharing each block of dy) and the data type (bf16, fp16, or fp32 multiplied as tf32:
 // GCONV_TF32, forward and backward-data only), MAX_PRODUCTS and PRODUCTS. Run-time: the
@@ -542,15 +542,15 @@ __device__ __forceinline__ void store_pair(elem_t* at, float v0, float v1) {
 // sharing x's tiles, of which each CTA loads 64 / CLUSTER pixel rows. Both tiles hold a pixel
 // per row (MN-major operands): dy's by tiled loads of 64 channels x 64 pixels, once per block
 // for all the unit's taps, x's by im2col loads of 64 channels at each tap's offsets.
-// ConvParams as the forward convolution's. mode 0 stores into dw; 1 adds into the fp32
-// workspace (zeroed before); 2 stores the slice's own fp32 copy of the weights into it. With
-// KSPLIT the slices are the cluster's CTAs, and mode is 0.
+// ConvParams as the forward convolution's. The output mode is SPLIT's: 0 stores into dw; 1
+// adds into the fp32 workspace (zeroed before); 2 stores the slice's own fp32 copy of the
+// weights into it. With KSPLIT the slices are the cluster's CTAs, and SPLIT is 0.
 struct WeightUnit {
     int k0, c0, tap0, slice, g;
 };
 
 extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
-    igemm_wgmma_weight(const __grid_constant__ TensorMap dy_map, const __grid_constant__ TensorMap x_map, ConvParams p, elem_t* dw, float* ws, int splits, int mode) {
+    igemm_wgmma_weight(const __grid_constant__ TensorMap dy_map, const __grid_constant__ TensorMap x_map, ConvParams p, elem_t* dw, float* ws, int splits) {
     extern __shared__ unsigned char raw[];
     const Pipeline pl = pipeline_init(raw);
     const int rank = cluster_rank() % CLUSTER;
@@ -614,7 +614,9 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         float d[ACCUMULATORS];
         consumer_start(d);
         const int slice = wg - 1;
+#if SPLIT == 2
         const long long weights = (long long)p.g * p.kg * p.cg * taps;
+#endif
         int it = 0;
         FOR_EACH_UNIT(u, units) {
             const WeightUnit t = unit_at(u);
@@ -631,20 +633,15 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                     const int k = t.k0 + slice * 64 + row, c = t.c0 + column;
                     if (k >= p.kg || c >= p.cg) return;
                     const int i = offset(p.ws, t.g * p.kg + k, c, f[0], f[1], f[2]);
-                    if (mode == 0) {
-                        store_pair(dw + i, v0, v1);
-                    } else if (mode == 1) {
-                        // One 8-byte atomic for the pair where it is aligned (channels-last
-                        // filters of even channel counts: always), half the atomics' queue.
-                        if (i % 2 == 0) {
-                            atomicAdd(reinterpret_cast<float2*>(ws + i), make_float2(v0, v1));
-                        } else {
-                            atomicAdd(ws + i, v0);
-                            atomicAdd(ws + i + 1, v1);
-                        }
-                    } else {
-                        *reinterpret_cast<float2*>(ws + t.slice * weights + i) = make_float2(v0, v1);
-                    }
+#if SPLIT == 1
+                    // One 8-byte atomic per pair: channels-last filters of channel counts a
+                    // multiple of 8 put every pair on an even element.
+                    atomicAdd(reinterpret_cast<float2*>(ws + i), make_float2(v0, v1));
+#elif SPLIT == 2
+                    *reinterpret_cast<float2*>(ws + t.slice * weights + i) = make_float2(v0, v1);
+#else
+                    store_pair(dw + i, v0, v1);
+#endif
                 });
             }
             zero(d);  // as in the forward epilogue: the accumulators die here

@@ -432,15 +432,17 @@ impl WgmmaConfig {
         largest.map_or((0, 0), |product| (product.row_tiles(self.tile), product.units(self.tile, p.g, self.split.slices)))
     }
 
-    /// The tile's kernels; forward and backward-data compile their split epilogue only where
-    /// they split through the workspace (it would slow every other build).
+    /// The tile's kernels; they compile the epilogue of a split through the workspace only
+    /// where they split so (it would slow every other build; backward-weight's unsplit builds
+    /// leave it out altogether, and its split builds the plain stores: a third to half the
+    /// NVRTC time of a build).
     fn source(self, p: &ConvProblem) -> KernelSource {
-        let source = self.tile.source(p).define("KSPLIT", self.split.cluster_slices());
+        let source = self.tile.source(p).define("KSPLIT", self.split.cluster_slices()).define("SPLIT", self.split.mode());
         match p.direction {
             Direction::BackwardWeight => source.define("TAPS", self.tile.taps),
             _ => {
                 let products = if Product::all(p).len() == 1 { 1 } else { MAX_PRODUCTS };
-                let source = source.define("SPLIT", u32::from(self.split.mode() != 0)).define("FILTER_MN", u32::from(reads_filter_directly(p)));
+                let source = source.define("FILTER_MN", u32::from(reads_filter_directly(p)));
                 source.define("MAX_PRODUCTS", MAX_PRODUCTS).define("PRODUCTS", products)
             }
         }
@@ -1047,7 +1049,6 @@ impl Solve<Cuda> for IgemmWgmma {
                 params: product.params,
                 dtype: p.dtype,
                 splits: split.slices as i32,
-                mode: split.mode(),
                 reduce,
             };
             return Ok(Box::new(invoker));
@@ -1251,7 +1252,6 @@ struct WeightInvoker {
     params: ConvParams,
     dtype: DataType,
     splits: i32,
-    mode: i32,
     reduce: Option<Reduce>,
 }
 
@@ -1269,7 +1269,6 @@ impl Invoker<Cuda> for WeightInvoker {
             Arg::Buffer(b.w),
             Arg::Buffer(b.workspace),
             Arg::Int(self.splits),
-            Arg::Int(self.mode),
         ];
         launch::kernel(b, &self.function, self.launch, &args, "launch cuda.igemm_wgmma")?;
         match &self.reduce {
