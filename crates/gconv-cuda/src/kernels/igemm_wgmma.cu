@@ -37,9 +37,9 @@
 // build compiles only what it runs), SPATIAL (1, 2, 3: the im2col map's rank less two), BN
 // (64, 128, 256), CONSUMERS (1, 2), MR (1; 2 in forward and backward-data), STAGES, CLUSTER
 // (1, 2), PERSISTENT (0, 1), SPLIT (the output mode; over 0 compiles the epilogue of fp32
-// partial sums, for configs that split through the workspace, and only it), KSPLIT (1; 2 or 4 slices of the
-// reduction summed in the cluster), TAPS (backward-weight: the filter taps a unit sums at
-// once, sharing each block of dy) and the data type (bf16, fp16, or fp32 multiplied as tf32:
+// partial sums, for configs that split through the workspace, and only it), KSPLIT (1; 2 or 4
+// slices of the reduction summed in the cluster), TAPS (backward-weight: the filter taps a unit
+// sums at once, sharing each block of dy) and the data type (bf16, fp16, or fp32 multiplied as tf32:
 // GCONV_TF32, forward and backward-data only), MAX_PRODUCTS and PRODUCTS. Run-time: the
 // problem (for igemm_wgmma per product as a forward convolution of src into dst: for
 // backward-data dy's extents as the input's, the phase's dx pixels as the output, the groups'
@@ -453,9 +453,11 @@ static_assert(SUMS_START + (BM / 16 - OWNED_FRAGMENTS) * FRAGMENT_BYTES <= STAGE
 // This CTA's slice of the cluster's reduction.
 __device__ __forceinline__ int cluster_slice() { return KSPLIT == 1 ? 0 : cluster_rank() / CLUSTER; }
 
-// Whether this CTA stores the fragment of warp `warp`, consumer warpgroup `consumer`, 64-row
-// slice `mr`: the fragment of tile rows from 16 f on.
+// The fragment of warp `warp` of consumer warpgroup `consumer` in its 64-row slice `mr`: f, the
+// tile's rows from 16 f on.
 __device__ __forceinline__ int fragment_index(int consumer, int mr, int warp) { return (consumer * MR + mr) * 4 + warp; }
+
+// Whether this CTA stores fragment f.
 __device__ __forceinline__ bool stores_fragment(int f) { return KSPLIT == 1 || f / OWNED_FRAGMENTS == cluster_slice(); }
 
 // Where slice s keeps fragment f (one another slice stores), among those it keeps.
