@@ -15,7 +15,8 @@
 //! by atomics into an fp32 workspace, in two stages, or in the cluster (2 or 4 slices as CTAs
 //! of one cluster adding their tiles through distributed shared memory: one launch, no
 //! workspace). Forward and backward-data split their reductions (taps x channels) the same
-//! way where `ks` is over 1, for layers with too few tiles to fill the GPU. A dense layer with too few channels for a TMA row (an RGB stem) runs
+//! way where `ks` is over 1, for layers with too few tiles to fill the GPU. A dense layer with
+//! too few channels for a TMA row (an RGB stem) runs
 //! packed: its taps along W moved into the channels (see tap_packing).
 //!
 //! A producer warpgroup issues the loads onto an mbarrier pipeline of `st` stages and `wg`
@@ -433,9 +434,8 @@ impl WgmmaConfig {
     }
 
     /// The tile's kernels; they compile the epilogue of a split through the workspace only
-    /// where they split so (it would slow every other build; backward-weight's unsplit builds
-    /// leave it out altogether, and its split builds the plain stores: a third to half the
-    /// NVRTC time of a build).
+    /// where they split so (it would slow every other build; backward-weight's builds compile
+    /// only the epilogue of their own output mode: a third to half the NVRTC time of a build).
     fn source(self, p: &ConvProblem) -> KernelSource {
         let source = self.tile.source(p).define("KSPLIT", self.split.cluster_slices()).define("SPLIT", self.split.mode());
         match p.direction {
