@@ -16,8 +16,8 @@
 //! of one cluster adding their tiles through distributed shared memory: one launch, no
 //! workspace). Forward and backward-data split their reductions (taps x channels) the same
 //! way where `ks` is over 1, for layers with too few tiles to fill the GPU. A dense layer with
-//! too few channels for a TMA row (an RGB stem) runs
-//! packed: its taps along W moved into the channels (see tap_packing).
+//! too few channels for a TMA row (an RGB stem) runs packed: its taps along W moved into the
+//! channels (see tap_packing).
 //!
 //! A producer warpgroup issues the loads onto an mbarrier pipeline of `st` stages and `wg`
 //! consumer warpgroups multiply 64 x `bn` each. `cl` 2 runs clusters of two CTAs on adjacent
