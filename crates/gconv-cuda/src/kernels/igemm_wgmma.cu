@@ -106,8 +106,11 @@ __device__ __forceinline__ unsigned cluster_rank() {
 #endif
 }
 
-// The first of the CTAs that share this CTA's loads (its slice's; see KSPLIT).
-__device__ __forceinline__ unsigned first_sharing() { return KSPLIT == 1 ? 0 : cluster_rank() / CLUSTER * CLUSTER; }
+// This CTA's slice of the cluster's reduction (see KSPLIT).
+__device__ __forceinline__ int cluster_slice() { return KSPLIT == 1 ? 0 : cluster_rank() / CLUSTER; }
+
+// The first of the CTAs that share this CTA's loads: its slice's.
+__device__ __forceinline__ unsigned first_sharing() { return cluster_slice() * CLUSTER; }
 
 // The CTAs that share this CTA's loads, as a multicast's mask.
 __device__ __forceinline__ unsigned short multicast_mask() { return (unsigned short)(((1u << CLUSTER) - 1) << first_sharing()); }
@@ -449,9 +452,6 @@ constexpr unsigned SUMS_START = (BM * STAGED_ROW * sizeof(elem_t) + 127) / 128 *
 static_assert(OWNED_ROWS % 16 == 0, "a slice stores whole fragments");
 static_assert(SUMS_START + (BM / 16 - OWNED_FRAGMENTS) * FRAGMENT_BYTES <= STAGES * STAGE_BYTES, "the kept fragments must fit in the stages");
 #endif
-
-// This CTA's slice of the cluster's reduction.
-__device__ __forceinline__ int cluster_slice() { return KSPLIT == 1 ? 0 : cluster_rank() / CLUSTER; }
 
 // The fragment of warp `warp` of consumer warpgroup `consumer` in its 64-row slice `mr`: f, the
 // tile's rows from 16 f on.

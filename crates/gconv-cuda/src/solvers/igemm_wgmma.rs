@@ -738,10 +738,7 @@ impl WgmmaConfig {
             return WgmmaConfig { tile: with_stages(128, 2), split: UNSPLIT };
         };
         // The tile and split the wave model (TILE_COSTS) expects to finish first.
-        let modelled = TILE_COSTS.iter().filter_map(|cost| {
-            let tile = [4, 3].map(|st| Tile { bn: cost.bn, wg: cost.wg, st, cl: 1, persistent: cost.persistent, taps: 1, mr: cost.mr });
-            tile.into_iter().find(|t| t.check(p.dtype).is_ok()).map(|tile| (tile, cost))
-        });
+        let modelled = TILE_COSTS.iter().filter_map(|cost| cost.tile(p.dtype).map(|tile| (tile, cost)));
         let candidates = modelled.flat_map(|(tile, cost)| MODELLED_SPLITS.map(|slices| (WgmmaConfig { tile, split: Split { slices, reduction: Reduction::Atomic } }, cost)));
         let longest = Product::longest_reduction(&products, p.dtype);
         let quickest = candidates
@@ -779,6 +776,14 @@ struct TileCost {
 
 const fn cost(bn: u32, wg: u32, mr: u32, persistent: bool, per_block_us: f64, per_wave_us: f64) -> TileCost {
     TileCost { bn, wg, mr, persistent, per_block_us, per_wave_us }
+}
+
+impl TileCost {
+    /// The costed tile shape at four stages, or three where four do not fit.
+    fn tile(&self, dtype: DataType) -> Option<Tile> {
+        let tile = |st: u32| Tile { bn: self.bn, wg: self.wg, st, cl: 1, persistent: self.persistent, taps: 1, mr: self.mr };
+        [tile(4), tile(3)].into_iter().find(|t| t.check(dtype).is_ok())
+    }
 }
 
 /// Persistent where the staging fits four stages (a unit's stores overlap the next one's
@@ -913,16 +918,13 @@ fn quickest_weight_1x1(p: &ConvProblem, sms: u64) -> Option<WgmmaConfig> {
         let waves = units.div_ceil(sms) as f64 * (pixel_blocks as f64 / slices as f64 * cost.per_block_us + cost.per_wave_us);
         let sums = (units * u64::from(config.tile.rows() * config.tile.bn)) as f64;
         waves
-            + match config.split.mode() {
-                0 if slices > 1 => WEIGHT_CLUSTER_SUMS_US + WEIGHT_CLUSTER_SUMS_US_PER_MILLION * sums / 1e6,
-                0 => 0.0,
+            + match (slices, config.split.reduction) {
+                (1, _) => 0.0,
+                (_, Reduction::Cluster) => WEIGHT_CLUSTER_SUMS_US + WEIGHT_CLUSTER_SUMS_US_PER_MILLION * sums / 1e6,
                 _ => WEIGHT_SPLIT_US + WEIGHT_SPLIT_US_PER_MILLION_SUMS * sums / 1e6,
             }
     };
-    let tiles = WEIGHT_1X1_COSTS.iter().filter_map(|cost| {
-        let tile = [4, 3].map(|st| Tile { bn: cost.bn, wg: cost.wg, st, cl: 1, persistent: cost.persistent, taps: 1, mr: cost.mr });
-        tile.into_iter().find(|t| t.check(p.dtype).is_ok()).map(|tile| (tile, cost))
-    });
+    let tiles = WEIGHT_1X1_COSTS.iter().filter_map(|cost| cost.tile(p.dtype).map(|tile| (tile, cost)));
     let candidates = tiles.flat_map(|(tile, cost)| WEIGHT_1X1_SPLITS.map(|split| (WgmmaConfig { tile, split }, cost)));
     candidates
         .filter(|(config, _)| config.check(p).is_ok())
