@@ -378,10 +378,47 @@ __device__ __forceinline__ void for_each_pair(const float* d, Store&& store) {
     }
 }
 
-// Where the im2col window of destination pixel `pixel` (within its image) starts in the
-// source: the pixel's position times the stride, less the pad.
-__device__ __forceinline__ void window_start(const ConvParams& p, int pixel, int* pos) {
-    const int o[3] = {pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]};
+// A destination pixel: its image n and position (d, h, w) in p.out.
+struct PixelCursor {
+    int n, o[3];
+};
+
+// Pixel `index` of all images' pixels (`pixels` an image).
+__device__ __forceinline__ PixelCursor pixel_cursor(const ConvParams& p, int pixels, int index) {
+    PixelCursor c;
+    c.n = index / pixels;
+    const int pixel = index - c.n * pixels;
+    c.o[0] = pixel / (p.out[1] * p.out[2]);
+    c.o[1] = pixel / p.out[2] % p.out[1];
+    c.o[2] = pixel % p.out[2];
+    return c;
+}
+
+// Moves c on by `step` pixels, given as pixel_cursor(p, pixels, step): each part of the step
+// is below its extent, so one carry per dimension, and no divisions. (A producer's divisions
+// per block were most of its work: three 32-bit divisions, some 80 of a block's 127
+// instructions in one thread, in the H100 SASS of backward-weight and forward.)
+__device__ __forceinline__ void advance(PixelCursor& c, const PixelCursor& step, const ConvParams& p) {
+    c.n += step.n;
+#pragma unroll
+    for (int i = 0; i < 3; ++i) c.o[i] += step.o[i];
+    if (c.o[2] >= p.out[2]) {
+        c.o[2] -= p.out[2];
+        ++c.o[1];
+    }
+    if (c.o[1] >= p.out[1]) {
+        c.o[1] -= p.out[1];
+        ++c.o[0];
+    }
+    if (c.o[0] >= p.out[0]) {
+        c.o[0] -= p.out[0];
+        ++c.n;
+    }
+}
+
+// Where the im2col window of the destination pixel at position o starts in the source: the
+// position times the stride, less the pad.
+__device__ __forceinline__ void window_at(const ConvParams& p, const int* o, int* pos) {
 #pragma unroll
     for (int i = 0; i < 3; ++i) pos[i] = o[i] * p.stride[i] - p.pad[i];
 }
@@ -390,6 +427,15 @@ __device__ __forceinline__ void tap_position(const ConvParams& p, int tap, int* 
     f[0] = tap / (p.fil[1] * p.fil[2]);
     f[1] = tap / p.fil[2] % p.fil[1];
     f[2] = tap % p.fil[2];
+}
+
+// The tap after f, the last dimension fastest (as tap_position numbers them).
+__device__ __forceinline__ void next_tap(const ConvParams& p, int* f) {
+    if (++f[2] < p.fil[2]) return;
+    f[2] = 0;
+    if (++f[1] < p.fil[1]) return;
+    f[1] = 0;
+    ++f[0];
 }
 
 // The im2col offsets of a tap: its position times the dilation.
@@ -583,6 +629,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         if (producer_start()) {
             prefetch_map(&dy_map);
             prefetch_map(&x_map);
+            const PixelCursor block_step = pixel_cursor(p, pixels, PIXEL_BLOCK);
             int it = 0;
             FOR_EACH_UNIT(u, units) {
                 const WeightUnit t = unit_at(u);
@@ -593,20 +640,21 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                     tap_position(p, t.tap0 + j, f);
                     tap_offsets(p, f, off[j]);
                 }
-                const int end = first_block(t.slice + 1);
-                for (int block = first_block(t.slice); block < end; ++block, ++it) {
+                const int first = first_block(t.slice), end = first_block(t.slice + 1);
+                // The first pixel of this CTA's share of each block, moved on a block at a time.
+                PixelCursor share = pixel_cursor(p, pixels, first * PIXEL_BLOCK + rank * SHARE_PIXELS);
+                for (int block = first; block < end; ++block, ++it, advance(share, block_step, p)) {
                     const int s = produce(pl, it);
-                    const int q = block * PIXEL_BLOCK, share = q + rank * SHARE_PIXELS;
 #pragma unroll
-                    for (int j = 0; j < CONSUMERS; ++j) load_tile<false>(pl.stage(s) + j * TILE64_BYTES, &dy_map, t.g * p.kg + t.k0 + 64 * j, q, 0, pl.full(s));
+                    for (int j = 0; j < CONSUMERS; ++j) load_tile<false>(pl.stage(s) + j * TILE64_BYTES, &dy_map, t.g * p.kg + t.k0 + 64 * j, block * PIXEL_BLOCK, 0, pl.full(s));
                     int pos[3];
-                    window_start(p, share % pixels, pos);
+                    window_at(p, share.o, pos);
 #pragma unroll
                     for (int tap = 0; tap < TAPS; ++tap)
 #pragma unroll
                         for (int j = 0; j < BN / 64; ++j) {
                             const unsigned dst = pl.stage(s) + A_BYTES + tap * B_BYTES + j * TILE64_BYTES + rank * SHARE_PIXELS * ROW_BYTES;
-                            load_im2col<true>(dst, &x_map, t.g * p.cg + t.c0 + 64 * j, pos, share / pixels, off[tap], pl.full(s));
+                            load_im2col<true>(dst, &x_map, t.g * p.cg + t.c0 + 64 * j, pos, share.n, off[tap], pl.full(s));
                         }
                 }
             }
@@ -790,18 +838,21 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                 const TapMap& taps = PRODUCT_TAPS(t.product);
                 const TensorMap *src = PRODUCT_SRC(t.product), *filter = PRODUCT_FILTER(t.product);
                 // The tile's first pixel, as the source position its first tap starts from.
-                const int n = t.m0 / pixels;
+                const PixelCursor first_pixel = pixel_cursor(p, pixels, t.m0);
                 int pos[3];
-                window_start(p, t.m0 % pixels, pos);
-                const int end = first_block(p, t.slice + 1);
-                for (int block = first_block(p, t.slice); block < end; ++block, ++it) {
+                window_at(p, first_pixel.o, pos);
+                const int first = first_block(p, t.slice), end = first_block(p, t.slice + 1);
+                // The block's tap (and its position f) and chunk of channels, moved on a block at
+                // a time: no divisions per block (see advance).
+                int tap = first / chunks, chunk = first - tap * chunks;
+                int f[3];
+                tap_position(p, tap, f);
+                for (int block = first; block < end; ++block, ++it) {
                     const int s = produce(pl, it);
-                    const int tap = block / chunks, c0 = block % chunks * BK;
-                    int f[3];
-                    tap_position(p, tap, f);
+                    const int c0 = chunk * BK;
                     unsigned short off[3];
                     tap_offsets(p, f, off);
-                    load_im2col<false>(pl.stage(s), src, t.g * p.cg + c0, pos, n, off, pl.full(s));
+                    load_im2col<false>(pl.stage(s), src, t.g * p.cg + c0, pos, first_pixel.n, off, pl.full(s));
 #if FILTER_MN
                     const int filter_tap = ((taps.origin[0] + taps.step[0] * f[0]) * taps.fil[1] + taps.origin[1] + taps.step[1] * f[1]) * taps.fil[2] + taps.origin[2] +
                                            taps.step[2] * f[2];
@@ -815,6 +866,11 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                     const unsigned share = rank * B_SHARE_ROWS;
                     load_tile<true>(pl.stage(s) + A_BYTES + share * ROW_BYTES, filter, c0, tap, t.g * p.kg + t.n0 + share, pl.full(s));
 #endif
+                    if (++chunk == chunks) {
+                        chunk = 0;
+                        ++tap;
+                        next_tap(p, f);
+                    }
                 }
             }
         }
