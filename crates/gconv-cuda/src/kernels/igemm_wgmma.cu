@@ -378,23 +378,51 @@ __device__ __forceinline__ void for_each_pair(const float* d, Store&& store) {
     }
 }
 
+// Division by a divisor fixed for a kernel's run, as a multiply-high, an add and a shift
+// (Granlund and Montgomery's method; exact for dividends below 2^31, as the kernels' indices
+// are): a 32-bit division by a run-time value is some 20 dependent instructions.
+struct FastDiv {
+    int d;
+    unsigned m, s;
+};
+
+__device__ __forceinline__ FastDiv fast_div(int d) {
+    FastDiv f;
+    f.d = d;
+    f.s = 32 - __clz(d - 1);  // ceil(log2 d)
+    f.m = (unsigned)((1ull << 32) * ((1ull << f.s) - d) / d + 1);
+    return f;
+}
+
+__device__ __forceinline__ int quotient(int n, const FastDiv& f) { return (__umulhi((unsigned)n, f.m) + (unsigned)n) >> f.s; }
+
 // A destination pixel: its image n and position (d, h, w) in p.out.
 struct PixelCursor {
     int n, o[3];
 };
 
-// Pixel `index` of all images' pixels (`pixels` an image).
-__device__ __forceinline__ PixelCursor pixel_cursor(const ConvParams& p, int pixels, int index) {
+// The divisors that take a pixel index apart: an image's pixels, a plane's, a row's.
+struct PixelDivs {
+    FastDiv image, plane, row;
+};
+
+__device__ __forceinline__ PixelDivs pixel_divs(const ConvParams& p) {
+    return {fast_div(p.out[0] * p.out[1] * p.out[2]), fast_div(p.out[1] * p.out[2]), fast_div(p.out[2])};
+}
+
+// Pixel `index` of all images' pixels.
+__device__ __forceinline__ PixelCursor pixel_cursor(const PixelDivs& divs, int index) {
     PixelCursor c;
-    c.n = index / pixels;
-    const int pixel = index - c.n * pixels;
-    c.o[0] = pixel / (p.out[1] * p.out[2]);
-    c.o[1] = pixel / p.out[2] % p.out[1];
-    c.o[2] = pixel % p.out[2];
+    c.n = quotient(index, divs.image);
+    const int pixel = index - c.n * divs.image.d;
+    c.o[0] = quotient(pixel, divs.plane);
+    const int in_plane = pixel - c.o[0] * divs.plane.d;
+    c.o[1] = quotient(in_plane, divs.row);
+    c.o[2] = in_plane - c.o[1] * divs.row.d;
     return c;
 }
 
-// Moves c on by `step` pixels, given as pixel_cursor(p, pixels, step): each part of the step
+// Moves c on by `step` pixels, given as pixel_cursor(divs, step): each part of the step
 // is below its extent, so one carry per dimension, and no divisions. (A producer's divisions
 // per block were most of its work: three 32-bit divisions, some 80 of a block's 127
 // instructions in one thread, in the H100 SASS of backward-weight and forward.)
@@ -629,7 +657,8 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         if (producer_start()) {
             prefetch_map(&dy_map);
             prefetch_map(&x_map);
-            const PixelCursor block_step = pixel_cursor(p, pixels, PIXEL_BLOCK);
+            const PixelDivs divs = pixel_divs(p);
+            const PixelCursor block_step = pixel_cursor(divs, PIXEL_BLOCK);
             int it = 0;
             FOR_EACH_UNIT(u, units) {
                 const WeightUnit t = unit_at(u);
@@ -642,7 +671,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                 }
                 const int first = first_block(t.slice), end = first_block(t.slice + 1);
                 // The first pixel of this CTA's share of each block, moved on a block at a time.
-                PixelCursor share = pixel_cursor(p, pixels, first * PIXEL_BLOCK + rank * SHARE_PIXELS);
+                PixelCursor share = pixel_cursor(divs, first * PIXEL_BLOCK + rank * SHARE_PIXELS);
                 for (int block = first; block < end; ++block, ++it, advance(share, block_step, p)) {
                     const int s = produce(pl, it);
 #pragma unroll
@@ -771,17 +800,20 @@ __device__ __forceinline__ int product_pixels(const ConvParams& p) { return p.ou
 // on to the product, not per unit (per unit, it cost 1x1 layers of short reductions up to 1.13x
 // the time on the H100).
 struct Destination {
-    int pixels, rows;
+    int rows;
     // Packed in pixel order (forward; backward-data at stride 1): row m lies at m times the
     // pixel stride, no divisions per row.
     bool packed;
+    // Else each row's pixel is taken apart.
+    PixelDivs divs;
 };
 
 __device__ __forceinline__ Destination destination(const ConvParams& p) {
     Destination out;
-    out.pixels = product_pixels(p);
-    out.rows = p.n * out.pixels;
-    out.packed = (p.out[1] == 1 || p.ys[3] == p.out[2] * p.ys[4]) && (p.out[0] == 1 || p.ys[2] == p.out[1] * p.out[2] * p.ys[4]) && (p.n == 1 || p.ys[0] == out.pixels * p.ys[4]);
+    const int pixels = product_pixels(p);
+    out.rows = p.n * pixels;
+    out.divs = pixel_divs(p);
+    out.packed = (p.out[1] == 1 || p.ys[3] == p.out[2] * p.ys[4]) && (p.out[0] == 1 || p.ys[2] == p.out[1] * p.out[2] * p.ys[4]) && (p.n == 1 || p.ys[0] == pixels * p.ys[4]);
     return out;
 }
 
@@ -802,6 +834,9 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     int units = 0;
     for (int q = 0; q < PRODUCT_COUNT; ++q) units += row_groups(q) * per_row_group;
     const int first_rows = row_groups(0);
+    // Units are taken apart per unit, on every warpgroup: by multiplies where the divisors are
+    // the run's (one block per unit on 1x1 layers of 64 channels makes them per-block work).
+    const FastDiv columns_div = fast_div(column_tiles), first_rows_div = fast_div(first_rows), splits_div = fast_div(splits);
     auto unit_at = [&](int u) {
         Unit t;
         t.product = 0;
@@ -810,12 +845,16 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
             u -= rows * per_row_group;
             rows = row_groups(++t.product);
         }
-        t.n0 = u % column_tiles * BN;
-        u /= column_tiles;
-        t.m0 = (u % rows * CLUSTER + rank) * BM;
-        u /= rows;
-        t.slice = KSPLIT > 1 ? cluster_slice() : u % splits;
-        t.g = u / splits;
+        const int column_unit = quotient(u, columns_div);
+        t.n0 = (u - column_unit * column_tiles) * BN;
+        u = column_unit;
+        // A later product's rows (backward-data's phases) divide as they are.
+        const int row_unit = t.product == 0 ? quotient(u, first_rows_div) : u / rows;
+        t.m0 = ((u - row_unit * rows) * CLUSTER + rank) * BM;
+        u = row_unit;
+        const int group = SPLIT ? quotient(u, splits_div) : u;
+        t.slice = KSPLIT > 1 ? cluster_slice() : u - group * splits;
+        t.g = group;
         return t;
     };
     // A slice's reduction blocks (of its product's) run from its first block to the next slice's.
@@ -827,24 +866,25 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                 prefetch_map(PRODUCT_SRC(q));
                 prefetch_map(PRODUCT_FILTER(q));
             }
-            int it = 0, current = 0, pixels = product_pixels(PRODUCT(0));
+            const FastDiv chunks_div = fast_div(chunks);
+            int it = 0, current = 0;
+            PixelDivs divs = pixel_divs(PRODUCT(0));
             FOR_EACH_UNIT(u, units) {
                 const Unit t = unit_at(u);
                 if (t.product != current) {
                     current = t.product;
-                    pixels = product_pixels(PRODUCT(current));
+                    divs = pixel_divs(PRODUCT(current));
                 }
                 const ConvParams& p = PRODUCT(t.product);
-                const TapMap& taps = PRODUCT_TAPS(t.product);
                 const TensorMap *src = PRODUCT_SRC(t.product), *filter = PRODUCT_FILTER(t.product);
                 // The tile's first pixel, as the source position its first tap starts from.
-                const PixelCursor first_pixel = pixel_cursor(p, pixels, t.m0);
+                const PixelCursor first_pixel = pixel_cursor(divs, t.m0);
                 int pos[3];
                 window_at(p, first_pixel.o, pos);
                 const int first = first_block(p, t.slice), end = first_block(p, t.slice + 1);
                 // The block's tap (and its position f) and chunk of channels, moved on a block at
                 // a time: no divisions per block (see advance).
-                int tap = first / chunks, chunk = first - tap * chunks;
+                int tap = quotient(first, chunks_div), chunk = first - tap * chunks;
                 int f[3];
                 tap_position(p, tap, f);
                 for (int block = first; block < end; ++block, ++it) {
@@ -854,6 +894,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                     tap_offsets(p, f, off);
                     load_im2col<false>(pl.stage(s), src, t.g * p.cg + c0, pos, first_pixel.n, off, pl.full(s));
 #if FILTER_MN
+                    const TapMap& taps = PRODUCT_TAPS(t.product);
                     const int filter_tap = ((taps.origin[0] + taps.step[0] * f[0]) * taps.fil[1] + taps.origin[1] + taps.step[1] * f[1]) * taps.fil[2] + taps.origin[2] +
                                            taps.step[2] * f[2];
                     const unsigned share = rank * (64 / CLUSTER);
@@ -894,12 +935,12 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                 out = destination(PRODUCT(current));
             }
             const ConvParams& p = PRODUCT(t.product);
-            const int pixels = out.pixels, m_total = out.rows;
+            const int m_total = out.rows;
             auto dst_index = [&](int m, int channel) {
                 const auto at = PRODUCT_OFFSET(t.product);
                 if (out.packed) return at + m * p.ys[4] + channel * p.ys[1];
-                const int pixel = m % pixels;
-                return at + offset(p.ys, m / pixels, channel, pixel / (p.out[1] * p.out[2]), pixel / p.out[2] % p.out[1], pixel % p.out[2]);
+                const PixelCursor c = pixel_cursor(out.divs, m);
+                return at + offset(p.ys, c.n, channel, c.o[0], c.o[1], c.o[2]);
             };
             const int first = first_block(p, t.slice), blocks = first_block(p, t.slice + 1) - first;
             consume<false, FILTER_MN>(pl, it, blocks, slice, d);
