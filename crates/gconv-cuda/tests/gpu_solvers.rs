@@ -327,6 +327,10 @@ fn gpu_wgmma_implicit_gemm_on_medium_problems() {
         "n1:c3:k32:i15x15:f3x3:s2x2:p1x1:d1x1",
         "n2:c3:k24:i16x16:f4x4:s4x4:p0x0:d1x1",
         "n1:c3:k8:i4x9x9:f3x5x5:s1x2x2:p1x2x2:d1x1x1",
+        // Too few channels per group for a TMA row: the groups blocked into rows (ResNeXt's).
+        "n2:c128:k128:i9x9:f3x3:s1x1:p1x1:d1x1:g4",
+        "n1:c64:k128:i8x8:f3x3:s2x2:p1x1:d1x1:g8",
+        "n2:c128:k128:i7x7:f3x3:s1x1:p1x1:d1x1:g32",
     ];
     // Every tile shape without clusters or a persistent grid, and with them at three stages;
     // the splits (backward-weight's 17, the others' up to 11) on the smallest tile shape, and

@@ -17,7 +17,9 @@
 //! workspace). Forward and backward-data split their reductions (taps x channels) the same
 //! way where `ks` is over 1, for layers with too few tiles to fill the GPU. A dense layer with
 //! too few channels for a TMA row (an RGB stem) runs packed: its taps along W moved into the
-//! channels (see tap_packing).
+//! channels (see tap_packing); a grouped layer with too few per group (ResNeXt's) runs with
+//! its groups blocked into groups of a row's channels, the filter block-diagonal (see
+//! group_packing).
 //!
 //! A producer warpgroup issues the loads onto an mbarrier pipeline of `st` stages and `wg`
 //! consumer warpgroups multiply 64 x `bn` each. `cl` 2 runs clusters of two CTAs on adjacent
@@ -34,6 +36,7 @@ use cudarc::driver::{CudaFunction, LaunchConfig};
 use gconv_core::geometry::Geometry;
 use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
 
+use super::group_packing::{self, GroupPacking};
 use super::tap_packing::{self, Packing};
 use super::{builds_from_kernel, BuiltFrom};
 use crate::device::CudaDevice;
@@ -297,14 +300,60 @@ fn destination_elements(p: &ConvProblem) -> u64 {
     }
 }
 
-/// How `p` runs packed, where its channels are too few for TMA rows (see tap_packing).
-fn packing(p: &ConvProblem) -> Option<Packing> {
-    Packing::of(p, row_elements(p.dtype))
+/// How `p` runs as another layer, where its channels (per group) are too few for TMA rows:
+/// its taps along W packed into the channels (see tap_packing), or its groups into blocks of a
+/// row's channels (see group_packing).
+enum Packed {
+    Taps(Packing),
+    Groups(GroupPacking),
+}
+
+impl Packed {
+    fn of(p: &ConvProblem) -> Option<Packed> {
+        let row = row_elements(p.dtype);
+        Packing::of(p, row).map(Packed::Taps).or_else(|| GroupPacking::of(p, row).map(Packed::Groups))
+    }
+
+    /// The layer the products run.
+    fn layer(&self) -> &ConvProblem {
+        match self {
+            Packed::Taps(packing) => &packing.packed,
+            Packed::Groups(packing) => &packing.packed,
+        }
+    }
+
+    fn into_layer(self) -> ConvProblem {
+        match self {
+            Packed::Taps(packing) => packing.packed,
+            Packed::Groups(packing) => packing.packed,
+        }
+    }
+
+    fn workspace_bytes(&self, inner: u64) -> u64 {
+        match self {
+            Packed::Taps(packing) => packing.workspace_bytes(inner),
+            Packed::Groups(packing) => packing.workspace_bytes(inner),
+        }
+    }
+
+    fn source(&self, dtype: DataType) -> KernelSource {
+        match self {
+            Packed::Taps(_) => tap_packing::source(dtype),
+            Packed::Groups(_) => group_packing::source(dtype),
+        }
+    }
+
+    fn invoker(self, device: &CudaDevice, dtype: DataType, inner: Box<dyn Invoker<Cuda>>, inner_workspace: u64) -> Result<Box<dyn Invoker<Cuda>>> {
+        Ok(match self {
+            Packed::Taps(packing) => Box::new(packing.invoker(device, dtype, inner, inner_workspace)?),
+            Packed::Groups(packing) => Box::new(packing.invoker(device, inner, inner_workspace)?),
+        })
+    }
 }
 
 /// The layer the products run: `p`, or its packed layer.
 fn lowered(p: &ConvProblem) -> Cow<'_, ConvProblem> {
-    packing(p).map_or(Cow::Borrowed(p), |packing| Cow::Owned(packing.packed))
+    Packed::of(p).map_or(Cow::Borrowed(p), |packed| Cow::Owned(packed.into_layer()))
 }
 
 /// Whether backward-data reads the filter straight from w as an MN-major B (16-bit types),
@@ -949,8 +998,8 @@ impl Solver for IgemmWgmma {
         require!((major, minor) == (9, 0), "needs an sm_90 GPU (wgmma and TMA built for sm_90a), this is sm_{major}{minor}");
         require!(p.layout == Layout::Nhwc, "needs a channels-last layout (NWC, NHWC, NDHWC)");
         require!(matches!(p.dtype, DataType::Bf16 | DataType::F16 | DataType::Tf32), "needs bf16, fp16 or tf32 operands (wgmma has no fp32 multiply)");
-        if let Some(packing) = packing(p) {
-            return self.applicable(&packing.packed);
+        if let Some(packed) = Packed::of(p) {
+            return self.applicable(packed.layer());
         }
         let g = Geometry::new(p);
         require!(g.stride.iter().all(|&s| s <= MAX_STRIDE), "strides over {MAX_STRIDE} are beyond TMA's element strides");
@@ -985,8 +1034,8 @@ impl Solver for IgemmWgmma {
     }
 
     fn workspace_bytes(&self, p: &ConvProblem, config: &Config) -> u64 {
-        if let Some(packing) = packing(p) {
-            return packing.workspace_bytes(self.workspace_bytes(&packing.packed, config));
+        if let Some(packed) = Packed::of(p) {
+            return packed.workspace_bytes(self.workspace_bytes(packed.layer(), config));
         }
         let Ok(WgmmaConfig { split, .. }) = WgmmaConfig::from_config(p, config) else { return 0 };
         match p.direction {
@@ -1018,16 +1067,16 @@ impl BuiltFrom for IgemmWgmma {
     fn kernels(&self, p: &ConvProblem, config: &Config) -> Result<Vec<KernelSource>> {
         let layer = lowered(p);
         let products = WgmmaConfig::from_config(&layer, config)?.source(&layer);
-        Ok(std::iter::once(products).chain(packing(p).map(|_| tap_packing::source(p.dtype))).collect())
+        Ok(std::iter::once(products).chain(Packed::of(p).map(|packed| packed.source(p.dtype))).collect())
     }
 }
 
 impl Solve<Cuda> for IgemmWgmma {
     fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
-        if let Some(packing) = packing(p) {
-            let inner = self.solution(&packing.packed, config)?;
-            let workspace = Solver::workspace_bytes(self, &packing.packed, config);
-            return Ok(Box::new(packing.invoker(&self.device, p.dtype, inner, workspace)?));
+        if let Some(packed) = Packed::of(p) {
+            let inner = self.solution(packed.layer(), config)?;
+            let workspace = Solver::workspace_bytes(self, packed.layer(), config);
+            return packed.invoker(&self.device, p.dtype, inner, workspace);
         }
         let config = WgmmaConfig::from_config(p, config)?;
         let (WgmmaConfig { tile, split }, source) = (config, config.source(p));

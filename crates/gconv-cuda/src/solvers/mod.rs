@@ -10,6 +10,7 @@ pub mod grouped_mma;
 pub mod igemm;
 pub mod igemm_wgmma;
 pub mod naive;
+mod group_packing;
 mod tap_packing;
 
 use gconv_core::{Config, ConvProblem, Result};
