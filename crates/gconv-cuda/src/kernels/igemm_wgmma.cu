@@ -390,14 +390,17 @@ __device__ __forceinline__ FastDiv fast_div(int d) {
     FastDiv f;
     f.d = d;
     f.s = 32 - __clz(d - 1);  // ceil(log2 d)
-    // m = floor(2^32 (2^s - d) / d) + 1. Not by a 64-bit integer division: a subroutine of some
-    // 300 cycles, five of them before a consumer's first MMA cost 1x1 layers ~0.8 us on the
-    // H100. The product by d's reciprocal as a double is within one of it (a double's division
-    // takes a slow path for a zero dividend, the case of d a power of two).
-    const unsigned long long a = ((1ull << f.s) - d) << 32;
-    unsigned long long q = (unsigned long long)((double)a * (1.0 / d));
-    if (q * d > a) --q;
-    else if ((q + 1) * d <= a) ++q;
+    // m = floor(2^32 (2^s - d) / d) + 1, by d's float reciprocal: one product, one more on its
+    // remainder, then a step of one at most. No division: a 64-bit integer one is a subroutine
+    // of some 300 cycles (five before a consumer's first MMA slowed 4-5 us 1x1 layers up to
+    // 1.25x on the H100), and a double's reciprocal brings a slow path that ptxas compiles in
+    // every build.
+    const long long a = (long long)((1ull << f.s) - d) << 32;
+    const float inv = 1.0f / d;
+    long long q = (long long)((float)a * inv);
+    q += (long long)((float)(a - q * d) * inv);
+    const long long e = a - q * d;
+    q += e < 0 ? -1 : e >= d ? 1 : 0;
     f.m = (unsigned)(q + 1);
     return f;
 }
