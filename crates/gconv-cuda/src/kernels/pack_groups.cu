@@ -3,26 +3,38 @@
 // TMA row: `blocked` consecutive groups of cg input and kg output channels become one group of
 // blocked x cg input channels with a block-diagonal filter. Rows are the filter's K x taps
 // (output channel k, then its taps), a row cg channels wide in w and blocked x cg in packed; row
-// r's output channel k = r / taps lies in group j = (k mod blocked kg) / kg of its block.
+// r's output channel k = r / taps lies in group j = (k mod blocked kg) / kg of its block. The
+// host keeps every index below 2^31: 32-bit divisions (a 64-bit one is a subroutine that made
+// these kernels cost more than a small layer's products).
 
-// packed[r][j cg + c] = w[r][c], zeros in the other groups' columns.
+__device__ __forceinline__ int group_in_block(int r, int taps, int kg, int blocked) { return r / taps % (blocked * kg) / kg; }
+
+// packed[r][j cg + c] = w[r][c], zeros in the other groups' columns: a thread per 16 bytes of
+// packed (its rows are 128-byte TMA rows, so whole vectors).
 extern "C" __global__ void pack_groups(const elem_t* w, elem_t* packed, int rows, int taps, int cg, int kg, int blocked) {
-    const int width = blocked * cg;
-    const long long total = (long long)rows * width;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
-        const long long r = i / width;
-        const int j = (int)(r / taps % (blocked * kg)) / kg, c = (int)(i % width) - j * cg;
-        packed[i] = c >= 0 && c < cg ? w[r * cg + c] : from_f32(0.0f);
+    constexpr int V = 16 / sizeof(elem_t);
+    const int vectors = blocked * cg / V, total = rows * vectors;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        const int r = i / vectors, first = (i - r * vectors) * V - group_in_block(r, taps, kg, blocked) * cg;
+        union {
+            uint4 bits;
+            elem_t e[V];
+        } out;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+            const int c = first + e;
+            out.e[e] = c >= 0 && c < cg ? w[r * cg + c] : from_f32(0.0f);
+        }
+        reinterpret_cast<uint4*>(packed)[i] = out.bits;
     }
 }
 
 // The diagonal blocks back: w[r][c] = packed[r][j cg + c] (backward-weight's gradient; the
 // other columns hold sums across groups, which the layer does not have).
 extern "C" __global__ void unpack_groups(const elem_t* packed, elem_t* w, int rows, int taps, int cg, int kg, int blocked) {
-    const long long total = (long long)rows * cg;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
-        const long long r = i / cg;
-        const int j = (int)(r / taps % (blocked * kg)) / kg;
-        w[i] = packed[r * (blocked * cg) + j * cg + i % cg];
+    const int total = rows * cg;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        const int r = i / cg, c = i - r * cg;
+        w[i] = packed[r * (blocked * cg) + group_in_block(r, taps, kg, blocked) * cg + c];
     }
 }

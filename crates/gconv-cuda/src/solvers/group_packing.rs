@@ -47,14 +47,16 @@ impl GroupPacking {
     /// 32 groups of 32 channels: 14 against 18 us).
     pub fn of(p: &ConvProblem, row: u32) -> Option<GroupPacking> {
         let cg = p.c_per_group();
-        let blocked = row / cg;
+        let blocked = row.checked_div(cg)?;
         let least = if p.direction == Direction::BackwardWeight { 3 } else { 2 };
         let fits = p.g > 1 && p.layout == Layout::Nhwc && cg < row && row.is_multiple_of(cg) && (least..=MAX_BLOCKED).contains(&blocked) && p.g.is_multiple_of(blocked);
-        if !fits {
+        let rows = p.weight_elements() / u64::from(cg);
+        // The kernels index the blocked filter in 32 bits.
+        if !fits || rows * u64::from(row) > i32::MAX as u64 {
             return None;
         }
         let packed = ConvProblem { g: p.g / blocked, ..p.clone() };
-        Some(GroupPacking { packed, blocked, rows: p.weight_elements() / u64::from(cg), cg, kg: p.k / p.g })
+        Some(GroupPacking { packed, blocked, rows, cg, kg: p.k / p.g })
     }
 
     fn blocked_elements(&self) -> u64 {
