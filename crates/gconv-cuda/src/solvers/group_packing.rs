@@ -59,6 +59,11 @@ impl GroupPacking {
         Some(GroupPacking { packed, blocked, rows, cg, kg: p.k / p.g })
     }
 
+    /// The groups blocked into one.
+    pub fn blocked(&self) -> u32 {
+        self.blocked
+    }
+
     fn blocked_elements(&self) -> u64 {
         self.rows * u64::from(self.blocked * self.cg)
     }

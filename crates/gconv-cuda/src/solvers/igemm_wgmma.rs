@@ -329,6 +329,18 @@ impl Packed {
         }
     }
 
+    /// Why the packed layer does not apply, in terms of `p`: a blocked layer's channel counts
+    /// are not the user's.
+    fn explain(&self, reason: NotApplicable) -> NotApplicable {
+        match self {
+            Packed::Taps(_) => reason,
+            Packed::Groups(packing) => {
+                let layer = &packing.packed;
+                NotApplicable(format!("its groups blocked {} at a time (as {} groups of {} input channels): {reason}", packing.blocked(), layer.g, layer.c_per_group()))
+            }
+        }
+    }
+
     fn workspace_bytes(&self, inner: u64) -> u64 {
         match self {
             Packed::Taps(packing) => packing.workspace_bytes(inner),
@@ -999,7 +1011,7 @@ impl Solver for IgemmWgmma {
         require!(p.layout == Layout::Nhwc, "needs a channels-last layout (NWC, NHWC, NDHWC)");
         require!(matches!(p.dtype, DataType::Bf16 | DataType::F16 | DataType::Tf32), "needs bf16, fp16 or tf32 operands (wgmma has no fp32 multiply)");
         if let Some(packed) = Packed::of(p) {
-            return self.applicable(packed.layer());
+            return self.applicable(packed.layer()).map_err(|reason| packed.explain(reason));
         }
         let g = Geometry::new(p);
         require!(g.stride.iter().all(|&s| s <= MAX_STRIDE), "strides over {MAX_STRIDE} are beyond TMA's element strides");
