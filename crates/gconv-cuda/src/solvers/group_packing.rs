@@ -64,19 +64,24 @@ impl GroupPacking {
         self.blocked
     }
 
+    /// The filter's taps (its rows are K x taps).
+    fn taps(&self) -> u64 {
+        self.rows / u64::from(self.packed.k)
+    }
+
     fn blocked_elements(&self) -> u64 {
         self.rows * u64::from(self.blocked * self.cg)
     }
 
     fn args(&self) -> [Arg<'static>; 5] {
-        let taps = (self.rows / u64::from(self.packed.k)) as i32;
+        let taps = self.taps() as i32;
         [self.rows as i32, taps, self.cg as i32, self.kg as i32, self.blocked as i32].map(Arg::Int)
     }
 
     /// pack_groups on the CPU.
     #[cfg(test)]
     fn pack(&self, w: &[f32]) -> Vec<f32> {
-        let (taps, cg, kg, blocked) = (self.rows / u64::from(self.packed.k), u64::from(self.cg), u64::from(self.kg), u64::from(self.blocked));
+        let (taps, cg, kg, blocked) = (self.taps(), u64::from(self.cg), u64::from(self.kg), u64::from(self.blocked));
         (0..self.blocked_elements())
             .map(|i| {
                 let (r, column) = (i / (blocked * cg), i % (blocked * cg));
@@ -89,7 +94,7 @@ impl GroupPacking {
     /// unpack_groups on the CPU.
     #[cfg(test)]
     fn unpack(&self, packed: &[f64]) -> Vec<f64> {
-        let (taps, cg, kg, blocked) = (self.rows / u64::from(self.packed.k), u64::from(self.cg), u64::from(self.kg), u64::from(self.blocked));
+        let (taps, cg, kg, blocked) = (self.taps(), u64::from(self.cg), u64::from(self.kg), u64::from(self.blocked));
         (0..self.rows * cg)
             .map(|i| {
                 let r = i / cg;

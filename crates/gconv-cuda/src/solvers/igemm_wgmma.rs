@@ -322,13 +322,6 @@ impl Packed {
         }
     }
 
-    fn into_layer(self) -> ConvProblem {
-        match self {
-            Packed::Taps(packing) => packing.packed,
-            Packed::Groups(packing) => packing.packed,
-        }
-    }
-
     /// Why the packed layer does not apply, in terms of `p`: a blocked layer's channel counts
     /// are not the user's.
     fn explain(&self, reason: NotApplicable) -> NotApplicable {
@@ -365,7 +358,7 @@ impl Packed {
 
 /// The layer the products run: `p`, or its packed layer.
 fn lowered(p: &ConvProblem) -> Cow<'_, ConvProblem> {
-    Packed::of(p).map_or(Cow::Borrowed(p), |packed| Cow::Owned(packed.into_layer()))
+    Packed::of(p).map_or(Cow::Borrowed(p), |packed| Cow::Owned(packed.layer().clone()))
 }
 
 /// Whether backward-data reads the filter straight from w as an MN-major B (16-bit types),
@@ -1077,9 +1070,10 @@ impl BuiltFrom for IgemmWgmma {
     }
 
     fn kernels(&self, p: &ConvProblem, config: &Config) -> Result<Vec<KernelSource>> {
-        let layer = lowered(p);
-        let products = WgmmaConfig::from_config(&layer, config)?.source(&layer);
-        Ok(std::iter::once(products).chain(Packed::of(p).map(|packed| packed.source(p.dtype))).collect())
+        let packed = Packed::of(p);
+        let layer = packed.as_ref().map_or(p, Packed::layer);
+        let products = WgmmaConfig::from_config(layer, config)?.source(layer);
+        Ok(std::iter::once(products).chain(packed.map(|packed| packed.source(p.dtype))).collect())
     }
 }
 
