@@ -52,7 +52,7 @@ __device__ __forceinline__ void store_block(const ConvParams& p, const Block& bl
 #pragma unroll
         for (int d = 0; d < 3; ++d) {
 #if DIR == 1
-            off += (blk.phase[d] + c[d] * p.stride[d]) * p.xs[2 + d];
+            off += (blk.phase[d] + c[d] * phase_stride(p, d)) * p.xs[2 + d];
 #else
             off += c[d] * p.ys[2 + d];
 #endif

@@ -18,11 +18,16 @@ __device__ __forceinline__ int gcd(int a, int b) {
     return a;
 }
 
+// Backward-data's stride along d as its phases see it: 1 in a build for unit strides (STRIDED 0),
+// where the phase and tap arithmetic then folds away (a tiny layer's kernel spent about half
+// its time dividing by strides of 1).
+__device__ __forceinline__ int phase_stride(const ConvParams& p, int d) { return STRIDED ? p.stride[d] : 1; }
+
 __device__ Taps taps_of(const ConvParams& p, const int* phase) {
     Taps t;
 #pragma unroll
     for (int d = 0; d < 3; ++d) {
-#if DIR == 1
+#if DIR == 1 && STRIDED
         const int s = p.stride[d];
         const int step = s / gcd(s, p.dil[d]);
         int first = -1;
@@ -56,7 +61,7 @@ __device__ __forceinline__ void tap_coords(const Taps& t, int tap, int* f) {
 // q + (phase + pad - f * dil) / s (exact by the choice of taps).
 __device__ __forceinline__ int tap_shift(const ConvParams& p, int d, int f, const int* phase) {
 #if DIR == 1
-    return (phase[d] + p.pad[d] - f * p.dil[d]) / p.stride[d];
+    return (phase[d] + p.pad[d] - f * p.dil[d]) / phase_stride(p, d);
 #else
     return f * p.dil[d] - p.pad[d];
 #endif
@@ -128,7 +133,7 @@ __device__ __forceinline__ Block block_of(const ConvParams& p, int zdim) {
     b.m0 = blockIdx.x * BM;
     b.n0 = blockIdx.y * BN;
     b.phase[0] = b.phase[1] = b.phase[2] = 0;
-#if DIR == 1
+#if DIR == 1 && STRIDED
     {
         int r = b.z;
         b.phase[2] = r % p.stride[2];
@@ -141,7 +146,7 @@ __device__ __forceinline__ Block block_of(const ConvParams& p, int zdim) {
     b.tap_count = b.taps.count[0] * b.taps.count[1] * b.taps.count[2];
 #pragma unroll
     for (int d = 0; d < 3; ++d)
-        b.rows_ext[d] = DIR == 1 ? (p.in[d] - b.phase[d] + p.stride[d] - 1) / p.stride[d] : p.out[d];
+        b.rows_ext[d] = DIR == 1 ? (p.in[d] - b.phase[d] + phase_stride(p, d) - 1) / phase_stride(p, d) : p.out[d];
     b.pixels = p.n * b.rows_ext[0] * b.rows_ext[1] * b.rows_ext[2];
 #if DIR == 2
     // Columns are (tap, c), c fastest: one dy tile serves every tap of the block's columns.

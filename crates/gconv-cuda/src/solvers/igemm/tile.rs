@@ -260,6 +260,8 @@ impl Tile {
             .define("CPW_B", copy_widths(p).1)
             .define("OUT_MODE", self.out_mode(p))
             .define("TAP_BITS", if p.dims.iter().all(|d| d.filter <= 10) { 10 } else { MAX_FILTER_TAPS })
+            // Only backward-data reads it: the other directions' builds stay shared by strides.
+            .define("STRIDED", u32::from(p.direction == Direction::BackwardData && p.dims.iter().any(|d| d.stride > 1)))
             .define("MIN_BLOCKS", self.min_blocks(plan, p));
         match plan.math {
             Math::TensorCores => src.define("TC", 1).define("WARPS_M", self.warps_m).define("WARPS_N", self.warps_n),
