@@ -364,17 +364,20 @@ __device__ __forceinline__ void consume(const Pipeline& pl, int first, int block
     if (releases) mbar_arrive_cluster(pl.empty((first + blocks - 1) % STAGES));
 }
 
+// The first of the two rows a thread holds in for_each_pair (the other is 8 on).
+__device__ __forceinline__ int pair_first_row() { return threadIdx.x % 128 / 32 * 16 + threadIdx.x % 32 / 4; }
+
 // store(row, column, v0, v1) for each pair of adjacent columns of the accumulators a thread
 // holds, rows and columns within its warpgroup's 64 x BN. The layout of m64nN: warp w holds
 // rows 16w + lane/4 and + 8; register 4j + {0, 1} columns 8j + 2 (lane % 4) + {0, 1} of the
 // first row, + {2, 3} of the second.
 template <class Store>
 __device__ __forceinline__ void for_each_pair(const float* d, Store&& store) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x % 128 / 32;
+    const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int half_row = 0; half_row < 2; ++half_row) {
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) store(warp * 16 + lane / 4 + half_row * 8, j * 8 + (lane % 4) * 2, d[4 * j + 2 * half_row], d[4 * j + 2 * half_row + 1]);
+        for (int j = 0; j < BN / 8; ++j) store(pair_first_row() + half_row * 8, j * 8 + (lane % 4) * 2, d[4 * j + 2 * half_row], d[4 * j + 2 * half_row + 1]);
     }
 }
 
@@ -632,12 +635,16 @@ __device__ __forceinline__ void store_pair(elem_t* at, float v0, float v1) {
 // ConvParams as the forward convolution's. The output mode is SPLIT's: 0 stores into dw; 1
 // adds into the fp32 workspace (zeroed before); 2 stores the slice's own fp32 copy of the
 // weights into it. With KSPLIT the slices are the cluster's CTAs, and SPLIT is 0.
+// group_kg and group_cg: the layer's kg and cg; or, for a layer of blocked groups (see
+// group_packing.rs), the user's groups', whose diagonal blocks of the blocked gradient are
+// all it keeps (the other blocks sum across groups), stored straight into the user's filter
+// (p.ws its strides, and the workspace as it lies).
 struct WeightUnit {
     int k0, c0, tap0, slice, g;
 };
 
 extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
-    igemm_wgmma_weight(const __grid_constant__ TensorMap dy_map, const __grid_constant__ TensorMap x_map, ConvParams p, elem_t* dw, float* ws, int splits) {
+    igemm_wgmma_weight(const __grid_constant__ TensorMap dy_map, const __grid_constant__ TensorMap x_map, ConvParams p, elem_t* dw, float* ws, int splits, int group_kg, int group_cg) {
     extern __shared__ unsigned char raw[];
     const Pipeline pl = pipeline_init(raw);
     const int rank = cluster_rank() % CLUSTER;
@@ -705,8 +712,10 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         consumer_start(d);
         const int slice = wg - 1;
 #if SPLIT == 2
-        const long long weights = (long long)p.g * p.kg * p.cg * taps;
+        const long long weights = (long long)p.g * p.kg * group_cg * taps;
 #endif
+        const bool blocked = group_cg < p.cg;
+        const FastDiv group_kg_div = fast_div(group_kg);
         int it = 0;
         FOR_EACH_UNIT(u, units) {
             const WeightUnit t = unit_at(u);
@@ -714,18 +723,25 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
             consume<true, true>(pl, it, blocks, slice, d);
             it += blocks;
             cluster_sums(d, slice, pl.base);
+            // The first column of the group of each of the thread's two rows (see group_kg; 0
+            // where not blocked): a pair's column is kept below group_cg past it.
+            const int row0 = t.k0 + slice * 64 + pair_first_row();
+            const int first0 = blocked ? quotient(row0, group_kg_div) * group_cg : 0;
+            const int first8 = blocked ? quotient(row0 + 8, group_kg_div) * group_cg : 0;
 #pragma unroll
             for (int tap = 0; tap < TAPS; ++tap) {
                 int f[3];
                 tap_position(p, t.tap0 + tap, f);
                 if (!stores_fragment(fragment_index(slice, 0, threadIdx.x % 128 / 32))) continue;
                 for_each_pair(d + tap * (BN / 2), [&](int row, int column, float v0, float v1) {
-                    const int k = t.k0 + slice * 64 + row, c = t.c0 + column;
-                    if (k >= p.kg || c >= p.cg) return;
+                    // Pairs never straddle two groups: group_cg is even.
+                    const int k = t.k0 + slice * 64 + row, c = t.c0 + column - (row == pair_first_row() ? first0 : first8);
+                    if (k >= p.kg || (unsigned)c >= (unsigned)group_cg) return;
                     const int i = offset(p.ws, t.g * p.kg + k, c, f[0], f[1], f[2]);
 #if SPLIT == 1
-                    // One 8-byte atomic per pair: channels-last filters of channel counts a
-                    // multiple of 8 put every pair on an even element.
+                    // One 8-byte atomic per pair: channels-last filters of even channel
+                    // counts (a multiple of 8, or a blocked layer's groups of 4 or more) put
+                    // every pair on an even element.
                     atomicAdd(reinterpret_cast<float2*>(ws + i), make_float2(v0, v1));
 #elif SPLIT == 2
                     *reinterpret_cast<float2*>(ws + t.slice * weights + i) = make_float2(v0, v1);

@@ -1,7 +1,8 @@
 #line 2 "pack_groups.cu"
 // cuda.igemm_wgmma's blocking of a grouped layer whose groups have fewer input channels than a
-// TMA row: `blocked` consecutive groups of cg input and kg output channels become one group of
-// blocked x cg input channels with a block-diagonal filter. Rows are the filter's K x taps
+// TMA row, for forward and backward-data (backward-weight keeps the diagonal blocks in its
+// products' epilogue): `blocked` consecutive groups of cg input and kg output channels become
+// one group of blocked x cg input channels with a block-diagonal filter. Rows are the filter's K x taps
 // (output channel k, then its taps), a row cg channels wide in w and blocked x cg in packed; row
 // r's output channel k = r / taps lies in group j = (k mod blocked kg) / kg of its block. The
 // host keeps every index below 2^31: 32-bit divisions (a 64-bit one is a subroutine that made
@@ -26,15 +27,5 @@ extern "C" __global__ void pack_groups(const elem_t* w, elem_t* packed, int rows
             out.e[e] = c >= 0 && c < cg ? w[r * cg + c] : from_f32(0.0f);
         }
         reinterpret_cast<uint4*>(packed)[i] = out.bits;
-    }
-}
-
-// The diagonal blocks back: w[r][c] = packed[r][j cg + c] (backward-weight's gradient; the
-// other columns hold sums across groups, which the layer does not have).
-extern "C" __global__ void unpack_groups(const elem_t* packed, elem_t* w, int rows, int taps, int cg, int kg, int blocked) {
-    const int total = rows * cg;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-        const int r = i / cg, c = i - r * cg;
-        w[i] = packed[r * (blocked * cg) + group_in_block(r, taps, kg, blocked) * cg + c];
     }
 }

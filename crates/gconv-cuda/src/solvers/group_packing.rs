@@ -5,8 +5,9 @@
 //! taps hold its own group's channels and zeros in the others'). The products then read whole
 //! rows per tap and multiply the zeros too: `blocked` times the layer's MMA work, bounded by
 //! MAX_BLOCKED, on layers whose time goes mostly to moving their activations. Forward and
-//! backward-data run on the blocked filter; backward-weight computes the blocked filter's
-//! gradient and keeps its diagonal blocks.
+//! backward-data run on the blocked filter, packed into the workspace; backward-weight
+//! computes the blocked filter's gradient and keeps only its diagonal blocks, which the
+//! products' epilogue stores straight into the user's filter (no kernel around them).
 
 use cudarc::driver::CudaFunction;
 use gconv_core::{ConvProblem, DataType, Direction, Invoker, Layout, Result};
@@ -21,7 +22,7 @@ const ALIGN: u64 = 256;
 /// The most groups blocked into one: the MMAs' work grows by as much.
 const MAX_BLOCKED: u32 = 16;
 
-/// The pack and unpack kernels' source.
+/// The pack kernel's source.
 pub(super) fn source(dtype: DataType) -> KernelSource {
     KernelSource::new("pack_groups.cu", SOURCE, dtype)
 }
@@ -91,9 +92,9 @@ impl GroupPacking {
             .collect()
     }
 
-    /// unpack_groups on the CPU.
+    /// The blocked gradient's diagonal blocks, as backward-weight's epilogue keeps them.
     #[cfg(test)]
-    fn unpack(&self, packed: &[f64]) -> Vec<f64> {
+    fn diagonal_blocks(&self, packed: &[f64]) -> Vec<f64> {
         let (taps, cg, kg, blocked) = (self.taps(), u64::from(self.cg), u64::from(self.kg), u64::from(self.blocked));
         (0..self.rows * cg)
             .map(|i| {
@@ -113,11 +114,9 @@ impl GroupPacking {
         self.filter_at(inner) + self.blocked_elements() * self.packed.dtype.size_bytes() as u64
     }
 
-    /// The packed layer's invoker wrapped in the blocking around it.
+    /// The packed layer's invoker (forward or backward-data) after the filter's packing.
     pub fn invoker(self, device: &CudaDevice, inner: Box<dyn Invoker<Cuda>>, inner_workspace: u64) -> Result<GroupPackedInvoker> {
-        let source = source(self.packed.dtype);
-        let name = if self.packed.direction == Direction::BackwardWeight { "unpack_groups" } else { "pack_groups" };
-        let function = device.function(&source, name)?;
+        let function = device.function(&source(self.packed.dtype), "pack_groups")?;
         let blocks = device.sm_count * 8;
         Ok(GroupPackedInvoker { packing: self, function, inner, inner_workspace, blocks })
     }
@@ -125,7 +124,7 @@ impl GroupPacking {
 
 pub(super) struct GroupPackedInvoker {
     packing: GroupPacking,
-    /// pack_groups before the products, or (backward-weight) unpack_groups after them.
+    /// pack_groups, before the products.
     function: CudaFunction,
     inner: Box<dyn Invoker<Cuda>>,
     inner_workspace: u64,
@@ -137,19 +136,10 @@ impl Invoker<Cuda> for GroupPackedInvoker {
         let packed = &self.packing.packed;
         let w = b.workspace.from_byte(self.packing.filter_at(self.inner_workspace));
         let inner_workspace = Buffer { ptr: b.workspace.ptr, bytes: self.inner_workspace.min(b.workspace.bytes) };
-        let grid = launch::flat(self.blocks, THREADS);
-        let (from, to) = if packed.direction == Direction::BackwardWeight { (w, b.w) } else { (b.w, w) };
-        let mut args = vec![Arg::Buffer(from), Arg::Buffer(to)];
+        let mut args = vec![Arg::Buffer(b.w), Arg::Buffer(w)];
         args.extend(self.packing.args());
-        let blocking = || launch::kernel(b, &self.function, grid, &args, "launch cuda.igemm_wgmma's group blocking");
-        if packed.direction != Direction::BackwardWeight {
-            blocking()?;
-        }
-        self.inner.run(&mut CudaBuffers::covering(packed, self.inner_workspace, [b.x, w, b.y, inner_workspace], b.stream())?)?;
-        if packed.direction == Direction::BackwardWeight {
-            blocking()?;
-        }
-        Ok(())
+        launch::kernel(b, &self.function, launch::flat(self.blocks, THREADS), &args, "launch cuda.igemm_wgmma's group blocking")?;
+        self.inner.run(&mut CudaBuffers::covering(packed, self.inner_workspace, [b.x, w, b.y, inner_workspace], b.stream())?)
     }
 }
 
@@ -182,7 +172,7 @@ mod tests {
             let t = ConvTensors::random(&p, 3);
             let inputs = ConvTensors { x: t.x.clone(), w: Tensor::from_f32(p.dtype, &packing.pack(&t.w.to_f32())), y: t.y.clone() };
             let result = reference(q, &inputs);
-            let got = if p.direction == Direction::BackwardWeight { packing.unpack(&result) } else { result };
+            let got = if p.direction == Direction::BackwardWeight { packing.diagonal_blocks(&result) } else { result };
             let exact = reference(&p, &t);
             prop_assert_eq!(got.len(), exact.len());
             let scale = exact.iter().fold(1.0f64, |m, r| m.max(r.abs()));

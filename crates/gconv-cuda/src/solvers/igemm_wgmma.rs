@@ -264,20 +264,20 @@ impl Split {
         }
     }
 
-    /// The fp32 workspace it needs: none, one copy or a copy per slice of the destination.
-    fn workspace_bytes(self, p: &ConvProblem) -> u64 {
+    /// The fp32 workspace it needs for a destination of `elements`: none, one copy or a copy
+    /// per slice.
+    fn workspace_bytes(self, elements: u64) -> u64 {
         let copies = match self.mode() {
             0 => 0,
             1 => 1,
             _ => u64::from(self.slices),
         };
-        destination_elements(p) * 4 * copies
+        elements * 4 * copies
     }
 
     /// The second kernel, if the split needs one, and how much of the workspace to zero before
-    /// the atomics.
-    fn reduce(self, p: &ConvProblem, device: &CudaDevice, source: &KernelSource) -> Result<Option<Reduce>> {
-        let elements = destination_elements(p);
+    /// the atomics, for a destination of `elements`.
+    fn reduce(self, elements: u64, device: &CudaDevice, source: &KernelSource) -> Result<Option<Reduce>> {
         Ok(match self.mode() {
             0 => None,
             mode => Some(Reduce {
@@ -334,6 +334,13 @@ impl Packed {
         }
     }
 
+    /// Whether the products write the user's tensors themselves, with no kernel around them:
+    /// a blocked layer's backward-weight keeps the diagonal blocks of its gradient as it
+    /// stores them (see the kernel's group_kg).
+    fn in_place(&self) -> bool {
+        matches!(self, Packed::Groups(packing) if packing.packed.direction == Direction::BackwardWeight)
+    }
+
     fn workspace_bytes(&self, inner: u64) -> u64 {
         match self {
             Packed::Taps(packing) => packing.workspace_bytes(inner),
@@ -370,7 +377,7 @@ fn reads_filter_directly(p: &ConvProblem) -> bool {
 /// Backward-data's workspace: the split's fp32 part first (so that zeroing it leaves the
 /// flipped filter alone), the flipped filter from this byte on, 256-byte aligned for TMA.
 fn flipped_filter_start(p: &ConvProblem, split: Split) -> u64 {
-    split.workspace_bytes(p).next_multiple_of(256)
+    split.workspace_bytes(destination_elements(p)).next_multiple_of(256)
 }
 
 /// A config: the block tile (fields `bn`, `wg`, `st`, `cl`, `ps`) and the split (`ks` and
@@ -465,7 +472,7 @@ impl WgmmaConfig {
         if units * u64::from(self.tile.cl) > MAX_GRID_X {
             return Err(format!("{units} work units exceed the grid"));
         }
-        let bytes = self.split.workspace_bytes(p);
+        let bytes = self.split.workspace_bytes(destination_elements(p));
         if bytes > MAX_WORKSPACE_BYTES {
             return Err(format!("{slices} slices would need {} MiB of fp32 workspace, more than {}", bytes >> 20, MAX_WORKSPACE_BYTES >> 20));
         }
@@ -989,7 +996,26 @@ fn quickest_weight_1x1(p: &ConvProblem, sms: u64) -> Option<WgmmaConfig> {
 
 impl IgemmWgmma {
     fn default_config(&self, p: &ConvProblem) -> WgmmaConfig {
-        WgmmaConfig::default_for(p, u64::from(self.device.sm_count))
+        WgmmaConfig::default_for_user(p, u64::from(self.device.sm_count))
+    }
+}
+
+impl WgmmaConfig {
+    /// The default for the user's `p`: its lowered layer's, except that a blocked layer's
+    /// backward-weight splits its pixels only as far as one wave of units fills the SMs. The
+    /// H100's five ResNeXt layers blocked so (4 to 16 channels a group) ran fastest there, at
+    /// ks 4 to 16, where the split's model (quickest_split) takes 32 to 64 and 1.27-1.36x as
+    /// long (two and three waves; why more waves cost more here than on dense layers is open).
+    fn default_for_user(p: &ConvProblem, sms: u64) -> WgmmaConfig {
+        let layer = lowered(p);
+        let config = WgmmaConfig::default_for(&layer, sms);
+        if p.direction != Direction::BackwardWeight || !matches!(Packed::of(p), Some(Packed::Groups(_))) {
+            return config;
+        }
+        let (_, units) = WgmmaConfig { split: UNSPLIT, ..config }.work(&layer);
+        let slices = SPLITS.into_iter().filter(|&s| s <= config.split.slices && units * u64::from(s) <= sms).max().unwrap_or(1);
+        let one_wave = WgmmaConfig { split: Split { slices, ..config.split }, ..config };
+        if one_wave.check(&layer).is_ok() { one_wave } else { config }
     }
 }
 
@@ -1039,18 +1065,15 @@ impl Solver for IgemmWgmma {
     }
 
     fn workspace_bytes(&self, p: &ConvProblem, config: &Config) -> u64 {
-        if let Some(packed) = Packed::of(p) {
-            return packed.workspace_bytes(self.workspace_bytes(packed.layer(), config));
-        }
-        let Ok(WgmmaConfig { split, .. }) = WgmmaConfig::from_config(p, config) else { return 0 };
-        match p.direction {
-            Direction::BackwardData if !reads_filter_directly(p) => flipped_filter_start(p, split) + p.weight_elements() * p.dtype.size_bytes() as u64,
-            _ => split.workspace_bytes(p),
+        match Packed::of(p) {
+            None => products_workspace(p, config, p),
+            Some(packed) if packed.in_place() => products_workspace(packed.layer(), config, p),
+            Some(packed) => packed.workspace_bytes(products_workspace(packed.layer(), config, packed.layer())),
         }
     }
 
     fn default_config(&self, p: &ConvProblem) -> Config {
-        self.default_config(&lowered(p)).to_config(p.direction)
+        self.default_config(p).to_config(p.direction)
     }
 
     fn configs<'a>(&'a self, p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
@@ -1073,17 +1096,39 @@ impl BuiltFrom for IgemmWgmma {
         let packed = Packed::of(p);
         let layer = packed.as_ref().map_or(p, Packed::layer);
         let products = WgmmaConfig::from_config(layer, config)?.source(layer);
-        Ok(std::iter::once(products).chain(packed.map(|packed| packed.source(p.dtype))).collect())
+        let around = packed.filter(|packed| !packed.in_place()).map(|packed| packed.source(p.dtype));
+        Ok(std::iter::once(products).chain(around).collect())
     }
 }
 
 impl Solve<Cuda> for IgemmWgmma {
     fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
-        if let Some(packed) = Packed::of(p) {
-            let inner = self.solution(packed.layer(), config)?;
-            let workspace = Solver::workspace_bytes(self, packed.layer(), config);
-            return packed.invoker(&self.device, p.dtype, inner, workspace);
+        match Packed::of(p) {
+            None => self.products(p, config, p),
+            Some(packed) if packed.in_place() => self.products(packed.layer(), config, p),
+            Some(packed) => {
+                let layer = packed.layer();
+                let (inner, workspace) = (self.products(layer, config, layer)?, products_workspace(layer, config, layer));
+                packed.invoker(&self.device, p.dtype, inner, workspace)
+            }
         }
+    }
+}
+
+/// The workspace of `p`'s products, which write `user`'s destination (see IgemmWgmma::products).
+fn products_workspace(p: &ConvProblem, config: &Config, user: &ConvProblem) -> u64 {
+    let Ok(WgmmaConfig { split, .. }) = WgmmaConfig::from_config(p, config) else { return 0 };
+    match p.direction {
+        Direction::BackwardData if !reads_filter_directly(p) => flipped_filter_start(p, split) + p.weight_elements() * p.dtype.size_bytes() as u64,
+        _ => split.workspace_bytes(destination_elements(user)),
+    }
+}
+
+impl IgemmWgmma {
+    /// The products of `p` (a layer as it runs, not packed), writing `user`'s destination:
+    /// `p`'s own, or (backward-weight of a blocked layer, `p` its blocked twin) the diagonal
+    /// blocks of the gradient into the user's filter.
+    fn products(&self, p: &ConvProblem, config: &Config, user: &ConvProblem) -> Result<Box<dyn Invoker<Cuda>>> {
         let config = WgmmaConfig::from_config(p, config)?;
         let (WgmmaConfig { tile, split }, source) = (config, config.source(p));
         let shared = tile.shared_bytes(p.dtype);
@@ -1095,15 +1140,18 @@ impl Solve<Cuda> for IgemmWgmma {
             let geo = Geometry::new(p);
             let (_, units) = WgmmaConfig { tile, split }.work(p);
             let launch = LaunchConfig { grid_dim: (tile.grid(units, sms), 1, 1), block_dim, shared_mem_bytes: shared };
-            let reduce = split.reduce(p, &self.device, &source)?;
+            let reduce = split.reduce(destination_elements(user), &self.device, &source)?;
             let product = Product::all(p).swap_remove(0);
+            // The filter stored into is the user's: its strides, and its groups' channels.
+            let params = ConvParams { ws: ConvParams::new(user).ws, ..product.params };
             let invoker = WeightInvoker {
                 function,
                 launch,
                 dy: ((geo.n * geo.output_volume()) as u64, u64::from(p.k)),
                 // Each CTA of a cluster loads its share of x's pixels.
                 im2col: product.im2col(PIXEL_BLOCK, PIXEL_BLOCK / tile.cl),
-                params: product.params,
+                params,
+                groups: ((user.k / user.g) as i32, user.c_per_group() as i32),
                 dtype: p.dtype,
                 splits: split.slices as i32,
                 reduce,
@@ -1151,7 +1199,7 @@ impl Solve<Cuda> for IgemmWgmma {
             slices: split.slices as i32,
             mode: split.mode(),
             elements: destination_elements(p) as i32,
-            reduce: split.reduce(p, &self.device, &source)?,
+            reduce: split.reduce(destination_elements(p), &self.device, &source)?,
             filter_start: flipped_filter_start(p, split),
         };
         Ok(Box::new(WgmmaInvoker { function, launches, one_product, direction: p.direction, dtype: p.dtype, filter_box, flip, split }))
@@ -1305,8 +1353,10 @@ struct WeightInvoker {
     dy: (u64, u64),
     /// x, a block of pixels per load.
     im2col: Im2col,
-    /// The forward convolution's.
+    /// The forward convolution's, the filter's strides the user's.
     params: ConvParams,
+    /// The user's groups' output and input channels (the kernel's group_kg and group_cg).
+    groups: (i32, i32),
     dtype: DataType,
     splits: i32,
     reduce: Option<Reduce>,
@@ -1326,6 +1376,8 @@ impl Invoker<Cuda> for WeightInvoker {
             Arg::Buffer(b.w),
             Arg::Buffer(b.workspace),
             Arg::Int(self.splits),
+            Arg::Int(self.groups.0),
+            Arg::Int(self.groups.1),
         ];
         launch::kernel(b, &self.function, self.launch, &args, "launch cuda.igemm_wgmma")?;
         match &self.reduce {
@@ -1655,6 +1707,18 @@ mod tests {
         // 1x1 past the model's pixels: the rule's many slices (the model's eight took 6x the time).
         let many_pixels_1x1 = default_of("v1:bwd-weight:bf16:NHWC:n32:c64:k64:i56x56:f1x1:s1x1:p0x0:d1x1");
         assert!(many_pixels_1x1.split.slices > 8, "{many_pixels_1x1:?}");
+    }
+
+    #[test]
+    fn blocked_backward_weight_splits_no_further_than_one_wave() {
+        // ResNeXt's layers on the H100 (session 23's sweep of ks 2 to 64): fastest at these.
+        let slices = |key: &str| WgmmaConfig::default_for_user(&ConvProblem::from_key(key).unwrap(), 132).split.slices;
+        assert_eq!(slices("v1:bwd-weight:bf16:NHWC:n32:c128:k128:i56x56:f3x3:s1x1:p1x1:d1x1:g32"), 16);
+        assert_eq!(slices("v1:bwd-weight:bf16:NHWC:n32:c256:k256:i28x28:f3x3:s1x1:p1x1:d1x1:g32"), 8);
+        assert_eq!(slices("v1:bwd-weight:bf16:NHWC:n32:c512:k512:i14x14:f3x3:s1x1:p1x1:d1x1:g32"), 4);
+        // Groups of 32 channels are not blocked for backward-weight: the layer's own default.
+        let unblocked = "v1:bwd-weight:bf16:NHWC:n32:c1024:k1024:i7x7:f3x3:s1x1:p1x1:d1x1:g32";
+        assert_eq!(WgmmaConfig::default_for_user(&ConvProblem::from_key(unblocked).unwrap(), 132), default_of(unblocked));
     }
 
     #[test]
