@@ -1009,7 +1009,7 @@ impl WgmmaConfig {
     fn default_for_user(p: &ConvProblem, sms: u64) -> WgmmaConfig {
         let layer = lowered(p);
         let config = WgmmaConfig::default_for(&layer, sms);
-        if p.direction != Direction::BackwardWeight || !matches!(Packed::of(p), Some(Packed::Groups(_))) {
+        if !Packed::of(p).is_some_and(|packed| packed.in_place()) {
             return config;
         }
         let (_, units) = WgmmaConfig { split: UNSPLIT, ..config }.work(&layer);

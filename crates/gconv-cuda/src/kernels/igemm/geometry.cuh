@@ -19,8 +19,8 @@ __device__ __forceinline__ int gcd(int a, int b) {
 }
 
 // Backward-data's stride along d as its phases see it: 1 in a build for unit strides (STRIDED 0),
-// where the phase and tap arithmetic then folds away (a tiny layer's kernel spent about half
-// its time dividing by strides of 1).
+// where the phase and tap arithmetic then folds away (dividing by strides of 1 made one-pixel
+// layers' kernels 1.7x as long on the H100).
 __device__ __forceinline__ int phase_stride(const ConvParams& p, int d) { return STRIDED ? p.stride[d] : 1; }
 
 __device__ Taps taps_of(const ConvParams& p, const int* phase) {
