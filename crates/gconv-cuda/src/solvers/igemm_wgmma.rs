@@ -1007,15 +1007,16 @@ impl WgmmaConfig {
     /// ks 4 to 16, where the split's model (quickest_split) takes 32 to 64 and 1.27-1.36x as
     /// long (two and three waves; why more waves cost more here than on dense layers is open).
     fn default_for_user(p: &ConvProblem, sms: u64) -> WgmmaConfig {
-        let layer = lowered(p);
-        let config = WgmmaConfig::default_for(&layer, sms);
-        if !Packed::of(p).is_some_and(|packed| packed.in_place()) {
+        let packed = Packed::of(p);
+        let layer = packed.as_ref().map_or(p, Packed::layer);
+        let config = WgmmaConfig::default_for(layer, sms);
+        if !packed.as_ref().is_some_and(Packed::in_place) {
             return config;
         }
-        let (_, units) = WgmmaConfig { split: UNSPLIT, ..config }.work(&layer);
+        let (_, units) = WgmmaConfig { split: UNSPLIT, ..config }.work(layer);
         let slices = SPLITS.into_iter().filter(|&s| s <= config.split.slices && units * u64::from(s) <= sms).max().unwrap_or(1);
         let one_wave = WgmmaConfig { split: Split { slices, ..config.split }, ..config };
-        if one_wave.check(&layer).is_ok() { one_wave } else { config }
+        if one_wave.check(layer).is_ok() { one_wave } else { config }
     }
 }
 
