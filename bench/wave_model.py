@@ -34,7 +34,7 @@ SMS = 132
 # (bn, wg, mr, persistent): TILE_COSTS' order.
 SHAPES = [(64, 1, 1, 1), (64, 2, 1, 1), (128, 1, 1, 1), (128, 2, 1, 1), (256, 1, 1, 1), (256, 2, 1, 1), (64, 2, 2, 1), (128, 2, 2, 0)]
 WEIGHT_SHAPES = [(64, 1, 1, 0), (64, 2, 1, 0), (128, 1, 1, 0), (128, 2, 1, 0), (256, 1, 1, 0), (256, 2, 1, 0)]
-WEIGHT_FITTED = ("small-1x1-bwd-weight", "s21-small-bwd-weight-cluster-sums")
+WEIGHT_FITTED = ("s24-small-1x1-bwd-weight",)
 WEIGHT_MAX_PIXEL_BLOCKS = 100
 WEIGHT_KEY = re.compile(r"v1:bwd-weight:(bf16|f16):NHWC:n(\d+):c(\d+):k(\d+):i(\d+)x(\d+):f1x1:s(\d+)x(\d+):p0x0:d1x1$")
 FITTED = ("s20-small-fwd-bwd-data", "rows-per-consumer", "small-fwd-bwd-data", "s20-default-ab-1-base", "s20-default-ab-1-new")

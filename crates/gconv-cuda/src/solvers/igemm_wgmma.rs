@@ -927,17 +927,18 @@ fn quickest_split(tiles: u64, tile_sums: u64, reduction: u64, sms: u64, candidat
 }
 
 /// Backward-weight 1x1 tiles' times (as TILE_COSTS; not persistent): fitted by
-/// `bench/wave_model.py --weight` to the 40 layers of up to 100 blocks of pixels in session
-/// 19's sweep of 48 configs and session 21's of 30 with sums in the cluster
-/// (data/bench/h100-s19-config-sweeps-bf16.csv, `small-1x1-bwd-weight`; h100-s21-*,
-/// `s21-small-bwd-weight-cluster-sums`): picks 1.012x the fastest config swept.
+/// `bench/wave_model.py --weight` to the 40 layers of up to 100 blocks of pixels, every one of
+/// the 30 configs it models timed on the H100 in session 24 (data/bench/h100-s24-*,
+/// `s24-small-1x1-bwd-weight`): picks 1.007x the fastest config swept (the session-21 fit, on
+/// kernels before their division-free stepping, 1.049x; c192 k1152 7x7 took 9.2 us where 7.5
+/// was there).
 const WEIGHT_1X1_COSTS: [TileCost; 6] = [
-    cost(64, 1, 1, false, 0.360, 1.60),
-    cost(64, 2, 1, false, 0.450, 1.68),
-    cost(128, 1, 1, false, 0.398, 2.00),
-    cost(128, 2, 1, false, 0.484, 2.46),
-    cost(256, 1, 1, false, 0.464, 3.27),
-    cost(256, 2, 1, false, 0.618, 4.04),
+    cost(64, 1, 1, false, 0.192, 1.60),
+    cost(64, 2, 1, false, 0.275, 1.91),
+    cost(128, 1, 1, false, 0.230, 1.95),
+    cost(128, 2, 1, false, 0.319, 2.51),
+    cost(256, 1, 1, false, 0.321, 2.91),
+    cost(256, 2, 1, false, 0.604, 3.45),
 ];
 
 /// The splits those sweeps took: by atomics, and two slices summed in the cluster (four wait
@@ -958,10 +959,10 @@ const WEIGHT_1X1_MAX_PIXEL_BLOCKS: u64 = 100;
 
 /// A backward-weight split's cost there, a constant and per million fp32 sums of the slices'
 /// tiles: by atomics (the zeroing, the reduction's launch and the atomics), and in the cluster.
-const WEIGHT_SPLIT_US: f64 = 2.68;
-const WEIGHT_SPLIT_US_PER_MILLION_SUMS: f64 = 1.70;
-const WEIGHT_CLUSTER_SUMS_US: f64 = 2.00;
-const WEIGHT_CLUSTER_SUMS_US_PER_MILLION: f64 = 1.73;
+const WEIGHT_SPLIT_US: f64 = 2.44;
+const WEIGHT_SPLIT_US_PER_MILLION_SUMS: f64 = 1.74;
+const WEIGHT_CLUSTER_SUMS_US: f64 = 2.30;
+const WEIGHT_CLUSTER_SUMS_US_PER_MILLION: f64 = 2.32;
 
 /// The 1x1 backward-weight tile and split the model expects to finish first: ceil(units / SMs)
 /// waves of tiles x slices, each of its slice's blocks of 64 pixels and the wave's own cost,
@@ -1693,18 +1694,19 @@ mod tests {
 
     #[test]
     fn backward_weight_defaults_narrow_the_tile_where_few_pixels_leave_sms_idle() {
-        // 1x1 layers by the model: 7x7 x 32 images, 25 blocks of pixels; 27 tiles of 64 x 128 in
-        // four slices (9.7 us in session 19's sweep; the rule's 64 x 64 tiles in two, 10.6).
+        // 1x1 layers by the model: 7x7 x 32 images, 25 blocks of pixels; 54 tiles of 64 x 64
+        // unsplit (7.5 us in session 24's sweep, its fastest; 64 x 128 in four slices, 8.7).
         let few_pixels = default_of("v1:bwd-weight:bf16:NHWC:n32:c1152:k192:i7x7:f1x1:s1x1:p0x0:d1x1");
-        assert_eq!((few_pixels.tile.bn, few_pixels.tile.wg, few_pixels.split.slices), (128, 1, 4));
+        assert_eq!((few_pixels.tile.bn, few_pixels.tile.wg, few_pixels.split.slices), (64, 1, 1));
         // 1024 x 2048 tiles of 128 x 128 unsplit (19.3 us; the rule's 128 x 256, 23.0).
         let wide = default_of("v1:bwd-weight:bf16:NHWC:n32:c1024:k2048:i7x7:f1x1:s1x1:p0x0:d1x1");
         assert_eq!((wide.tile.bn, wide.tile.wg, wide.split.slices), (128, 2, 1));
         let many_pixels = default_of("v1:bwd-weight:bf16:NHWC:n32:c256:k256:i56x56:f3x3:s1x1:p1x1:d1x1");
         assert_eq!((many_pixels.tile.bn, many_pixels.tile.wg), (256, 2));
-        // Two slices summed in the cluster: 10.3 us on the H100, by atomics 12.1 (session 21's sweep).
-        let cluster_sums = default_of("v1:bwd-weight:bf16:NHWC:n32:c960:k320:i7x7:f1x1:s1x1:p0x0:d1x1");
-        assert_eq!((cluster_sums.tile.bn, cluster_sums.tile.wg, cluster_sums.split), (128, 1, Split { slices: 2, reduction: Reduction::Cluster }));
+        // c192 k1152, 1152 x 192 in tiles of 64 x 64 unsplit: 7.4 us, the sweep's fastest (the
+        // session-21 model's 128 x 64 in four slices, 9.2; two slices summed in the cluster, 7.6).
+        let tall = default_of("v1:bwd-weight:bf16:NHWC:n32:c192:k1152:i7x7:f1x1:s1x1:p0x0:d1x1");
+        assert_eq!((tall.tile.bn, tall.tile.wg, tall.split), (64, 1, UNSPLIT));
         // 1x1 past the model's pixels: the rule's many slices (the model's eight took 6x the time).
         let many_pixels_1x1 = default_of("v1:bwd-weight:bf16:NHWC:n32:c64:k64:i56x56:f1x1:s1x1:p0x0:d1x1");
         assert!(many_pixels_1x1.split.slices > 8, "{many_pixels_1x1:?}");
@@ -1731,9 +1733,9 @@ mod tests {
         // 64 tiles of 128 x 256 fit one wave in two slices, but their atomics cost more than
         // the halved reduction saves.
         assert_eq!(slices("v1:bwd-weight:bf16:NHWC:n32:c1024:k2048:i7x7:f1x1:s1x1:p0x0:d1x1"), 1);
-        // A wave of slices where the tile's atomics are few: 14x14 (0.0356 ms on the H100 in 4
-        // slices, 0.0455 in 2).
-        assert_eq!(slices("v1:bwd-weight:bf16:NHWC:n32:c384:k1536:i14x14:f1x1:s1x1:p0x0:d1x1"), 4);
+        // A wave of slices where the tile's atomics are few: 14x14, 96 tiles of 128 x 128 in two
+        // slices (0.0249 ms on the H100 in session 24's sweep; 48 of 128 x 256 in four, 0.0280).
+        assert_eq!(slices("v1:bwd-weight:bf16:NHWC:n32:c384:k1536:i14x14:f1x1:s1x1:p0x0:d1x1"), 2);
         // 27 taps in units of three: nine 64 x 64 tiles, as many slices as the split takes.
         assert_eq!(slices("v1:bwd-weight:bf16:NDHWC:n32:c64:k64:i16x56x56:f3x3x3:s1x1x1:p1x1x1:d1x1x1"), 128);
         assert_eq!(quickest_split(72, 1 << 15, 24, 132, &[1, 2]), 1);
