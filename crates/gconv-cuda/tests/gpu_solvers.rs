@@ -186,7 +186,9 @@ fn gpu_every_solver_kind_is_timed_by_graph_replay() {
 
 /// cuda.depthwise_tiled on problems larger than its tiles: several row, column and channel
 /// blocks, channel counts that leave a block's lanes partly idle, strides, dilation, pads over
-/// the filter's span, 5x5 and 7x7 filters and 3D, in every direction and data type it takes;
+/// the filter's span, 5x5 and 7x7 filters and 3D, in every direction and data type it takes
+/// (strided backward-data: strides 2 and 3, in depth too, and a 1x1 whose odd pixels no tap
+/// reaches);
 /// groups of 2 and 4 channels (forward and backward-data: a group across lanes in fp32 and
 /// bf16 groups of 4); backward-weight with a warp per row of taps at every tile.
 #[test]
@@ -204,12 +206,19 @@ fn gpu_depthwise_tiles_on_medium_problems() {
         "n2:c100:k100:i13x15:f3x3:s2x2:p1x1:d1x1:g25",
         "n1:c36:k36:i11x9:f3x3:s1x1:p2x2:d2x2:g18",
         "n1:c32:k32:i4x7x7:f3x3x3:s1x1x1:p1x1x1:d1x1x1:g8",
+        "n2:c48:k48:i15x14:f3x3:s3x2:p1x2:d1x1:g48",
+        "n1:c32:k32:i7x9x9:f3x3x3:s2x2x2:p1x1x1:d1x1x1:g32",
+        "n2:c64:k64:i10x11:f1x1:s2x2:p0x0:d1x1:g64",
     ];
     for p in shapes.into_iter().flat_map(channels_last_variants) {
         check_solvers(&*rt, &p, 6, |s| s.id() == "cuda.depthwise_tiled").unwrap();
     }
-    // Backward-weight with a warp per row of taps or two staging buffers, at every tile.
-    list_misses(&*rt, "cuda.depthwise_tiled", &shapes, |solver, p| solver.configs(p).filter(|c| c.get("tr") == Some(1) || c.get("db") == Some(1)).collect());
+    // Backward-weight with a warp per row of taps or two staging buffers, and strided
+    // backward-data (its phases fall differently on each tile's rows), at every tile.
+    let strided_backward_data = |p: &ConvProblem| p.direction == Direction::BackwardData && p.dims.iter().any(|d| d.stride > 1);
+    list_misses(&*rt, "cuda.depthwise_tiled", &shapes, |solver, p| {
+        solver.configs(p).filter(|c| c.get("tr") == Some(1) || c.get("db") == Some(1) || strided_backward_data(p)).collect()
+    });
 }
 
 /// cuda.grouped_mma in every direction, up to 64 configs spread over each space, on grouped

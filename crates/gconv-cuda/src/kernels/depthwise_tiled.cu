@@ -18,8 +18,8 @@
 // (columns per thread), COPY (bytes per staging copy: 16 where C is a multiple of a 16-byte
 // vector, else 4), UNIT (dilation 1 along H and W, the strides SH and SW compiled in: each
 // staged source value a thread needs is loaded once and serves every tap and row it
-// reaches), BACKWARD_DATA (backward-data at stride 1: a forward pass over dy with the taps
-// flipped), TAP_ROWS (backward-weight: FH warps, one per row of taps; TH x RH is then the
+// reaches), BACKWARD_DATA (backward-data: at stride 1 a forward pass over dy with the taps
+// flipped; with PHASED, strided, see phased_products), TAP_ROWS (backward-weight: FH warps, one per row of taps; TH x RH is then the
 // tile's rows), BUFFERS (backward-weight's staging buffers, 1 or 2) and GC (channels per
 // group, 1 depthwise). Sizes, pads and the depth are run-time.
 
@@ -35,6 +35,10 @@
 #else
 #define IN CPT
 #define GROUP_FIRST(v) ((v) / GC * GC)
+#endif
+
+#ifndef PHASED
+#define PHASED 0
 #endif
 
 #if TAP_ROWS
@@ -161,11 +165,58 @@ __device__ __forceinline__ void for_each_product(const chunk_t* tile, int cols_i
 #endif
 }
 
+#if PHASED
+// Strided backward-data (dilation 1 along H and W): destination pixel (row i, column k) of dx
+// takes dy at ((i + pad - fh) / SH, (k + pad - fw) / SW) for the taps the strides divide, so
+// which taps reach a destination depends only on its phase, (i + pad) mod SH along H. The
+// thread's rows start at phase PH and its columns at PW (the block's first column a multiple
+// of TW); given those, every tap's staged row and column offset is a compile-time constant,
+// the taps no stride divides are never visited, and each staged dy value the thread needs is
+// loaded once. A thread's phase is the same for all its lanes (they are channels), so the
+// dispatch on it does not diverge. `rows`/`cols`: the staged rectangle's row and column of
+// the thread's phase-aligned first dy pixel.
+__host__ __device__ constexpr int floor_div_c(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+template <int PH, int PW, class F>
+__device__ __forceinline__ void phased_products(const chunk_t* tile, int cols_in, int row, int col, F&& f) {
+    // dy rows j (relative) that destination row r meets through tap fh: r + PH - fh = j x SH.
+    constexpr int J0 = floor_div_c(PH - (FH - 1), SH), J1 = floor_div_c(PH + RH - 1, SH);
+    constexpr int K0 = floor_div_c(PW - (FW - 1), SW), K1 = floor_div_c(PW + TW - 1, SW);
+    const chunk_t* band = tile + ((row + J0) * cols_in + col + K0) * 32 + threadIdx.x;
+#pragma unroll
+    for (int j = J0; j <= J1; ++j) {
+        float xs[K1 - K0 + 1][IN];
+#pragma unroll
+        for (int k = K0; k <= K1; ++k) group_values(band[((j - J0) * cols_in + k - K0) * 32], xs[k - K0]);
+#pragma unroll
+        for (int r = 0; r < RH; ++r) {
+            const int fh = r + PH - j * SH;
+            if (fh < 0 || fh >= FH) continue;
+#pragma unroll
+            for (int t = 0; t < TW; ++t)
+#pragma unroll
+                for (int fw = 0; fw < FW; ++fw) {
+                    const int step = t + PW - fw;
+                    if (floor_div_c(step, SW) * SW != step) continue;
+                    f(r, t, fh, fw, xs[floor_div_c(step, SW) - K0]);
+                }
+        }
+    }
+}
+
+// Runs phased_products for the thread's phase, phase = PH x SW + PW.
+template <int PHASE = 0, class F>
+__device__ __forceinline__ void for_each_phased_product(int phase, const chunk_t* tile, int cols_in, int row, int col, F&& f) {
+    if (phase == PHASE) phased_products<PHASE / SW, PHASE % SW>(tile, cols_in, row, col, f);
+    else if constexpr (PHASE + 1 < SH * SW) for_each_phased_product<PHASE + 1>(phase, tile, cols_in, row, col, f);
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(32 * TH) dw_tiled(ConvParams p, const elem_t* src, const elem_t* w, elem_t* dst) {
     extern __shared__ unsigned char staged[];
     chunk_t* tile = reinterpret_cast<chunk_t*>(staged);
     const int C = p.g * GC;
-    // Destination and source extents and strides, and the pads in source coordinates: at
+    // Destination and source extents and strides; below, the pads in source coordinates: at
     // stride 1 backward-data reads dy at dst + pad - tap * dil, which is a forward read with
     // the tap flipped and the pad (filter span - 1 - pad).
 #if BACKWARD_DATA
@@ -173,17 +224,12 @@ extern "C" __global__ void __launch_bounds__(32 * TH) dw_tiled(ConvParams p, con
     const int* se = p.out;
     const int* ds = p.xs;
     const int* ss = p.ys;
-    const int pad_d = (p.fil[0] - 1) * p.dil[0] - p.pad[0];
-    const int pad_h = (FH - 1) * p.dil[1] - p.pad[1];
-    const int pad_w = (FW - 1) * p.dil[2] - p.pad[2];
 #else
     const int* de = p.out;
     const int* se = p.in;
     const int* ds = p.ys;
     const int* ss = p.xs;
-    const int pad_d = p.pad[0], pad_h = p.pad[1], pad_w = p.pad[2];
 #endif
-    const int sh = p.stride[1], sw = p.stride[2], dh = p.dil[1], dw = p.dil[2];
     // blockIdx.x: the tile's row block and column block; y: the channel block; z: image and
     // destination depth.
     const int col_tiles = (de[2] + TW - 1) / TW;
@@ -193,19 +239,46 @@ extern "C" __global__ void __launch_bounds__(32 * TH) dw_tiled(ConvParams p, con
     const int od = blockIdx.z % de[0];
     const int c = (blockIdx.y * 32 + threadIdx.x) * CPT;
     const bool live = c < C;
+#if PHASED
+    // The dy rectangle the tile's taps reach, and the thread's phase and first staged dy pixel.
+    const int h0 = floor_div_c(row0 + p.pad[1] - (FH - 1), SH), w0 = floor_div_c(col0 + p.pad[2] - (FW - 1), SW);
+    const int rows_in = floor_div_c(row0 + TH * RH - 1 + p.pad[1], SH) - h0 + 1;
+    const int cols_in = floor_div_c(col0 + TW - 1 + p.pad[2], SW) - w0 + 1;
+    const int band_row = row0 + threadIdx.y * RH + p.pad[1];
+    const int phase = band_row % SH * SW + (col0 + p.pad[2]) % SW;
+    const int staged_row = band_row / SH - h0, staged_col = (col0 + p.pad[2]) / SW - w0;
+#else
+#if BACKWARD_DATA
+    const int pad_d = (p.fil[0] - 1) * p.dil[0] - p.pad[0];
+    const int pad_h = (FH - 1) * p.dil[1] - p.pad[1];
+    const int pad_w = (FW - 1) * p.dil[2] - p.pad[2];
+#else
+    const int pad_d = p.pad[0], pad_h = p.pad[1], pad_w = p.pad[2];
+#endif
+    const int sh = p.stride[1], sw = p.stride[2], dh = p.dil[1], dw = p.dil[2];
     // The staged source rectangle: rows and columns the tile's taps read.
     const int rows_in = staged_span(TH * RH, FH, sh, dh), cols_in = staged_span(TW, FW, sw, dw);
     const int h0 = row0 * sh - pad_h, w0 = col0 * sw - pad_w;
+#endif
     float acc[RH][TW][CPT] = {};
     for (int fd = 0; fd < p.fil[0]; ++fd) {
+#if PHASED
+        // dy depth (od + pad - fd x dil) / stride, where the stride divides it.
+        const int at = od + p.pad[0] - fd * p.dil[0];
+        const int sd = at / p.stride[0];
+        if (at < 0 || at % p.stride[0] != 0 || sd >= se[0]) continue;  // the same for every thread of the block
+#else
         const int sd = od * p.stride[0] + fd * p.dil[0] - pad_d;
         if (sd < 0 || sd >= se[0]) continue;  // the same for every thread of the block
+#endif
         stage(src, ss, se, C, n, sd, h0, w0, rows_in, cols_in, tile);
         staged_wait();
         // This depth tap's weights for the thread's channels (K x GC x filter): destination
         // channel c + v from its group's source channel u. Backward-data's destination is a
-        // channel of x, its sources the group's channels of dy: w[group's u][c + v's place].
-        const int wd = BACKWARD_DATA ? p.fil[0] - 1 - fd : fd;
+        // channel of x, its sources the group's channels of dy: w[group's u][c + v's place],
+        // the taps flipped at stride 1.
+        constexpr bool FLIP = BACKWARD_DATA && !PHASED;
+        const int wd = FLIP ? p.fil[0] - 1 - fd : fd;
         float wv[FH][FW][CPT][GC];
 #pragma unroll
         for (int fh = 0; fh < FH; ++fh)
@@ -216,14 +289,19 @@ extern "C" __global__ void __launch_bounds__(32 * TH) dw_tiled(ConvParams p, con
 #pragma unroll
                     for (int u = 0; u < GC; ++u) {
                         const int k = BACKWARD_DATA ? (c + v) / GC * GC + u : c + v, in_group = BACKWARD_DATA ? (c + v) % GC : u;
-                        wv[fh][fw][v][u] = live ? to_f32(w[offset(p.ws, k, in_group, wd, BACKWARD_DATA ? FH - 1 - fh : fh, BACKWARD_DATA ? FW - 1 - fw : fw)]) : 0.0f;
+                        wv[fh][fw][v][u] = live ? to_f32(w[offset(p.ws, k, in_group, wd, FLIP ? FH - 1 - fh : fh, FLIP ? FW - 1 - fw : fw)]) : 0.0f;
                     }
-        for_each_product(tile, cols_in, sh, sw, dh, dw, [&](int r, int t, int fh, int fw, const float* x) {
+        auto product = [&](int r, int t, int fh, int fw, const float* x) {
 #pragma unroll
             for (int v = 0; v < CPT; ++v)
 #pragma unroll
                 for (int u = 0; u < GC; ++u) acc[r][t][v] += x[GROUP_FIRST(v) + u] * wv[fh][fw][v][u];
-        });
+        };
+#if PHASED
+        for_each_phased_product(phase, tile, cols_in, staged_row, staged_col, product);
+#else
+        for_each_product(tile, cols_in, sh, sw, dh, dw, product);
+#endif
         __syncthreads();
     }
     if (!live) return;

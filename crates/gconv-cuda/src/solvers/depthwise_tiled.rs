@@ -1,9 +1,11 @@
-//! `cuda.depthwise_tiled`: depthwise (G = C = K) forward, backward-data at stride 1 and
-//! backward-weight in the channels-last layouts, and the forward and backward-data of groups
-//! of 2 or 4 channels (C = K), from shared-memory tiles (kernels/depthwise_tiled.cu). A block stages the source rectangle its (`th` x `rh`) x `tw`
-//! destination tile reads, halo included, for 32 lanes of channels (two per lane in 16-bit
-//! types), then each thread sums `rh` rows x `tw` columns from it with its channels' weights in
-//! registers. Backward-weight tiles dy the same way; a block walks many tiles, reduces its
+//! `cuda.depthwise_tiled`: depthwise (G = C = K) forward, backward-data and backward-weight
+//! in the channels-last layouts, and the forward and backward-data of groups of 2 or 4
+//! channels (C = K), from shared-memory tiles (kernels/depthwise_tiled.cu). A block stages the
+//! source rectangle its (`th` x `rh`) x `tw` destination tile reads, halo included, for 32
+//! lanes of channels (two per lane in 16-bit types), then each thread sums `rh` rows x `tw`
+//! columns from it with its channels' weights in registers. Strided backward-data stages the
+//! dy rectangle the tile of dx meets and visits, per destination phase, only the taps its
+//! strides divide. Backward-weight tiles dy the same way; a block walks many tiles, reduces its
 //! warps' per-tap sums in shared memory and adds them to an fp32 workspace once; or (`tr` 1)
 //! its warps split the filter's rows, one each, over the whole `th` x `rh` rows of the tile,
 //! so that a thread keeps a row of taps' sums rather than all of them (large filters'
@@ -109,6 +111,21 @@ fn hw(p: &ConvProblem) -> [(u32, u32); 2] {
     [1, 2].map(|i| (g.stride[i] as u32, g.dilation[i] as u32))
 }
 
+/// Backward-data with a stride over 1: by destination phase (kernel define PHASED).
+fn phased(p: &ConvProblem) -> bool {
+    p.direction == Direction::BackwardData && p.dims.iter().any(|d| d.stride > 1)
+}
+
+/// Strided backward-data compiles each phase's taps: dilation 1 along H and W.
+fn phases_compile(p: &ConvProblem) -> Result<(), NotApplicable> {
+    require!(
+        !phased(p) || hw(p).iter().all(|&(_, dilation)| dilation == 1),
+        "strided backward-data needs dilation 1 along H and W (its taps are compiled in by phase), got {:?}",
+        hw(p).map(|(_, dilation)| dilation)
+    );
+    Ok(())
+}
+
 /// Every tile for `p`, in config order: backward-weight's with the warps on dy's rows and,
 /// where the filter has more than one row, on the taps' rows, each with one staging buffer
 /// and with two.
@@ -145,8 +162,14 @@ impl Tile {
         const PIXEL: u64 = 128;
         let (fh, fw) = filter_hw(p);
         let [(sh, dh), (sw, dw)] = hw(p);
-        let rows = u64::from((self.th * self.rh - 1) * sh + (fh - 1) * dh + 1);
-        let cols = u64::from((self.tw - 1) * sw + (fw - 1) * dw + 1);
+        let (rows, cols) = if phased(p) {
+            // dy pixels a dx span of `outputs` meets through `taps` taps at `stride`: at most
+            // this many, whatever the span's phase.
+            let span = |outputs: u32, taps: u32, stride: u32| u64::from((outputs + taps - 2) / stride + 2);
+            (span(self.th * self.rh, fh, sh), span(self.tw, fw, sw))
+        } else {
+            (u64::from((self.th * self.rh - 1) * sh + (fh - 1) * dh + 1), u64::from((self.tw - 1) * sw + (fw - 1) * dw + 1))
+        };
         let source = rows * cols * PIXEL;
         if p.direction != Direction::BackwardWeight {
             return source;
@@ -238,6 +261,7 @@ impl Tile {
             .define("COPY", staging_copy_bytes(p))
             .define("UNIT", u32::from(unit))
             .define("BACKWARD_DATA", u32::from(p.direction == Direction::BackwardData))
+            .define("PHASED", u32::from(phased(p)))
             .define("TAP_ROWS", u32::from(self.tap_rows))
             .define("BUFFERS", if self.double { 2 } else { 1 })
             .define("GC", group_channels(p));
@@ -256,10 +280,7 @@ impl Solver for DepthwiseTiled {
         require!(p.layout == Layout::Nhwc, "needs a channels-last layout (NWC, NHWC, NDHWC)");
         require!(p.dtype != DataType::Tf32, "tf32 has nothing to multiply on tensor cores here; the fp32 problem runs it");
         require!(p.c.is_multiple_of(channels_per_thread(p)), "needs an even channel count in 16-bit types (two channels per 4-byte load), got C={}", p.c);
-        require!(
-            p.direction != Direction::BackwardData || p.dims.iter().all(|d| d.stride == 1),
-            "backward-data only at stride 1 (strided backward-data is cuda.depthwise's)"
-        );
+        phases_compile(p)?;
         // One block row per image and destination depth (backward-weight: per depth tap).
         let rows = if p.direction == Direction::BackwardWeight { Geometry::new(p).filter[0] as u64 } else { u64::from(p.n) * u64::from(tiled(p)[0]) };
         require!(rows <= u64::from(MAX_GRID_Z), "{rows} block rows (N x depth, or depth taps) are over the grid's {MAX_GRID_Z}");
@@ -349,6 +370,18 @@ mod tests {
         assert!(reason("v1:fwd:bf16:NHWC:n2:c64:k32:i9x9:f3x3:s1x1:p1x1:d1x1:g16").unwrap().contains("got G=16 C=64 K=32"));
         // 5x5 x 2 channels x groups of 4: 200 weights a thread.
         assert!(reason("v1:fwd:bf16:NHWC:n2:c64:k64:i9x9:f5x5:s1x1:p2x2:d1x1:g16").unwrap().contains("200 weights"));
+    }
+
+    #[test]
+    fn strided_backward_data_stages_the_dy_its_phases_meet() {
+        let p = ConvProblem::from_key("v1:bwd-data:bf16:NHWC:n32:c144:k144:i56x56:f5x5:s2x2:p2x2:d1x1:g144").unwrap();
+        assert!(phased(&p) && phases_compile(&p).is_ok());
+        // 16 x 8 pixels of dx meet at most (16 + 3) / 2 + 2 = 11 rows and (8 + 3) / 2 + 2 = 7
+        // columns of dy.
+        assert_eq!(Tile { th: 4, rh: 4, tw: 8, tap_rows: false, double: false }.staged_bytes(&p), 11 * 7 * 128);
+        assert!(!phased(&ConvProblem { direction: Direction::Forward, ..p.clone() }));
+        let dilated = ConvProblem::from_key("v1:bwd-data:bf16:NHWC:n2:c64:k64:i19x19:f3x3:s2x2:p2x2:d2x2:g64").unwrap();
+        assert!(phases_compile(&dilated).unwrap_err().0.contains("dilation 1 along H and W"));
     }
 
     #[test]
