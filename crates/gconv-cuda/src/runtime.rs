@@ -37,6 +37,7 @@ fn registry(device: &Arc<CudaDevice>, cudnn: &Arc<Cudnn>) -> Registry<Cuda> {
         Box::new(depthwise_tiled::DepthwiseTiled { device: device.clone() }),
         Box::new(grouped_direct::GroupedDirect { device: device.clone() }),
         Box::new(grouped_mma::GroupedMma { device: device.clone() }),
+        Box::new(pointwise::Pointwise { device: device.clone() }),
         Box::new(igemm_wgmma::IgemmWgmma { device: device.clone() }),
         Box::new(igemm::Igemm::tensor_cores(device.clone())),
         Box::new(igemm::Igemm::simt(device.clone())),

@@ -148,6 +148,7 @@ fn gpu_every_registered_solver_is_reached() {
         "v1:fwd:bf16:NHWC:n2:c16:k32:i9x9:f3x3:s2x2:p1x1:d1x1:g4",
         "v1:fwd:bf16:NHWC:n2:c64:k64:i9x9:f3x3:s1x1:p1x1:d1x1",
         "v1:bwd-weight:f16:NHWC:n2:c32:k32:i9x7:f3x3:s1x1:p1x1:d1x1:g4",
+        "v1:bwd-data:bf16:NHWC:n3:c16:k24:i5x7:f1x1:s1x1:p0x0:d1x1",
     ];
     check_every_solver_is_reached(&*runtime(), &keys, 3).unwrap();
 }
@@ -219,6 +220,26 @@ fn gpu_depthwise_tiles_on_medium_problems() {
     list_misses(&*rt, "cuda.depthwise_tiled", &shapes, |solver, p| {
         solver.configs(p).filter(|c| c.get("tr") == Some(1) || c.get("db") == Some(1) || strided_backward_data(p)).collect()
     });
+}
+
+/// cuda.pointwise at every config: 1x1 layers at stride 1 producing up to 32 channels, forward
+/// and backward-data in bf16 and fp16, 1D to 3D; pixels past the last block and blocks walking
+/// several tiles, reductions padded to 16 (24, 40, 56 channels) and of 256, one to four column
+/// tiles.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_pointwise_on_medium_problems() {
+    let rt = runtime();
+    let shapes = [
+        "n2:c32:k16:i19x23:f1x1:s1x1:p0x0:d1x1",
+        "n3:c24:k144:i9x7:f1x1:s1x1:p0x0:d1x1",
+        "n2:c40:k24:i11x13:f1x1:s1x1:p0x0:d1x1",
+        "n1:c56:k32:i3x5x7:f1x1x1:s1x1x1:p0x0x0:d1x1x1",
+        "n2:c8:k64:i37:f1:s1:p0:d1",
+        "n2:c256:k8:i5x6:f1x1:s1x1:p0x0:d1x1",
+        "n8:c16:k16:i128x160:f1x1:s1x1:p0x0:d1x1",
+    ];
+    list_misses(&*rt, "cuda.pointwise", &shapes, |solver, p| solver.configs(p).collect());
 }
 
 /// cuda.grouped_mma in every direction, up to 64 configs spread over each space, on grouped

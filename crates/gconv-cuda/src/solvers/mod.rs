@@ -10,6 +10,7 @@ pub mod grouped_mma;
 pub mod igemm;
 pub mod igemm_wgmma;
 pub mod naive;
+pub mod pointwise;
 mod group_packing;
 mod tap_packing;
 
