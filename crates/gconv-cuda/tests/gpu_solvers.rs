@@ -222,10 +222,10 @@ fn gpu_depthwise_tiles_on_medium_problems() {
     });
 }
 
-/// cuda.pointwise at every config: 1x1 layers at stride 1 producing up to 32 channels, forward
-/// and backward-data in bf16 and fp16, 1D to 3D; pixels past the last block and blocks walking
-/// several tiles, reductions padded to 16 (24, 40, 56 channels) and of 256, one to four column
-/// tiles.
+/// cuda.pointwise at every config: 1x1 layers at stride 1 with a side of up to 32 channels,
+/// forward and backward-data in bf16 and fp16, 1D to 3D; pixels past the last block and blocks
+/// walking several tiles, reductions padded to 16 (24, 40, 56 channels) and of 256, one to 32
+/// column tiles (in groups of 1 to 8).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_pointwise_on_medium_problems() {

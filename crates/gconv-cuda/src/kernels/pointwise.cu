@@ -6,7 +6,8 @@
 // PIXELS rows a grid apart, staging the next tile's rows (16-byte cp.async copies, contiguous
 // in memory) while its warps multiply the current one's, MT tiles of 16 rows each by every
 // column on the tensor cores (mma m16n8k16, A from the staged rows by ldmatrix, B from the
-// staged filter), and store the results straight to dst.
+// staged filter), and store the results through a shared-memory tile of each warp's as whole
+// 16-byte runs of dst's rows.
 //
 // Compile-time: RED (channels reduced: C forward, K backward-data; a multiple of 8), COLS
 // (channels produced; a multiple of 8), WARPS, MT, BACKWARD_DATA. Sizes are run-time.
@@ -24,12 +25,15 @@ __host__ __device__ constexpr int column_group(int tiles) {
     return 1;
 }
 constexpr int GROUP = column_group(COLS / 8);
+// A warp's 16 rows of a group's results, staged for the stores (16 bytes of padding a row).
+constexpr int OUT_ROW = GROUP * 8 + 8;
 static_assert(RED % 8 == 0 && COLS % 8 == 0, "whole 16-byte rows in and 8-column MMA tiles out");
 
 extern "C" __global__ void __launch_bounds__(32 * WARPS) pointwise(ConvParams p, const elem_t* src, const elem_t* w, elem_t* dst) {
     extern __shared__ __align__(16) unsigned char raw[];
     elem_t* const filter = reinterpret_cast<elem_t*>(raw);  // COLS rows of ROW
     elem_t* const buffers = filter + COLS * ROW;             // two tiles of PIXELS rows of ROW
+    elem_t* const results = buffers + 2 * PIXELS * ROW;      // WARPS x 16 rows of OUT_ROW
     const long long pixels = (long long)p.n * p.out[0] * p.out[1] * p.out[2];
     const int tiles = (int)((pixels + PIXELS - 1) / PIXELS);
     const int tid = threadIdx.x;
@@ -54,6 +58,7 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) pointwise(ConvParams p,
         for (int row = tid; row < 2 * PIXELS; row += 32 * WARPS) *reinterpret_cast<uint4*>(buffers + row * ROW + RED) = make_uint4(0, 0, 0, 0);
 
     const int warp = tid / 32, lane = tid % 32;
+    elem_t* const own_results = results + warp * 16 * OUT_ROW;
     for (int b = 0; tile < tiles; tile += gridDim.x, b ^= 1) {
         const elem_t* const staged = buffers + b * PIXELS * ROW;
         if (tile + (int)gridDim.x < tiles) stage(tile + gridDim.x, buffers + (b ^ 1) * PIXELS * ROW);
@@ -83,18 +88,22 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) pointwise(ConvParams p,
                     }
                 }
                 // Each thread holds rows lane / 4 and lane / 4 + 8 of the tile, two adjacent
-                // columns a column tile.
+                // columns a column tile: into the warp's results tile, then out 16 bytes a lane.
 #pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    const long long pixel = first + row0 + lane / 4 + half * 8;
-                    if (pixel >= pixels) continue;
-                    elem_t* out = dst + pixel * COLS + nt0 * 8 + lane % 4 * 2;
+                for (int half = 0; half < 2; ++half)
 #pragma unroll
                     for (int nt = 0; nt < GROUP; ++nt) {
                         const unsigned pair = (unsigned)from_f32(acc[nt][2 * half]) | (unsigned)from_f32(acc[nt][2 * half + 1]) << 16;
-                        *reinterpret_cast<unsigned*>(out + nt * 8) = pair;
+                        *reinterpret_cast<unsigned*>(own_results + (lane / 4 + half * 8) * OUT_ROW + nt * 8 + lane % 4 * 2) = pair;
                     }
+                __syncwarp();
+                for (int i = lane; i < 16 * GROUP; i += 32) {
+                    const int row = i / GROUP, chunk = i % GROUP;
+                    const long long pixel = first + row0 + row;
+                    if (pixel < pixels)
+                        *reinterpret_cast<uint4*>(dst + pixel * COLS + (nt0 + chunk) * 8) = *reinterpret_cast<const uint4*>(own_results + row * OUT_ROW + chunk * 8);
                 }
+                __syncwarp();  // the tile is free for the next group
             }
         }
         // The buffer is free for the copies two tiles on.

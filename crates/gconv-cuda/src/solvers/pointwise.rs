@@ -1,10 +1,11 @@
 //! `cuda.pointwise`: 1x1 convolutions at stride 1 without padding in the channels-last
-//! layouts, forward and backward-data, in 16-bit types, that produce at most MAX_PRODUCED
-//! channels (kernels/pointwise.cu): a GEMM of the pixel rows with the filter that is
+//! layouts, forward and backward-data, in 16-bit types, with at most MAX_NARROW channels on
+//! one side (kernels/pointwise.cu): a GEMM of the pixel rows with the filter that is
 //! memory-bound, so a block stages the filter once and streams tiles of pixel rows through
 //! two buffers (contiguous 16-byte copies) while its warps multiply them by the filter on the
-//! tensor cores; as many blocks as the SMs hold. Tunable: `wp` (warps per block) and `mt`
-//! (16-pixel tiles per warp); the channel counts are compile-time, the pixels run-time.
+//! tensor cores and store their results as whole 16-byte runs; as many blocks as the SMs hold.
+//! Tunable: `wp` (warps per block) and `mt` (16-pixel tiles per warp); the channel counts are
+//! compile-time, the pixels run-time.
 
 use std::sync::Arc;
 
@@ -19,12 +20,13 @@ use crate::{ConvParams, Cuda, KernelSource};
 const SOURCE: &str = include_str!("../kernels/pointwise.cu");
 const WARPS: [u32; 2] = [4, 8];
 const TILES_PER_WARP: [u32; 3] = [1, 2, 4];
-/// Channels produced: a thread stores each result pair by itself, which on the H100 kept
-/// pace with the implicit GEMMs only for rows of up to 32 channels (c32 k16 112x112 forward
-/// 11.3 us, igemm_wgmma 23.2, cuDNN 12.9; c24 k144 forward 23.4, cuDNN 15.0).
-const MAX_PRODUCED: u32 = 32;
-/// Channels reduced: the filter and the staged rows stay small.
-const MAX_REDUCED: u32 = 256;
+/// The narrow side's channels: on the H100 the kernel kept pace with the implicit GEMMs
+/// where one side had up to 32 (c32 k16 112x112 forward 10.8 us, igemm_wgmma 23.2, cuDNN
+/// 12.8; c24 k144 forward 13.5, 23.7, 15.0) and fell behind from 40 up (c64 k64 56x56
+/// forward 8.7 against 7.7).
+const MAX_NARROW: u32 = 32;
+/// The wide side's: the filter stays small beside the staged rows.
+const MAX_WIDE: u32 = 256;
 /// Shared memory a block may take (staged rows and filter): two blocks still fit an SM.
 const MAX_STAGED_BYTES: u64 = 96 << 10;
 
@@ -53,8 +55,10 @@ fn takes(p: &ConvProblem) -> Result<(), NotApplicable> {
     let (red, cols) = sides(p);
     require!(red.is_multiple_of(8) && cols.is_multiple_of(8), "needs channel counts in multiples of 8 (16-byte rows, 8-column MMA tiles), got C={} K={}", p.c, p.k);
     require!(
-        cols <= MAX_PRODUCED && red <= MAX_REDUCED,
-        "needs at most {MAX_PRODUCED} channels produced and {MAX_REDUCED} reduced (memory-bound GEMMs), got {cols} and {red}"
+        red.min(cols) <= MAX_NARROW && red.max(cols) <= MAX_WIDE,
+        "needs one side of at most {MAX_NARROW} channels and the other of at most {MAX_WIDE} (memory-bound GEMMs), got C={} K={}",
+        p.c,
+        p.k
     );
     Ok(())
 }
@@ -64,11 +68,14 @@ impl Tile {
         self.warps * self.tiles_per_warp * 16
     }
 
-    /// The filter and two tiles of rows, each row 16 bytes past the reduction padded to 16.
+    /// The filter and two tiles of rows, each row 16 bytes past the reduction padded to 16,
+    /// and each warp's 16 rows of results of a column group (16 bytes past it).
     fn staged_bytes(self, p: &ConvProblem) -> u64 {
         let (red, cols) = sides(p);
-        let row = u64::from(red.next_multiple_of(16) + 8) * p.dtype.size_bytes() as u64;
-        u64::from(2 * self.pixels() + cols) * row
+        let element = p.dtype.size_bytes() as u64;
+        let row = u64::from(red.next_multiple_of(16) + 8) * element;
+        let results = u64::from(self.warps * 16 * (column_group(cols / 8) * 8 + 8)) * element;
+        u64::from(2 * self.pixels() + cols) * row + results
     }
 
     /// Blocks an SM holds at once, by shared memory and warps.
@@ -105,6 +112,12 @@ impl Tile {
     }
 }
 
+/// Column tiles of 8 channels a warp sums at once: the most, up to eight, that divide
+/// `tiles` (the kernel's column_group).
+fn column_group(tiles: u32) -> u32 {
+    (1..=8).rev().find(|g| tiles.is_multiple_of(*g)).unwrap_or(1)
+}
+
 fn tiles() -> impl Iterator<Item = Tile> {
     WARPS.into_iter().flat_map(|warps| TILES_PER_WARP.into_iter().map(move |tiles_per_warp| Tile { warps, tiles_per_warp }))
 }
@@ -125,9 +138,9 @@ impl Solver for Pointwise {
     }
 
     fn default_config(&self, p: &ConvProblem) -> Config {
-        // The fastest of the six on most of the 13 such layers of the real-layer set (H100):
-        // 1.03x the fastest per layer.
-        let preferred = Tile { warps: 4, tiles_per_warp: 1 };
+        // Over the 36 1x1 layers of the real-layer set with a side of up to 64 channels (H100),
+        // 1.04x the fastest of four configs per layer.
+        let preferred = Tile { warps: 8, tiles_per_warp: 1 };
         let fits = |t: &Tile| t.staged_bytes(p) <= MAX_STAGED_BYTES;
         std::iter::once(preferred).chain(tiles()).find(fits).unwrap_or(preferred).to_config()
     }
@@ -187,25 +200,26 @@ mod tests {
         assert!(reason("v1:fwd:bf16:NHWC:n32:c32:k16:i112x112:f1x1:s2x2:p0x0:d1x1").unwrap().contains("1x1 filter at stride 1"));
         assert!(reason("v1:fwd:bf16:NHWC:n32:c32:k16:i112x112:f3x3:s1x1:p1x1:d1x1").unwrap().contains("1x1 filter"));
         assert!(reason("v1:fwd:bf16:NHWC:n32:c36:k16:i56x56:f1x1:s1x1:p0x0:d1x1").unwrap().contains("multiples of 8 (16-byte rows, 8-column MMA tiles), got C=36 K=16"));
-        assert!(reason("v1:fwd:bf16:NHWC:n32:c24:k144:i56x56:f1x1:s1x1:p0x0:d1x1").unwrap().contains("32 channels produced and 256 reduced (memory-bound GEMMs), got 144 and 24"));
-        assert_eq!(reason("v1:bwd-data:bf16:NHWC:n32:c24:k144:i56x56:f1x1:s1x1:p0x0:d1x1"), None);
-        assert!(reason("v1:fwd:bf16:NHWC:n32:c512:k32:i56x56:f1x1:s1x1:p0x0:d1x1").unwrap().contains("got 32 and 512"));
+        assert_eq!(reason("v1:fwd:bf16:NHWC:n32:c24:k144:i56x56:f1x1:s1x1:p0x0:d1x1"), None);
+        assert!(reason("v1:fwd:bf16:NHWC:n32:c64:k64:i56x56:f1x1:s1x1:p0x0:d1x1").unwrap().contains("one side of at most 32 channels"));
+        assert!(reason("v1:bwd-data:bf16:NHWC:n32:c32:k512:i56x56:f1x1:s1x1:p0x0:d1x1").unwrap().contains("the other of at most 256"));
     }
 
     #[test]
     fn configs_round_trip_and_the_largest_tiles_stage_what_they_say() {
         let p = ConvProblem::from_key("v1:fwd:bf16:NHWC:n32:c40:k24:i28x28:f1x1:s1x1:p0x0:d1x1").unwrap();
         // x's 40 channels padded to 48, 8 more a row: 56 elements; two tiles of 8 x 4 x 16
-        // pixels and 24 filter rows.
-        assert_eq!(Tile { warps: 8, tiles_per_warp: 4 }.staged_bytes(&p), (2 * 512 + 24) * 56 * 2);
+        // pixels and 24 filter rows; 8 warps' 16 results rows of 3 column tiles and 8 more.
+        assert_eq!(Tile { warps: 8, tiles_per_warp: 4 }.staged_bytes(&p), (2 * 512 + 24) * 56 * 2 + 8 * 16 * 32 * 2);
         let h100 = SmLimits { registers: 65536, warps: 64, blocks: 32, shared_bytes: 233_472, block_shared_bytes: 232_448, reserved_shared_bytes: 1024 };
-        // 4 warps, 128 pixels: 31 KB a block (and the driver's 1 KB), seven an SM.
-        assert_eq!(Tile { warps: 4, tiles_per_warp: 2 }.blocks_per_sm(&p, &h100), 7);
+        // 4 warps, 128 pixels: 35 KB a block (and the driver's 1 KB), six an SM.
+        assert_eq!(Tile { warps: 4, tiles_per_warp: 2 }.blocks_per_sm(&p, &h100), 6);
+        assert_eq!((column_group(3), column_group(18), column_group(32), column_group(7)), (3, 6, 8, 7));
         for tile in tiles().filter(|t| t.staged_bytes(&p) <= MAX_STAGED_BYTES) {
             assert_eq!(Tile::from_config(&p, &tile.to_config()).unwrap(), tile);
         }
         let large = Tile::from_config(&p, &Config::new([("wp", 8), ("mt", 4)])).unwrap_err().to_string();
-        assert!(large.contains("stages 117376 bytes"), "{large}");
+        assert!(large.contains("stages 125568 bytes"), "{large}");
         let bad = Tile::from_config(&p, &Config::new([("wp", 3), ("mt", 2)])).unwrap_err().to_string();
         assert!(bad.contains("wp must be one of"), "{bad}");
     }
