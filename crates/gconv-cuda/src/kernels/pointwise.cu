@@ -48,10 +48,11 @@ extern "C" __global__ void __launch_bounds__(32 * WARPS) pointwise(ConvParams p,
     };
     int tile = blockIdx.x;
     if (tile < tiles) stage(tile, buffers);
-    // filter[n][r]: forward w[k = n][c = r], backward-data w[k = r][c = n]; the reduction's
-    // padding up to RED_PAD multiplies zeros, in the filter and in both buffers' rows.
+    // filter[n][r]: forward w[k = n][c = r], backward-data w[k = r][c = n], read in w's order
+    // (consecutive threads, consecutive c); the reduction's padding up to RED_PAD multiplies
+    // zeros, in the filter and in both buffers' rows.
     for (int i = tid; i < COLS * RED_PAD; i += 32 * WARPS) {
-        const int n = i / RED_PAD, r = i % RED_PAD;
+        const int n = BACKWARD_DATA ? i % COLS : i / RED_PAD, r = BACKWARD_DATA ? i / COLS : i % RED_PAD;
         filter[n * ROW + r] = r < RED ? w[BACKWARD_DATA ? offset(p.ws, r, n, 0, 0, 0) : offset(p.ws, n, r, 0, 0, 0)] : elem_t(0);
     }
     if (RED_PAD > RED)
