@@ -91,6 +91,9 @@ __device__ __forceinline__ void mma_m16n8k16(float* c, const unsigned* a, const 
 }
 #endif
 
+// a / b rounded toward minus infinity (b > 0); constexpr, so that compile-time tile offsets can
+// use it too.
+__host__ __device__ constexpr int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 // The problem in index form, as gconv_core::Geometry: three spatial dimensions (outer ones of
 // size 1 when the rank is lower) and element strides of each tensor. Must match ConvParams in
 // params.rs field for field.

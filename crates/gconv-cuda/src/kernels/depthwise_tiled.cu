@@ -19,9 +19,10 @@
 // vector, else 4), UNIT (dilation 1 along H and W, the strides SH and SW compiled in: each
 // staged source value a thread needs is loaded once and serves every tap and row it
 // reaches), BACKWARD_DATA (backward-data: at stride 1 a forward pass over dy with the taps
-// flipped; with PHASED, strided, see phased_products), TAP_ROWS (backward-weight: FH warps, one per row of taps; TH x RH is then the
-// tile's rows), BUFFERS (backward-weight's staging buffers, 1 or 2) and GC (channels per
-// group, 1 depthwise). Sizes, pads and the depth are run-time.
+// flipped; with PHASED, strided, see phased_products), TAP_ROWS (backward-weight: FH warps,
+// one per row of taps; TH x RH is then the tile's rows), BUFFERS (backward-weight's staging
+// buffers, 1 or 2) and GC (channels per group, 1 depthwise). Sizes, pads and the depth are
+// run-time.
 
 #ifndef GC
 #define GC 1
@@ -175,13 +176,11 @@ __device__ __forceinline__ void for_each_product(const chunk_t* tile, int cols_i
 // loaded once. A thread's phase is the same for all its lanes (they are channels), so the
 // dispatch on it does not diverge. `rows`/`cols`: the staged rectangle's row and column of
 // the thread's phase-aligned first dy pixel.
-__host__ __device__ constexpr int floor_div_c(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-
 template <int PH, int PW, class F>
 __device__ __forceinline__ void phased_products(const chunk_t* tile, int cols_in, int row, int col, F&& f) {
     // dy rows j (relative) that destination row r meets through tap fh: r + PH - fh = j x SH.
-    constexpr int J0 = floor_div_c(PH - (FH - 1), SH), J1 = floor_div_c(PH + RH - 1, SH);
-    constexpr int K0 = floor_div_c(PW - (FW - 1), SW), K1 = floor_div_c(PW + TW - 1, SW);
+    constexpr int J0 = floor_div(PH - (FH - 1), SH), J1 = floor_div(PH + RH - 1, SH);
+    constexpr int K0 = floor_div(PW - (FW - 1), SW), K1 = floor_div(PW + TW - 1, SW);
     const chunk_t* band = tile + ((row + J0) * cols_in + col + K0) * 32 + threadIdx.x;
 #pragma unroll
     for (int j = J0; j <= J1; ++j) {
@@ -197,8 +196,8 @@ __device__ __forceinline__ void phased_products(const chunk_t* tile, int cols_in
 #pragma unroll
                 for (int fw = 0; fw < FW; ++fw) {
                     const int step = t + PW - fw;
-                    if (floor_div_c(step, SW) * SW != step) continue;
-                    f(r, t, fh, fw, xs[floor_div_c(step, SW) - K0]);
+                    if (floor_div(step, SW) * SW != step) continue;
+                    f(r, t, fh, fw, xs[floor_div(step, SW) - K0]);
                 }
         }
     }
@@ -241,9 +240,9 @@ extern "C" __global__ void __launch_bounds__(32 * TH) dw_tiled(ConvParams p, con
     const bool live = c < C;
 #if PHASED
     // The dy rectangle the tile's taps reach, and the thread's phase and first staged dy pixel.
-    const int h0 = floor_div_c(row0 + p.pad[1] - (FH - 1), SH), w0 = floor_div_c(col0 + p.pad[2] - (FW - 1), SW);
-    const int rows_in = floor_div_c(row0 + TH * RH - 1 + p.pad[1], SH) - h0 + 1;
-    const int cols_in = floor_div_c(col0 + TW - 1 + p.pad[2], SW) - w0 + 1;
+    const int h0 = floor_div(row0 + p.pad[1] - (FH - 1), SH), w0 = floor_div(col0 + p.pad[2] - (FW - 1), SW);
+    const int rows_in = floor_div(row0 + TH * RH - 1 + p.pad[1], SH) - h0 + 1;
+    const int cols_in = floor_div(col0 + TW - 1 + p.pad[2], SW) - w0 + 1;
     const int band_row = row0 + threadIdx.y * RH + p.pad[1];
     const int phase = band_row % SH * SW + (col0 + p.pad[2]) % SW;
     const int staged_row = band_row / SH - h0, staged_col = (col0 + p.pad[2]) / SW - w0;
@@ -263,10 +262,8 @@ extern "C" __global__ void __launch_bounds__(32 * TH) dw_tiled(ConvParams p, con
     float acc[RH][TW][CPT] = {};
     for (int fd = 0; fd < p.fil[0]; ++fd) {
 #if PHASED
-        // dy depth (od + pad - fd x dil) / stride, where the stride divides it.
-        const int at = od + p.pad[0] - fd * p.dil[0];
-        const int sd = at / p.stride[0];
-        if (at < 0 || at % p.stride[0] != 0 || sd >= se[0]) continue;  // the same for every thread of the block
+        const int sd = src_coord(od, fd, p.stride[0], p.pad[0], p.dil[0], se[0], true);
+        if (sd < 0) continue;  // the same for every thread of the block
 #else
         const int sd = od * p.stride[0] + fd * p.dil[0] - pad_d;
         if (sd < 0 || sd >= se[0]) continue;  // the same for every thread of the block

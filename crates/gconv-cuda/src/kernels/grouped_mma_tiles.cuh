@@ -5,8 +5,6 @@
 #define WARPS 4
 #define THREADS (WARPS * 32)
 
-__device__ __forceinline__ int floor_div(int a, int b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-
 // One spatial dimension (height or width) of a block's source window, or of its tile.
 struct WindowDim {
     int start, size;

@@ -27,7 +27,8 @@ const TILES_PER_WARP: [u32; 3] = [1, 2, 4];
 const MAX_NARROW: u32 = 32;
 /// The wide side's: the filter stays small beside the staged rows.
 const MAX_WIDE: u32 = 256;
-/// Shared memory a block may take (staged rows and filter): two blocks still fit an SM.
+/// Shared memory a block may take (filter, staged rows and results): two blocks still fit an
+/// SM.
 const MAX_STAGED_BYTES: u64 = 96 << 10;
 
 pub struct Pointwise {
@@ -51,7 +52,7 @@ fn takes(p: &ConvProblem) -> Result<(), NotApplicable> {
     require!(matches!(p.dtype, DataType::Bf16 | DataType::F16), "16-bit types only (tensor-core MMAs of bf16 or fp16)");
     require!(p.layout == Layout::Nhwc, "needs a channels-last layout (NWC, NHWC, NDHWC): the pixel rows are contiguous");
     require!(p.g == 1, "dense layers only (G=1), got G={}", p.g);
-    require!(p.dims.iter().all(|d| d.filter == 1 && d.stride == 1 && d.pad == 0), "needs a 1x1 filter at stride 1 without padding (each pixel its own row)");
+    gconv_core::applicability::plain_1x1(p)?;
     let (red, cols) = sides(p);
     require!(red.is_multiple_of(8) && cols.is_multiple_of(8), "needs channel counts in multiples of 8 (16-byte rows, 8-column MMA tiles), got C={} K={}", p.c, p.k);
     require!(
@@ -78,6 +79,10 @@ impl Tile {
         u64::from(2 * self.pixels() + cols) * row + results
     }
 
+    fn fits(self, p: &ConvProblem) -> bool {
+        self.staged_bytes(p) <= MAX_STAGED_BYTES
+    }
+
     /// Blocks an SM holds at once, by shared memory and warps.
     fn blocks_per_sm(self, p: &ConvProblem, sm: &SmLimits) -> u32 {
         let shared = self.staged_bytes(p) as u32 + sm.reserved_shared_bytes;
@@ -95,7 +100,7 @@ impl Tile {
             return Err(bad(format!("wp must be one of {WARPS:?} and mt one of {TILES_PER_WARP:?}")));
         }
         let tile = Tile { warps, tiles_per_warp };
-        if tile.staged_bytes(p) > MAX_STAGED_BYTES {
+        if !tile.fits(p) {
             return Err(bad(format!("the block stages {} bytes, over {MAX_STAGED_BYTES}", tile.staged_bytes(p))));
         }
         Ok(tile)
@@ -141,12 +146,11 @@ impl Solver for Pointwise {
         // Over the 36 1x1 layers of the real-layer set with a side of up to 64 channels (H100),
         // 1.04x the fastest of four configs per layer.
         let preferred = Tile { warps: 8, tiles_per_warp: 1 };
-        let fits = |t: &Tile| t.staged_bytes(p) <= MAX_STAGED_BYTES;
-        std::iter::once(preferred).chain(tiles()).find(fits).unwrap_or(preferred).to_config()
+        std::iter::once(preferred).chain(tiles()).find(|t| t.fits(p)).unwrap_or(preferred).to_config()
     }
 
     fn configs<'a>(&'a self, p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
-        Box::new(tiles().filter(|t| t.staged_bytes(p) <= MAX_STAGED_BYTES).map(Tile::to_config))
+        Box::new(tiles().filter(|t| t.fits(p)).map(Tile::to_config))
     }
 
     fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {
@@ -197,8 +201,8 @@ mod tests {
         assert!(reason("v1:bwd-weight:bf16:NHWC:n32:c32:k16:i112x112:f1x1:s1x1:p0x0:d1x1").unwrap().contains("backward-weight"));
         assert!(reason("v1:fwd:f32:NHWC:n32:c32:k16:i112x112:f1x1:s1x1:p0x0:d1x1").unwrap().contains("16-bit"));
         assert!(reason("v1:fwd:bf16:NCHW:n32:c32:k16:i112x112:f1x1:s1x1:p0x0:d1x1").unwrap().contains("channels-last"));
-        assert!(reason("v1:fwd:bf16:NHWC:n32:c32:k16:i112x112:f1x1:s2x2:p0x0:d1x1").unwrap().contains("1x1 filter at stride 1"));
-        assert!(reason("v1:fwd:bf16:NHWC:n32:c32:k16:i112x112:f3x3:s1x1:p1x1:d1x1").unwrap().contains("1x1 filter"));
+        assert!(reason("v1:fwd:bf16:NHWC:n32:c32:k16:i112x112:f1x1:s2x2:p0x0:d1x1").unwrap().contains("needs stride 1"));
+        assert!(reason("v1:fwd:bf16:NHWC:n32:c32:k16:i112x112:f3x3:s1x1:p1x1:d1x1").unwrap().contains("needs a 1x1 filter"));
         assert!(reason("v1:fwd:bf16:NHWC:n32:c36:k16:i56x56:f1x1:s1x1:p0x0:d1x1").unwrap().contains("multiples of 8 (16-byte rows, 8-column MMA tiles), got C=36 K=16"));
         assert_eq!(reason("v1:fwd:bf16:NHWC:n32:c24:k144:i56x56:f1x1:s1x1:p0x0:d1x1"), None);
         assert!(reason("v1:fwd:bf16:NHWC:n32:c64:k64:i56x56:f1x1:s1x1:p0x0:d1x1").unwrap().contains("one side of at most 32 channels"));
@@ -215,7 +219,7 @@ mod tests {
         // 4 warps, 128 pixels: 35 KB a block (and the driver's 1 KB), six an SM.
         assert_eq!(Tile { warps: 4, tiles_per_warp: 2 }.blocks_per_sm(&p, &h100), 6);
         assert_eq!((column_group(3), column_group(18), column_group(32), column_group(7)), (3, 6, 8, 7));
-        for tile in tiles().filter(|t| t.staged_bytes(&p) <= MAX_STAGED_BYTES) {
+        for tile in tiles().filter(|t| t.fits(&p)) {
             assert_eq!(Tile::from_config(&p, &tile.to_config()).unwrap(), tile);
         }
         let large = Tile::from_config(&p, &Config::new([("wp", 8), ("mt", 4)])).unwrap_err().to_string();
