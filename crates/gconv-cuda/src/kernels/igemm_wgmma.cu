@@ -39,7 +39,10 @@
 // (1, 2), PERSISTENT (0, 1), SPLIT (the output mode; over 0 compiles the epilogue of fp32
 // partial sums, for configs that split through the workspace, and only it), KSPLIT (1; 2 or 4
 // slices of the reduction summed in the cluster), TAPS (backward-weight: the filter taps a unit
-// sums at once, sharing each block of dy) and the data type (bf16, fp16, or fp32 multiplied as tf32:
+// sums at once, sharing each block of dy), SRC_TILED (1: the source, x or backward-data's dy,
+// read as a matrix of pixels x channels by tiled loads, where the filter is 1x1 at stride 1
+// without padding, so that a destination pixel's window is the source pixel of its index: the
+// im2col unit's per-pixel work cost small layers up to 1.2 us) and the data type (bf16, fp16, or fp32 multiplied as tf32:
 // GCONV_TF32, forward and backward-data only), MAX_PRODUCTS and PRODUCTS. Run-time: the
 // problem (for igemm_wgmma per product as a forward convolution of src into dst: for
 // backward-data dy's extents as the input's, the phase's dx pixels as the output, the groups'
@@ -634,14 +637,99 @@ __device__ __forceinline__ void store_pair(elem_t* at, float v0, float v1) {
 // for all the unit's taps, x's by im2col loads of 64 channels at each tap's offsets.
 // ConvParams as the forward convolution's. The output mode is SPLIT's: 0 stores into dw; 1
 // adds into the fp32 workspace (zeroed before); 2 stores the slice's own fp32 copy of the
-// weights into it. With KSPLIT the slices are the cluster's CTAs, and SPLIT is 0.
+// weights into it; 3 is stream-K (below). With KSPLIT the slices are the cluster's CTAs, and
+// SPLIT is 0.
 // group_kg and group_cg: the layer's kg and cg; or, for a layer of blocked groups (see
 // group_packing.rs), the user's groups', whose diagonal blocks of the blocked gradient are
 // all it keeps (the other blocks sum across groups), stored straight into the user's filter
 // (p.ws its strides, and the workspace as it lies).
 struct WeightUnit {
-    int k0, c0, tap0, slice, g;
+    int index, k0, c0, tap0, slice, g;
 };
+
+// Stream-K (SPLIT 3): with few tiles over a long reduction (1x1 layers of 7x7 pixels: 72 tiles
+// of 25 blocks on 132 SMs), whole-tile units leave SMs idle and every split of the pixels costs
+// a second wave or atomics. Instead each CTA of a grid of at most one per SM takes an even
+// share of all units' blocks, in order: the tail of one unit, whole units, the head of
+// another. A unit cut between CTAs is finished by the CTA that takes its head, its last
+// segment: the CTAs after it that took the rest wrote their partial sums into the workspace at
+// their start (a CTA's first segment is the only one that can lack a unit's head), so the
+// finisher seldom waits. The workspace: a flag per CTA and consumer warpgroup (zeroed before
+// the launch), then each one's partial sums, a thread's accumulators as float4s with a
+// warpgroup's 128 threads contiguous. The grid never exceeds what the GPU holds at once, so
+// the waits cannot deadlock.
+#if SPLIT == 3
+#if CLUSTER_CTAS != 1 || PERSISTENT
+#error "stream-K runs lone CTAs on a grid of its own"
+#endif
+constexpr int STREAM_FLAG_FLOATS = 64;  // the flags' area: a multiple of 256 bytes, per 64 flags
+__device__ __forceinline__ int stream_flags(int ctas) { return (ctas * CONSUMERS + STREAM_FLAG_FLOATS - 1) / STREAM_FLAG_FLOATS * STREAM_FLAG_FLOATS; }
+
+// CTA b's first block of all units' `total`: an even share, the first total % ctas one more.
+__device__ __forceinline__ int stream_start(int total, int b) {
+    const int ctas = gridDim.x, q = total / ctas;
+    return b * q + min(b, total - q * ctas);
+}
+
+__device__ __forceinline__ unsigned* stream_flag(float* ws, int cta, int consumer) { return reinterpret_cast<unsigned*>(ws) + cta * CONSUMERS + consumer; }
+
+__device__ __forceinline__ float4* stream_partial(float* ws, int cta, int consumer) {
+    return reinterpret_cast<float4*>(ws + stream_flags(gridDim.x) + (cta * CONSUMERS + consumer) * 128 * ACCUMULATORS) + threadIdx.x % 128;
+}
+
+// A consumer warpgroup hands its partial sums to the unit's finisher.
+__device__ __forceinline__ void stream_keep(const float* d, float* ws, int consumer) {
+    float4* at = stream_partial(ws, blockIdx.x, consumer);
+#pragma unroll
+    for (int v = 0; v < ACCUMULATORS / 4; ++v) __stcg(at + v * 128, make_float4(d[4 * v], d[4 * v + 1], d[4 * v + 2], d[4 * v + 3]));
+    warpgroup_sync(consumer);
+    // Every thread's stores come before the flag: the barrier orders them before the fence.
+    if (threadIdx.x % 128 == 0) asm volatile("fence.acq_rel.gpu;\nred.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(stream_flag(ws, blockIdx.x, consumer)) : "memory");
+}
+
+// The finisher adds the partial sums of CTAs [from, to).
+__device__ __forceinline__ void stream_add(float* d, float* ws, int consumer, int from, int to) {
+    for (int cta = from; cta < to; ++cta) {
+        if (threadIdx.x % 128 == 0) {
+            unsigned ready;
+            do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(ready) : "l"(stream_flag(ws, cta, consumer)) : "memory");
+            while (!ready);
+        }
+        warpgroup_sync(consumer);
+        const float4* at = stream_partial(ws, cta, consumer);
+#pragma unroll
+        for (int v = 0; v < ACCUMULATORS / 4; ++v) {
+            const float4 y = __ldcg(at + v * 128);
+            d[4 * v] += y.x;
+            d[4 * v + 1] += y.y;
+            d[4 * v + 2] += y.z;
+            d[4 * v + 3] += y.w;
+        }
+    }
+}
+#endif
+
+// visit(t, first, end) for each of `units` units t (unit_at(u) names them) the CTA takes, with
+// its blocks [first, end) of the `all_blocks` blocks of 64 pixels: stream-K's share, or each
+// unit's slice of `slices` (from the slice's first block to the next slice's).
+template <class UnitAt, class Visit>
+__device__ __forceinline__ void for_each_segment(int units, int all_blocks, int slices, const UnitAt& unit_at, const Visit& visit) {
+#if SPLIT == 3
+    const FastDiv blocks_div = fast_div(all_blocks);
+    const int start = stream_start(units * all_blocks, blockIdx.x), stop = stream_start(units * all_blocks, blockIdx.x + 1);
+    int u = quotient(start, blocks_div), first = start - u * all_blocks;
+    for (int at = start; at < stop; ++u, first = 0) {
+        const int end = min(all_blocks, stop - u * all_blocks);
+        visit(unit_at(u), first, end);
+        at += end - first;
+    }
+#else
+    FOR_EACH_UNIT(u, units) {
+        const WeightUnit t = unit_at(u);
+        visit(t, (int)((long long)all_blocks * t.slice / slices), (int)((long long)all_blocks * (t.slice + 1) / slices));
+    }
+#endif
+}
 
 extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     igemm_wgmma_weight(const __grid_constant__ TensorMap dy_map, const __grid_constant__ TensorMap x_map, ConvParams p, elem_t* dw, float* ws, int splits, int group_kg, int group_cg) {
@@ -657,6 +745,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     const int all_blocks = (p.n * pixels + PIXEL_BLOCK - 1) / PIXEL_BLOCK;
     auto unit_at = [&](int u) {
         WeightUnit t;
+        t.index = u;
         t.k0 = (u % row_groups * CLUSTER + rank) * BM;
         u /= row_groups;
         t.c0 = u % column_tiles * BN;
@@ -667,8 +756,6 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         t.g = u / unit_splits;
         return t;
     };
-    // A slice's blocks of 64 pixels run from its first block to the next slice's.
-    auto first_block = [&](int slice) { return (int)((long long)all_blocks * slice / slices); };
     constexpr int SHARE_PIXELS = PIXEL_BLOCK / CLUSTER;
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
@@ -678,8 +765,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
             const PixelDivs divs = pixel_divs(p);
             const PixelCursor block_step = pixel_cursor(divs, PIXEL_BLOCK);
             int it = 0;
-            FOR_EACH_UNIT(u, units) {
-                const WeightUnit t = unit_at(u);
+            for_each_segment(units, all_blocks, slices, unit_at, [&](const WeightUnit& t, int first, int end) {
                 unsigned short off[TAPS][3];
 #pragma unroll
                 for (int j = 0; j < TAPS; ++j) {
@@ -687,13 +773,19 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                     tap_position(p, t.tap0 + j, f);
                     tap_offsets(p, f, off[j]);
                 }
-                const int first = first_block(t.slice), end = first_block(t.slice + 1);
                 // The first pixel of this CTA's share of each block, moved on a block at a time.
                 PixelCursor share = pixel_cursor(divs, first * PIXEL_BLOCK + rank * SHARE_PIXELS);
                 for (int block = first; block < end; ++block, ++it, advance(share, block_step, p)) {
                     const int s = produce(pl, it);
 #pragma unroll
                     for (int j = 0; j < CONSUMERS; ++j) load_tile<false>(pl.stage(s) + j * TILE64_BYTES, &dy_map, t.g * p.kg + t.k0 + 64 * j, block * PIXEL_BLOCK, 0, pl.full(s));
+#if SRC_TILED
+#pragma unroll
+                    for (int j = 0; j < BN / 64; ++j) {
+                        const unsigned dst = pl.stage(s) + A_BYTES + j * TILE64_BYTES + rank * SHARE_PIXELS * ROW_BYTES;
+                        load_tile<true>(dst, &x_map, t.g * p.cg + t.c0 + 64 * j, block * PIXEL_BLOCK + rank * SHARE_PIXELS, 0, pl.full(s));
+                    }
+#else
                     int pos[3];
                     window_at(p, share.o, pos);
 #pragma unroll
@@ -703,8 +795,9 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                             const unsigned dst = pl.stage(s) + A_BYTES + tap * B_BYTES + j * TILE64_BYTES + rank * SHARE_PIXELS * ROW_BYTES;
                             load_im2col<true>(dst, &x_map, t.g * p.cg + t.c0 + 64 * j, pos, share.n, off[tap], pl.full(s));
                         }
+#endif
                 }
-            }
+            });
         }
         producer_joins_sums();
     } else {
@@ -717,11 +810,23 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         const bool blocked = group_cg < p.cg;
         const FastDiv group_kg_div = fast_div(group_kg);
         int it = 0;
-        FOR_EACH_UNIT(u, units) {
-            const WeightUnit t = unit_at(u);
-            const int first = first_block(t.slice), blocks = first_block(t.slice + 1) - first;
-            consume<true, true>(pl, it, blocks, slice, d);
-            it += blocks;
+        for_each_segment(units, all_blocks, slices, unit_at, [&](const WeightUnit& t, int first, int end) {
+            consume<true, true>(pl, it, end - first, slice, d);
+            it += end - first;
+#if SPLIT == 3
+            if (first > 0) {
+                stream_keep(d, ws, slice);
+                zero(d);
+                return;
+            }
+            if (end < all_blocks) {
+                // The CTAs after this one that start inside the unit took the rest of it.
+                const int unit_end = (t.index + 1) * all_blocks;
+                int last = blockIdx.x + 1;
+                while (last < (int)gridDim.x && stream_start(units * all_blocks, last) < unit_end) ++last;
+                stream_add(d, ws, slice, blockIdx.x + 1, last);
+            }
+#endif
             cluster_sums(d, slice, pl.base);
             // The first column of the group of each of the thread's two rows (see group_kg; 0
             // where not blocked): a pair's column is kept below group_cg past it.
@@ -751,7 +856,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                 });
             }
             zero(d);  // as in the forward epilogue: the accumulators die here
-        }
+        });
     }
     cluster_sync();
 }
@@ -919,7 +1024,11 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                     const int c0 = chunk * BK;
                     unsigned short off[3];
                     tap_offsets(p, f, off);
+#if SRC_TILED
+                    load_tile<false>(pl.stage(s), src, t.g * p.cg + c0, t.m0, 0, pl.full(s));
+#else
                     load_im2col<false>(pl.stage(s), src, t.g * p.cg + c0, pos, first_pixel.n, off, pl.full(s));
+#endif
 #if FILTER_MN
                     const TapMap& taps = PRODUCT_TAPS(t.product);
                     const int filter_tap = ((taps.origin[0] + taps.step[0] * f[0]) * taps.fil[1] + taps.origin[1] + taps.step[1] * f[1]) * taps.fil[2] + taps.origin[2] +

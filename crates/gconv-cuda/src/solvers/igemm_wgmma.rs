@@ -4,7 +4,9 @@
 //! forward and backward-data; groups in the grid.
 //!
 //! Forward reads x by TMA im2col (the filter tap as the load's offset, the padding zero-filled
-//! by the TMA unit) and the filter by tiled loads, both K-major. Backward-data is the forward
+//! by the TMA unit) and the filter by tiled loads, both K-major; a 1x1 filter at stride 1
+//! without padding reads its source (x, backward-data's dy) by tiled loads as a matrix of
+//! pixels x channels, in every direction. Backward-data is the forward
 //! product of dy with the filter flipped and transposed and the padding mirrored (16-bit types
 //! read w's rows straight as an MN-major B, each product tap mapped to w's; tf32, K-major only,
 //! from a transposed copy a small kernel writes into the workspace), once per sub-pixel phase
@@ -14,7 +16,9 @@
 //! both MN-major, per group and tap, its pixel reduction split into `ks` slices summed (`red`)
 //! by atomics into an fp32 workspace, in two stages, or in the cluster (2 or 4 slices as CTAs
 //! of one cluster adding their tiles through distributed shared memory: one launch, no
-//! workspace). Forward and backward-data split their reductions (taps x channels) the same
+//! workspace); or stream-K (`red 3`): a CTA per SM takes an even share of all tiles' blocks of
+//! pixels, a tile cut between CTAs finished by the one with its first blocks from the others'
+//! partial sums in the workspace. Forward and backward-data split their reductions (taps x channels) the same
 //! way where `ks` is over 1, for layers with too few tiles to fill the GPU. A dense layer with
 //! too few channels for a TMA row (an RGB stem) runs packed: its taps along W moved into the
 //! channels (see tap_packing); a grouped layer with too few per group (ResNeXt's) runs with
@@ -34,7 +38,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, LaunchConfig};
 use gconv_core::geometry::Geometry;
-use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
+use gconv_core::{applicability, require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
 
 use super::group_packing::{self, GroupPacking};
 use super::tap_packing::{self, Packing};
@@ -211,16 +215,21 @@ enum Reduction {
     /// 2: the slices are CTAs of one cluster that sum their tiles in shared memory (see the
     /// kernel's KSPLIT): one launch, no workspace; 2 or 4 slices, not persistent.
     Cluster,
+    /// 3: stream-K (backward-weight, see the kernel's SPLIT 3): one slice, a grid of at most a
+    /// CTA per SM sharing all tiles' reduction blocks evenly, tiles cut between CTAs summed
+    /// through the workspace by the CTA that takes their first blocks.
+    StreamK,
 }
 
 impl Reduction {
-    const ALL: [Reduction; 3] = [Reduction::Atomic, Reduction::TwoStage, Reduction::Cluster];
+    const ALL: [Reduction; 4] = [Reduction::Atomic, Reduction::TwoStage, Reduction::Cluster, Reduction::StreamK];
 
     fn code(self) -> u32 {
         match self {
             Reduction::Atomic => 0,
             Reduction::TwoStage => 1,
             Reduction::Cluster => 2,
+            Reduction::StreamK => 3,
         }
     }
 
@@ -246,6 +255,7 @@ impl Split {
         match self.reduction {
             Reduction::TwoStage if self.slices == 1 => Err("red 1 (two-stage) needs ks over 1".into()),
             Reduction::Cluster if !CLUSTER_SPLITS.contains(&self.slices) => Err(format!("red 2 (sums in the cluster) takes ks {CLUSTER_SPLITS:?}")),
+            Reduction::StreamK if self.slices != 1 => Err("red 3 (stream-K) shares the reduction out itself: ks must be 1".into()),
             _ => Ok(()),
         }
     }
@@ -255,22 +265,24 @@ impl Split {
         if self.reduction == Reduction::Cluster { self.slices } else { 1 }
     }
 
-    /// The kernel's output mode: 0 the destination, 1 atomics into the workspace, 2 a slice of it.
+    /// The kernel's output mode: 0 the destination, 1 atomics into the workspace, 2 a slice of
+    /// it, 3 stream-K.
     fn mode(self) -> i32 {
         match (self.slices, self.reduction) {
+            (_, Reduction::StreamK) => 3,
             (1, _) | (_, Reduction::Cluster) => 0,
             (_, Reduction::Atomic) => 1,
             (_, Reduction::TwoStage) => 2,
         }
     }
 
-    /// The fp32 workspace it needs for a destination of `elements`: none, one copy or a copy
-    /// per slice.
+    /// The fp32 copies of the destination of `elements` it needs in the workspace: none, one or
+    /// one per slice (stream-K's partial sums are per CTA: see StreamK).
     fn workspace_bytes(self, elements: u64) -> u64 {
         let copies = match self.mode() {
-            0 => 0,
             1 => 1,
-            _ => u64::from(self.slices),
+            2 => u64::from(self.slices),
+            _ => 0,
         };
         elements * 4 * copies
     }
@@ -279,7 +291,7 @@ impl Split {
     /// the atomics, for a destination of `elements`.
     fn reduce(self, elements: u64, device: &CudaDevice, source: &KernelSource) -> Result<Option<Reduce>> {
         Ok(match self.mode() {
-            0 => None,
+            0 | 3 => None,
             mode => Some(Reduce {
                 function: device.function(source, "split_reduce")?,
                 zero_bytes: if mode == 1 { elements * 4 } else { 0 },
@@ -289,6 +301,47 @@ impl Split {
             }),
         })
     }
+}
+
+/// Stream-K's grid and workspace (the kernel's SPLIT 3) for `units` tiles of `blocks` blocks
+/// of pixels each: CTAs of the tile shape, at most one per SM and one per block, each taking
+/// an even share of all units x blocks, the first (total mod CTAs) one block more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct StreamK {
+    ctas: u64,
+}
+
+/// The flags' area of stream-K's workspace: a flag per CTA and consumer, in multiples of 64 (as
+/// the kernel's STREAM_FLAG_FLOATS).
+const STREAM_FLAG_WORDS: u64 = 64;
+
+impl StreamK {
+    fn new(units: u64, blocks: u64, sms: u32) -> StreamK {
+        StreamK { ctas: (units * blocks).min(u64::from(sms)).max(1) }
+    }
+
+    /// The flags zeroed before the launch, in bytes: the start of the partial sums.
+    fn flag_bytes(self, tile: Tile) -> u64 {
+        (self.ctas * u64::from(tile.wg)).next_multiple_of(STREAM_FLAG_WORDS) * 4
+    }
+
+    /// The flags and every CTA's consumers' partial sums (64 rows x `bn` columns x taps, fp32).
+    fn workspace_bytes(self, tile: Tile) -> u64 {
+        self.flag_bytes(tile) + self.ctas * u64::from(tile.wg * ROWS_PER_CONSUMER * tile.bn * tile.taps) * 4
+    }
+}
+
+/// Backward-weight's blocks of 64 pixels: its reduction.
+fn pixel_blocks(p: &ConvProblem) -> u64 {
+    let geo = Geometry::new(p);
+    ((geo.n * geo.output_volume()) as u64).div_ceil(u64::from(PIXEL_BLOCK))
+}
+
+/// Whether the kernels read the source (x, or backward-data's dy) as a matrix of pixels x
+/// channels by tiled loads (the kernel's SRC_TILED): a 1x1 filter at stride 1 without padding,
+/// whose one product's window at a destination pixel is the source pixel of its index.
+fn reads_source_tiled(p: &ConvProblem) -> bool {
+    applicability::plain_1x1(p).is_ok()
 }
 
 /// The elements of the tensor a direction writes.
@@ -413,7 +466,7 @@ impl WgmmaConfig {
         let parsed = if p.direction == Direction::BackwardWeight || leading.get("ks").is_some() {
             let [bn, wg, st, cl, ps, slices, red] = expect(&leading, ["bn", "wg", "st", "cl", "ps", "ks", "red"], bad)?;
             let tile = Tile { bn, wg, st, cl, persistent: flag("ps", ps)?, taps, mr };
-            let reduction = Reduction::from_code(red).ok_or_else(|| bad("red must be 0 (atomics), 1 (two-stage) or 2 (sums in the cluster)".into()))?;
+            let reduction = Reduction::from_code(red).ok_or_else(|| bad("red must be 0 (atomics), 1 (two-stage), 2 (sums in the cluster) or 3 (stream-K)".into()))?;
             WgmmaConfig { tile, split: Split { slices, reduction } }
         } else {
             let [bn, wg, st, cl, ps] = expect(&leading, ["bn", "wg", "st", "cl", "ps"], bad)?;
@@ -446,6 +499,14 @@ impl WgmmaConfig {
         if self.split.reduction == Reduction::Cluster {
             self.tile.check_cluster_sums(p, slices)?;
         }
+        if self.split.reduction == Reduction::StreamK {
+            if p.direction != Direction::BackwardWeight {
+                return Err("red 3 (stream-K) is backward-weight's".into());
+            }
+            if self.tile.cl > 1 || self.tile.persistent {
+                return Err("red 3 (stream-K) runs lone CTAs on a grid of its own: cl 1, ps 0".into());
+            }
+        }
         if self.tile.mr > 1 && p.direction == Direction::BackwardWeight {
             return Err("mr over 1 is forward's and backward-data's".into());
         }
@@ -472,6 +533,9 @@ impl WgmmaConfig {
         if units * u64::from(self.tile.cl) > MAX_GRID_X {
             return Err(format!("{units} work units exceed the grid"));
         }
+        if self.split.reduction == Reduction::StreamK && units * pixel_blocks(p) > i32::MAX as u64 {
+            return Err(format!("red 3 (stream-K) counts {units} tiles x {} blocks of pixels in 32 bits", pixel_blocks(p)));
+        }
         let bytes = self.split.workspace_bytes(destination_elements(p));
         if bytes > MAX_WORKSPACE_BYTES {
             return Err(format!("{slices} slices would need {} MiB of fp32 workspace, more than {}", bytes >> 20, MAX_WORKSPACE_BYTES >> 20));
@@ -494,17 +558,22 @@ impl WgmmaConfig {
         largest.map_or((0, 0), |product| (product.row_tiles(self.tile), product.units(self.tile, p.g, self.split.slices)))
     }
 
+    /// Stream-K's grid and workspace for backward-weight's `p` on `sms` SMs.
+    fn stream_k(self, p: &ConvProblem, sms: u32) -> StreamK {
+        StreamK::new(self.work(p).1, pixel_blocks(p), sms)
+    }
+
     /// The tile's kernels; they compile the epilogue of a split through the workspace only
     /// where they split so (it would slow every other build; backward-weight's builds compile
     /// only the epilogue of their own output mode: a third to half the NVRTC time of a build).
     fn source(self, p: &ConvProblem) -> KernelSource {
         let source = self.tile.source(p).define("KSPLIT", self.split.cluster_slices()).define("SPLIT", self.split.mode());
         match p.direction {
-            Direction::BackwardWeight => source.define("TAPS", self.tile.taps),
+            Direction::BackwardWeight => source.define("TAPS", self.tile.taps).define("SRC_TILED", u32::from(reads_source_tiled(p))),
             _ => {
                 let products = if Product::all(p).len() == 1 { 1 } else { MAX_PRODUCTS };
                 let source = source.define("FILTER_MN", u32::from(reads_filter_directly(p)));
-                source.define("MAX_PRODUCTS", MAX_PRODUCTS).define("PRODUCTS", products)
+                source.define("MAX_PRODUCTS", MAX_PRODUCTS).define("PRODUCTS", products).define("SRC_TILED", u32::from(reads_source_tiled(p)))
             }
         }
     }
@@ -732,6 +801,16 @@ impl Product {
     }
 
     /// The source's im2col map, `channels` x `pixels` per load.
+    /// The source's map for loads of `pixels` pixels x `channels` channels: tiled where the
+    /// kernels read it so (reads_source_tiled), else im2col.
+    fn source_map(&self, p: &ConvProblem, channels: u32, pixels: u32) -> SourceMap {
+        if reads_source_tiled(p) {
+            SourceMap::Tiled([self.src[0], self.src[1..].iter().product(), 1], [channels, pixels, 1])
+        } else {
+            SourceMap::Im2col(self.im2col(channels, pixels))
+        }
+    }
+
     fn im2col(&self, channels: u32, pixels: u32) -> Im2col {
         let active = 3 - self.lower.len()..3;
         Im2col {
@@ -1067,10 +1146,11 @@ impl Solver for IgemmWgmma {
     }
 
     fn workspace_bytes(&self, p: &ConvProblem, config: &Config) -> u64 {
+        let sms = self.device.sm_count;
         match Packed::of(p) {
-            None => products_workspace(p, config, p),
-            Some(packed) if packed.in_place() => products_workspace(packed.layer(), config, p),
-            Some(packed) => packed.workspace_bytes(products_workspace(packed.layer(), config, packed.layer())),
+            None => products_workspace(p, config, p, sms),
+            Some(packed) if packed.in_place() => products_workspace(packed.layer(), config, p, sms),
+            Some(packed) => packed.workspace_bytes(products_workspace(packed.layer(), config, packed.layer(), sms)),
         }
     }
 
@@ -1110,19 +1190,21 @@ impl Solve<Cuda> for IgemmWgmma {
             Some(packed) if packed.in_place() => self.products(packed.layer(), config, p),
             Some(packed) => {
                 let layer = packed.layer();
-                let (inner, workspace) = (self.products(layer, config, layer)?, products_workspace(layer, config, layer));
+                let (inner, workspace) = (self.products(layer, config, layer)?, products_workspace(layer, config, layer, self.device.sm_count));
                 packed.invoker(&self.device, p.dtype, inner, workspace)
             }
         }
     }
 }
 
-/// The workspace of `p`'s products, which write `user`'s destination (see IgemmWgmma::products).
-fn products_workspace(p: &ConvProblem, config: &Config, user: &ConvProblem) -> u64 {
-    let Ok(WgmmaConfig { split, .. }) = WgmmaConfig::from_config(p, config) else { return 0 };
+/// The workspace of `p`'s products, which write `user`'s destination (see IgemmWgmma::products),
+/// on `sms` SMs.
+fn products_workspace(p: &ConvProblem, config: &Config, user: &ConvProblem, sms: u32) -> u64 {
+    let Ok(config) = WgmmaConfig::from_config(p, config) else { return 0 };
     match p.direction {
-        Direction::BackwardData if !reads_filter_directly(p) => flipped_filter_start(p, split) + p.weight_elements() * p.dtype.size_bytes() as u64,
-        _ => split.workspace_bytes(destination_elements(user)),
+        Direction::BackwardData if !reads_filter_directly(p) => flipped_filter_start(p, config.split) + p.weight_elements() * p.dtype.size_bytes() as u64,
+        _ if config.split.reduction == Reduction::StreamK => config.stream_k(p, sms).workspace_bytes(config.tile),
+        _ => config.split.workspace_bytes(destination_elements(user)),
     }
 }
 
@@ -1140,8 +1222,10 @@ impl IgemmWgmma {
             let function = self.device.function(&source, "igemm_wgmma_weight")?;
             launch::allow_shared(&function, shared, self.id())?;
             let geo = Geometry::new(p);
-            let (_, units) = WgmmaConfig { tile, split }.work(p);
-            let launch = LaunchConfig { grid_dim: (tile.grid(units, sms), 1, 1), block_dim, shared_mem_bytes: shared };
+            let (_, units) = config.work(p);
+            let stream_k = (split.reduction == Reduction::StreamK).then(|| config.stream_k(p, sms));
+            let ctas = stream_k.map_or_else(|| tile.grid(units, sms), |stream_k| stream_k.ctas as u32);
+            let launch = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim, shared_mem_bytes: shared };
             let reduce = split.reduce(destination_elements(user), &self.device, &source)?;
             let product = Product::all(p).swap_remove(0);
             // The filter stored into is the user's: its strides, and its groups' channels.
@@ -1151,12 +1235,13 @@ impl IgemmWgmma {
                 launch,
                 dy: ((geo.n * geo.output_volume()) as u64, u64::from(p.k)),
                 // Each CTA of a cluster loads its share of x's pixels.
-                im2col: product.im2col(PIXEL_BLOCK, PIXEL_BLOCK / tile.cl),
+                x: product.source_map(p, PIXEL_BLOCK, PIXEL_BLOCK / tile.cl),
                 params,
                 groups: ((user.k / user.g) as i32, user.c_per_group() as i32),
                 dtype: p.dtype,
                 splits: split.slices as i32,
                 reduce,
+                stream_flag_bytes: stream_k.map_or(0, |stream_k| stream_k.flag_bytes(tile)),
             };
             return Ok(Box::new(invoker));
         }
@@ -1178,9 +1263,9 @@ impl IgemmWgmma {
                 let products = products
                     .iter()
                     .map(|product| {
-                        let im2col = product.has_taps().then(|| product.im2col(row_elements(p.dtype), tile.rows()));
+                        let source = product.has_taps().then(|| product.source_map(p, row_elements(p.dtype), tile.rows()));
                         let filter = if direct { (0, [geo.cg as u64, geo.filter_volume() as u64, u64::from(p.k)]) } else { (product.filter_offset, product.filter_extents()) };
-                        ProductLaunch { params: product.params, tap_map: product.tap_map, im2col, filter, dst_offset: product.dst_offset }
+                        ProductLaunch { params: product.params, tap_map: product.tap_map, source, filter, dst_offset: product.dst_offset }
                     })
                     .collect();
                 ProductsLaunch { launch, products }
@@ -1222,13 +1307,29 @@ struct ProductsLaunch {
     products: Vec<ProductLaunch>,
 }
 
+/// How the kernels read the source: by im2col at each tap's offsets, or as a matrix (its
+/// extents and box, see reads_source_tiled).
+enum SourceMap {
+    Im2col(Im2col),
+    Tiled([u64; 3], [u32; 3]),
+}
+
+impl SourceMap {
+    fn map(&self, src: Buffer, dtype: DataType) -> Result<TensorMap> {
+        match self {
+            SourceMap::Im2col(im2col) => TensorMap::im2col(src, dtype, im2col),
+            SourceMap::Tiled(extents, boxes) => TensorMap::tiled(src, dtype, *extents, *boxes),
+        }
+    }
+}
+
 /// One product's part of a launch.
 struct ProductLaunch {
     params: ConvParams,
     tap_map: TapMap,
     /// The source's map; none where no tap reaches (the kernel reads nothing and stores
     /// zeros, handed the first product's maps).
-    im2col: Option<Im2col>,
+    source: Option<SourceMap>,
     /// The filter: its offset in elements, and extents.
     filter: (u64, [u64; 3]),
     dst_offset: u64,
@@ -1282,9 +1383,9 @@ impl Invoker<Cuda> for WgmmaInvoker {
         // Tensor maps hold the buffers' addresses, so they are made per run (a few microseconds
         // of host time; a captured graph keeps the ones it was captured with).
         let maps = |product: &ProductLaunch| -> Result<Option<(TensorMap, TensorMap)>> {
-            let Some(im2col) = &product.im2col else { return Ok(None) };
+            let Some(source) = &product.source else { return Ok(None) };
             let (offset, extents) = product.filter;
-            Ok(Some((TensorMap::im2col(src, self.dtype, im2col)?, TensorMap::tiled(filter.from_byte(offset * elem), self.dtype, extents, self.filter_box)?)))
+            Ok(Some((source.map(src, self.dtype)?, TensorMap::tiled(filter.from_byte(offset * elem), self.dtype, extents, self.filter_box)?)))
         };
         // Products without taps come after those with them: they take the first one's maps.
         let mut first = None;
@@ -1348,13 +1449,14 @@ impl Reduce {
     }
 }
 
+
 struct WeightInvoker {
     function: CudaFunction,
     launch: LaunchConfig,
     /// dy as a matrix: a row per pixel, a column per output channel.
     dy: (u64, u64),
     /// x, a block of pixels per load.
-    im2col: Im2col,
+    x: SourceMap,
     /// The forward convolution's, the filter's strides the user's.
     params: ConvParams,
     /// The user's groups' output and input channels (the kernel's group_kg and group_cg).
@@ -1362,6 +1464,8 @@ struct WeightInvoker {
     dtype: DataType,
     splits: i32,
     reduce: Option<Reduce>,
+    /// Stream-K's flags, zeroed before the launch (0: not stream-K).
+    stream_flag_bytes: u64,
 }
 
 impl Invoker<Cuda> for WeightInvoker {
@@ -1369,8 +1473,11 @@ impl Invoker<Cuda> for WeightInvoker {
         if let Some(reduce) = &self.reduce {
             reduce.zero(b)?;
         }
+        if self.stream_flag_bytes > 0 {
+            b.zero_workspace(self.stream_flag_bytes)?;
+        }
         let dy = TensorMap::tiled(b.y, self.dtype, [self.dy.1, self.dy.0, 1], [PIXEL_BLOCK, PIXEL_BLOCK, 1])?;
-        let x = TensorMap::im2col(b.x, self.dtype, &self.im2col)?;
+        let x = self.x.map(b.x, self.dtype)?;
         let args = [
             Arg::TensorMap(&dy),
             Arg::TensorMap(&x),
@@ -1596,7 +1703,8 @@ mod tests {
             p in small_problem().prop_filter("channels-last", |p| p.layout == Layout::Nhwc),
             sms in 1u32..160,
         ) {
-            for config in WgmmaConfig::all(&p) {
+            // Stream-K's grid has a schedule of its own (stream_k_shares_every_block_once).
+            for config in WgmmaConfig::all(&p).into_iter().filter(|c| c.split.reduction != Reduction::StreamK) {
                 let tile = config.tile;
                 let cl = u64::from(tile.cl);
                 let (rows, bn) = (u64::from(tile.rows()), u64::from(tile.bn));
@@ -1639,6 +1747,52 @@ mod tests {
                     prop_assert_eq!(all as u64, row_tiles * columns * slices * u64::from(p.g));
                 }
             }
+        }
+    }
+
+    /// The first of `total` blocks in the share of stream-K's CTA `cta`, as the kernel's
+    /// stream_start has it.
+    fn stream_start(stream_k: StreamK, total: u64, cta: u64) -> u64 {
+        let q = total / stream_k.ctas;
+        cta * q + cta.min(total - q * stream_k.ctas)
+    }
+
+    proptest! {
+        /// Stream-K's CTAs, walking their shares as the kernel does, take every block of every
+        /// unit once; each unit cut between CTAs has one finisher, the CTA with its first
+        /// blocks, which adds the partial sums of exactly the later CTAs that took the rest,
+        /// each of which wrote one (its first segment) before waiting on anything.
+        #[test]
+        fn stream_k_shares_every_block_once(units in 1u64..400, blocks in 1u64..300, sms in 1u32..160) {
+            let stream_k = StreamK::new(units, blocks, sms);
+            let mut taken = vec![0u32; (units * blocks) as usize];
+            let mut partials = vec![Vec::new(); units as usize];
+            let mut added = vec![Vec::new(); units as usize];
+            for cta in 0..stream_k.ctas {
+                let (start, stop) = (stream_start(stream_k, units * blocks, cta), stream_start(stream_k, units * blocks, cta + 1));
+                prop_assert!(stop > start, "CTA {} of {} has no block", cta, stream_k.ctas);
+                let (mut u, mut first, mut at) = (start / blocks, start % blocks, start);
+                let mut segments = 0;
+                while at < stop {
+                    let end = blocks.min(stop - u * blocks);
+                    (first..end).for_each(|block| taken[(u * blocks + block) as usize] += 1);
+                    if first > 0 {
+                        prop_assert_eq!(segments, 0, "a partial past a CTA's first segment");
+                        partials[u as usize].push(cta);
+                    } else if end < blocks {
+                        let unit_end = (u + 1) * blocks;
+                        let last = (cta + 1..stream_k.ctas).find(|&c| stream_start(stream_k, units * blocks, c) >= unit_end).unwrap_or(stream_k.ctas);
+                        added[u as usize].extend(cta + 1..last);
+                    }
+                    segments += 1;
+                    at += end - first;
+                    u += 1;
+                    first = 0;
+                }
+            }
+            prop_assert!(taken.iter().all(|&n| n == 1), "a block taken {:?} times", taken.iter().find(|&&n| n != 1));
+            prop_assert_eq!(stream_start(stream_k, units * blocks, stream_k.ctas), units * blocks);
+            prop_assert_eq!(partials, added);
         }
     }
 
@@ -1760,8 +1914,9 @@ mod tests {
         // Backward-weight's units take one tap or three (3x3: 2 and 4 do not divide 9); three B
         // tiles fit 32 tiles (64 and 128 columns: 192 accumulators at most).
         let three_tap_tiles = 32;
-        // The 52 without a persistent grid sum 2 or 4 slices in the cluster too.
-        assert_eq!(WgmmaConfig::all(&weight).len(), (tiles + three_tap_tiles) * (1 + 2 * (SPLITS.len() - 1)) + 2 * 52);
+        // The 52 without a persistent grid sum 2 or 4 slices in the cluster too, and the 26 of
+        // those of lone CTAs (17 of one tap, 9 of three) run stream-K.
+        assert_eq!(WgmmaConfig::all(&weight).len(), (tiles + three_tap_tiles) * (1 + 2 * (SPLITS.len() - 1)) + 2 * 52 + 26);
         let staged_in_fp32 = Tile { bn: 128, wg: 2, st: 5, cl: 1, persistent: true, taps: 1, mr: 1 };
         assert!(staged_in_fp32.check(DataType::Bf16).is_ok() && staged_in_fp32.check(DataType::Tf32).is_err());
         for p in [&forward, &weight] {
@@ -1780,7 +1935,10 @@ mod tests {
         assert!(error(&one_row_tile, split(2, 1, 0)).contains("shares loads between row tiles"));
         assert!(error(&weight, split(1, 1, 1)).contains("needs ks over 1"));
         assert!(error(&weight, split(1, 8, 2)).contains("red 2 (sums in the cluster) takes ks [2, 4]"));
-        assert!(error(&weight, split(1, 2, 3)).contains("red must be 0"));
+        assert!(error(&weight, split(1, 2, 4)).contains("red must be 0"));
+        assert!(error(&weight, split(1, 2, 3)).contains("ks must be 1"));
+        assert!(error(&weight, split(2, 1, 3)).contains("cl 1, ps 0"));
+        assert!(error(&forward, split(1, 1, 3)).contains("backward-weight's"));
         let persistent_cluster_sums = Config::new([("bn", 64), ("wg", 1), ("st", 4), ("cl", 1), ("ps", 1), ("ks", 2), ("red", 2)]);
         assert!(error(&weight, persistent_cluster_sums).contains("not ps 1"));
         let big_cluster_sums = Config::new([("bn", 256), ("wg", 2), ("st", 3), ("cl", 1), ("ps", 0), ("ks", 4), ("red", 2)]);
