@@ -339,7 +339,10 @@ fn pixel_blocks(p: &ConvProblem) -> u64 {
 
 /// Whether the kernels read the source (x, or backward-data's dy) as a matrix of pixels x
 /// channels by tiled loads (the kernel's SRC_TILED): a 1x1 filter at stride 1 without padding,
-/// whose one product's window at a destination pixel is the source pixel of its index.
+/// whose one product's window at a destination pixel is the source pixel of its index. A
+/// compile-time choice, though it adds builds (ResNet-50's every direction: 28 -> 38 of this
+/// solver): chosen at run time, the producer keeping both loads and the pixel cursor, the 210
+/// dense 1x1 layers ran 0.983x im2col's time on the H100, against 0.958x so.
 fn reads_source_tiled(p: &ConvProblem) -> bool {
     applicability::plain_1x1(p).is_ok()
 }
