@@ -34,20 +34,20 @@
 // store the last, through a staging area of their own.
 //
 // Compile-time: WEIGHT (1: the backward-weight kernel; 0: the other directions' kernels, so a
-// build compiles only what it runs), SPATIAL (1, 2, 3: the im2col map's rank less two), BN
-// (64, 128, 256), CONSUMERS (1, 2), MR (1; 2 in forward and backward-data), STAGES, CLUSTER
-// (1, 2), PERSISTENT (0, 1), SPLIT (the output mode; over 0 compiles the epilogue of fp32
-// partial sums, for configs that split through the workspace, and only it), KSPLIT (1; 2 or 4
-// slices of the reduction summed in the cluster), TAPS (backward-weight: the filter taps a unit
-// sums at once, sharing each block of dy), SRC_TILED (1: the source, x or backward-data's dy,
-// read as a matrix of pixels x channels by tiled loads, where the filter is 1x1 at stride 1
-// without padding, so that a destination pixel's window is the source pixel of its index: the
-// im2col unit's per-pixel work cost small layers up to 1.2 us) and the data type (bf16, fp16, or fp32 multiplied as tf32:
-// GCONV_TF32, forward and backward-data only), MAX_PRODUCTS and PRODUCTS. Run-time: the
-// problem (for igemm_wgmma per product as a forward convolution of src into dst: for
-// backward-data dy's extents as the input's, the phase's dx pixels as the output, the groups'
-// channel counts swapped and the phase's taps, padding and dilation) and the tensor maps, made
-// on the host.
+// build compiles only what it runs), SPATIAL (1, 2, 3: the im2col map's rank less two), BN (64,
+// 128, 256), CONSUMERS (1, 2), MR (1; 2 in forward and backward-data), STAGES, CLUSTER (1, 2),
+// PERSISTENT (0, 1), SPLIT (the output mode; over 0 compiles the epilogue of fp32 partial sums,
+// for configs that split through the workspace, and only it), KSPLIT (1; 2 or 4 slices of the
+// reduction summed in the cluster), TAPS (backward-weight: the filter taps a unit sums at once,
+// sharing each block of dy), SRC_TILED (1: the source, x or backward-data's dy, read as a
+// matrix of pixels x channels by tiled loads, where the filter is 1x1 at stride 1 without
+// padding, so that a destination pixel's window is the source pixel of its index: the im2col
+// unit's per-pixel work cost small layers up to 1.2 us) and the data type (bf16, fp16, or fp32
+// multiplied as tf32: GCONV_TF32, forward and backward-data only), MAX_PRODUCTS and PRODUCTS.
+// Run-time: the problem (for igemm_wgmma per product as a forward convolution of src into dst:
+// for backward-data dy's extents as the input's, the phase's dx pixels as the output, the
+// groups' channel counts swapped and the phase's taps, padding and dilation) and the tensor
+// maps, made on the host.
 
 // Tiles are rows of 128 bytes: BK reduction elements of a K-major row (64 16-bit values, 32
 // fp32 for tf32), or 64 M or N elements of an MN-major row (16-bit only). One MMA takes

@@ -3,26 +3,25 @@
 //! devices only. Channels-last 1D, 2D and 3D; bf16 and fp16 in every direction, fp32 as tf32
 //! forward and backward-data; groups in the grid.
 //!
-//! Forward reads x by TMA im2col (the filter tap as the load's offset, the padding zero-filled
-//! by the TMA unit) and the filter by tiled loads, both K-major; a 1x1 filter at stride 1
-//! without padding reads its source (x, backward-data's dy) by tiled loads as a matrix of
-//! pixels x channels, in every direction. Backward-data is the forward
-//! product of dy with the filter flipped and transposed and the padding mirrored (16-bit types
-//! read w's rows straight as an MN-major B, each product tap mapped to w's; tf32, K-major only,
-//! from a transposed copy a small kernel writes into the workspace), once per sub-pixel phase
-//! at a stride over one (each phase's dx pixels are reached by one residue class of taps and
-//! written with the stride; a phase no tap reaches gets zeros), up to eight phases' products in
-//! one launch. Backward-weight multiplies dy (tiled loads) by x (im2col at each tap's offsets),
-//! both MN-major, per group and tap, its pixel reduction split into `ks` slices summed (`red`)
-//! by atomics into an fp32 workspace, in two stages, or in the cluster (2 or 4 slices as CTAs
-//! of one cluster adding their tiles through distributed shared memory: one launch, no
-//! workspace); or stream-K (`red 3`): a CTA per SM takes an even share of all tiles' blocks of
-//! pixels, a tile cut between CTAs finished by the one with its first blocks from the others'
-//! partial sums in the workspace. Forward and backward-data split their reductions (taps x channels) the same
-//! way where `ks` is over 1, for layers with too few tiles to fill the GPU. A dense layer with
-//! too few channels for a TMA row (an RGB stem) runs packed: its taps along W moved into the
-//! channels (see tap_packing); a grouped layer with too few per group (ResNeXt's) runs with
-//! its groups blocked into groups of a row's channels, the filter block-diagonal (see
+//! Forward reads x by TMA im2col (the filter tap as the load's offset, the padding zero-filled by
+//! the TMA unit) and the filter by tiled loads, both K-major; a 1x1 filter at stride 1 without
+//! padding reads its source (x, backward-data's dy) by tiled loads as a matrix of pixels x
+//! channels, in every direction. Backward-data is the forward product of dy with the filter flipped
+//! and transposed and the padding mirrored (16-bit types read w's rows straight as an MN-major B,
+//! each product tap mapped to w's; tf32, K-major only, from a transposed copy a small kernel writes
+//! into the workspace), once per sub-pixel phase at a stride over one (each phase's dx pixels are
+//! reached by one residue class of taps and written with the stride; a phase no tap reaches gets
+//! zeros), up to eight phases' products in one launch. Backward-weight multiplies dy (tiled loads)
+//! by x (im2col at each tap's offsets), both MN-major, per group and tap, its pixel reduction split
+//! into `ks` slices summed (`red`) by atomics into an fp32 workspace, in two stages, or in the
+//! cluster (2 or 4 slices as CTAs of one cluster adding their tiles through distributed shared
+//! memory: one launch, no workspace); or stream-K (`red 3`): a CTA per SM takes an even share of
+//! all tiles' blocks of pixels, a tile cut between CTAs finished by the one with its first blocks
+//! from the others' partial sums in the workspace. Forward and backward-data split their reductions
+//! (taps x channels) the same way where `ks` is over 1, for layers with too few tiles to fill the
+//! GPU. A dense layer with too few channels for a TMA row (an RGB stem) runs packed: its taps along
+//! W moved into the channels (see tap_packing); a grouped layer with too few per group (ResNeXt's)
+//! runs with its groups blocked into groups of a row's channels, the filter block-diagonal (see
 //! group_packing).
 //!
 //! A producer warpgroup issues the loads onto an mbarrier pipeline of `st` stages and `wg`
@@ -341,8 +340,9 @@ fn pixel_blocks(p: &ConvProblem) -> u64 {
 /// channels by tiled loads (the kernel's SRC_TILED): a 1x1 filter at stride 1 without padding,
 /// whose one product's window at a destination pixel is the source pixel of its index. A
 /// compile-time choice, though it adds builds (ResNet-50's every direction: 28 -> 38 of this
-/// solver): chosen at run time, the producer keeping both loads and the pixel cursor, the 210
-/// dense 1x1 layers ran 0.983x im2col's time on the H100, against 0.958x so.
+/// solver): chosen at run time, even with a producer loop of each kind and no pixel cursor for
+/// the tiled one, the 210 dense 1x1 layers ran 0.966x im2col's time on the H100 (forward
+/// 0.973x), against 0.958x (0.952x) so.
 fn reads_source_tiled(p: &ConvProblem) -> bool {
     applicability::plain_1x1(p).is_ok()
 }
@@ -803,7 +803,6 @@ impl Product {
         Ok(())
     }
 
-    /// The source's im2col map, `channels` x `pixels` per load.
     /// The source's map for loads of `pixels` pixels x `channels` channels: tiled where the
     /// kernels read it so (reads_source_tiled), else im2col.
     fn source_map(&self, p: &ConvProblem, channels: u32, pixels: u32) -> SourceMap {
@@ -814,6 +813,7 @@ impl Product {
         }
     }
 
+    /// The source's im2col map, `channels` x `pixels` per load.
     fn im2col(&self, channels: u32, pixels: u32) -> Im2col {
         let active = 3 - self.lower.len()..3;
         Im2col {
