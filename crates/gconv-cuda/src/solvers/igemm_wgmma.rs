@@ -536,8 +536,11 @@ impl WgmmaConfig {
         if units * u64::from(self.tile.cl) > MAX_GRID_X {
             return Err(format!("{units} work units exceed the grid"));
         }
-        if self.split.reduction == Reduction::StreamK && units * pixel_blocks(p) > i32::MAX as u64 {
-            return Err(format!("red 3 (stream-K) counts {units} tiles x {} blocks of pixels in 32 bits", pixel_blocks(p)));
+        if self.split.reduction == Reduction::StreamK {
+            let blocks = pixel_blocks(p);
+            if units * blocks > i32::MAX as u64 {
+                return Err(format!("red 3 (stream-K) counts {units} tiles x {blocks} blocks of pixels in 32 bits"));
+            }
         }
         let bytes = self.split.workspace_bytes(destination_elements(p));
         if bytes > MAX_WORKSPACE_BYTES {
@@ -1051,7 +1054,7 @@ const WEIGHT_CLUSTER_SUMS_US_PER_MILLION: f64 = 2.32;
 /// and a split's cost. None past the pixels it decides for.
 fn quickest_weight_1x1(p: &ConvProblem, sms: u64) -> Option<WgmmaConfig> {
     let geo = Geometry::new(p);
-    let pixel_blocks = ((geo.n * geo.output_volume()) as u64).div_ceil(u64::from(PIXEL_BLOCK));
+    let pixel_blocks = pixel_blocks(p);
     if pixel_blocks > WEIGHT_1X1_MAX_PIXEL_BLOCKS {
         return None;
     }
