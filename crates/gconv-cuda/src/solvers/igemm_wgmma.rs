@@ -834,10 +834,10 @@ impl WgmmaConfig {
     /// The config a problem starts from on a GPU of `sms` SMs. Forward and backward-data: the
     /// tile and split (of 1, 2 or 4 slices) a wave model of the kernel's time expects to finish
     /// first (see TILE_COSTS), in pairs of CTAs where the product is narrow on one side and has
-    /// many rows. Backward-weight: 1x1 layers by a wave model of their own
-    /// (quickest_weight_1x1); others columns by input channels per group, rows by output
-    /// channels, and the fewest slices of the pixels that fill the GPU while each keeps a few
-    /// blocks of work; four stages where they fit.
+    /// many rows. Backward-weight: 1x1 layers, and dense ones whose taps are not in threes, by a
+    /// wave model of their own (quickest_weight_one_tap); others columns by input channels per
+    /// group, rows by output channels, and the fewest slices of the pixels that fill the GPU
+    /// while each keeps a few blocks of work; four stages where they fit.
     fn default_for(p: &ConvProblem, sms: u64) -> WgmmaConfig {
         let with_stages = |bn: u32, wg: u32| {
             let tile = |st: u32| Tile { bn, wg, st, cl: 1, persistent: false, taps: 1, mr: 1 };
@@ -853,8 +853,12 @@ impl WgmmaConfig {
             let (kg, cg) = (geo.kg as u32, geo.cg as u32);
             let blocks = |tile: Tile| u64::from(kg.div_ceil(tile.rows()) * cg.div_ceil(tile.bn)) * geo.filter_volume() as u64 * u64::from(p.g);
             let pixel_blocks = (geo.n * geo.output_volume()) as u64 / u64::from(PIXEL_BLOCK);
-            if geo.filter_volume() == 1 {
-                if let Some(config) = quickest_weight_1x1(p, sms) {
+            // Dense filters whose taps do not come in threes have units of one tap, each a 1x1
+            // layer's: c384 k768 14x14 2x2 s2 ran its rule's 256-column tiles in 22.1 us on 48
+            // SMs (unsplit), the model's 128-column ones in 17.1 on 96 (H100, session 21 sweep).
+            let one_tap_units = geo.filter_volume() == 1 || (p.g == 1 && !geo.filter_volume().is_multiple_of(3));
+            if one_tap_units {
+                if let Some(config) = quickest_weight_one_tap(p, sms) {
                     return config;
                 }
             }
@@ -1049,17 +1053,18 @@ const WEIGHT_SPLIT_US_PER_MILLION_SUMS: f64 = 1.74;
 const WEIGHT_CLUSTER_SUMS_US: f64 = 2.30;
 const WEIGHT_CLUSTER_SUMS_US_PER_MILLION: f64 = 2.32;
 
-/// The 1x1 backward-weight tile and split the model expects to finish first: ceil(units / SMs)
-/// waves of tiles x slices, each of its slice's blocks of 64 pixels and the wave's own cost,
-/// and a split's cost. None past the pixels it decides for.
-fn quickest_weight_1x1(p: &ConvProblem, sms: u64) -> Option<WgmmaConfig> {
+/// The backward-weight tile and split the 1x1 model expects to finish first where each unit
+/// sums one tap: ceil(units / SMs) waves of tiles (of every tap) x slices, each of its slice's
+/// blocks of 64 pixels and the wave's own cost, and a split's cost. None past the pixels it
+/// decides for.
+fn quickest_weight_one_tap(p: &ConvProblem, sms: u64) -> Option<WgmmaConfig> {
     let geo = Geometry::new(p);
     let pixel_blocks = pixel_blocks(p);
     if pixel_blocks > WEIGHT_1X1_MAX_PIXEL_BLOCKS {
         return None;
     }
     let modelled = |config: WgmmaConfig, cost: &TileCost| {
-        let tiles = (geo.kg as u64).div_ceil(u64::from(config.tile.rows())) * (geo.cg as u64).div_ceil(u64::from(config.tile.bn)) * u64::from(p.g);
+        let tiles = (geo.kg as u64).div_ceil(u64::from(config.tile.rows())) * (geo.cg as u64).div_ceil(u64::from(config.tile.bn)) * geo.filter_volume() as u64 * u64::from(p.g);
         let slices = u64::from(config.split.slices);
         let units = tiles * slices;
         let waves = units.div_ceil(sms) as f64 * (pixel_blocks as f64 / slices as f64 * cost.per_block_us + cost.per_wave_us);
@@ -1870,6 +1875,13 @@ mod tests {
         // 1x1 past the model's pixels: the rule's many slices (the model's eight took 6x the time).
         let many_pixels_1x1 = default_of("v1:bwd-weight:bf16:NHWC:n32:c64:k64:i56x56:f1x1:s1x1:p0x0:d1x1");
         assert!(many_pixels_1x1.split.slices > 8, "{many_pixels_1x1:?}");
+        // 2x2 at stride 2, units of a tap by the model: 768 x 384 x 4 taps in 96 tiles of 128 x
+        // 128 unsplit (17.1 us in session 21's sweep, its fastest; the rule's 128 x 256, 22.1).
+        let patches = default_of("v1:bwd-weight:bf16:NHWC:n32:c384:k768:i14x14:f2x2:s2x2:p0x0:d1x1");
+        assert_eq!((patches.tile.bn, patches.tile.wg, patches.tile.taps, patches.split), (128, 2, 1, UNSPLIT));
+        // 14x14 of them: four slices of 128 x 128 (20.3 us, the sweep's fastest).
+        let more_patches = default_of("v1:bwd-weight:bf16:NHWC:n32:c192:k384:i28x28:f2x2:s2x2:p0x0:d1x1");
+        assert_eq!((more_patches.tile.bn, more_patches.tile.wg, more_patches.split.slices), (128, 2, 4));
     }
 
     #[test]
