@@ -294,7 +294,8 @@ struct Pipeline {
     __device__ unsigned stage(int s) const { return base + s * STAGE_BYTES; }
     __device__ unsigned full(int s) const { return bars + 8 * s; }
     __device__ unsigned empty(int s) const { return bars + 8 * (STAGES + s); }
-    __device__ unsigned staging() const { return bars + 16 * STAGES; }
+    // 1024-byte aligned: a TMA store reads it with the 128-byte swizzle.
+    __device__ unsigned staging() const { return (bars + 16 * STAGES + 1023) & ~1023u; }
 };
 
 __device__ __forceinline__ Pipeline pipeline_init(unsigned char* raw) {
@@ -509,13 +510,21 @@ __device__ __forceinline__ void consumer_start(float* d) {
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"r"(CONSUMERS * 128) : "memory"); }
 __device__ __forceinline__ void warpgroup_sync(int slice) { asm volatile("bar.sync %0, 128;" ::"r"(2 + slice) : "memory"); }
 
-// The forward epilogue's staging of a consumer's 64 MR x BN results: rows of BN values and 16
-// bytes more, so that a warp's fragment writes (8 rows at a time) spread over the banks, and
-// rows start 16-byte aligned. Without PERSISTENT in the stages' memory (free once the last
-// unit's loads have landed), with it in an area of its own (the producer is loading the
-// next unit into the stages meanwhile).
-#define STAGED_ROW (BN + 16 / (int)sizeof(elem_t))
-static_assert(PERSISTENT || BM * STAGED_ROW * sizeof(elem_t) <= STAGES * STAGE_BYTES, "the staged results must fit in the stages");
+// The forward epilogue's staging of a consumer's 64 MR x BN results, laid out as a TMA store of
+// them reads it: panels of PANEL_COLUMNS columns, a 128-byte row each, 64 MR rows a panel,
+// swizzled in 128 bytes as the loads' tiles are (so a warp's fragment writes, 8 rows at a time,
+// and its 16-byte reads spread over the banks). Without PERSISTENT in the stages' memory (free
+// once the last unit's loads have landed), with it in an area of its own (the producer is
+// loading the next unit into the stages meanwhile).
+constexpr int PANEL_COLUMNS = ROW_BYTES / sizeof(elem_t);
+constexpr unsigned PANEL_BYTES = 64 * MR * ROW_BYTES, STAGED_BYTES = BM * BN * sizeof(elem_t);
+static_assert(PERSISTENT || STAGED_BYTES <= STAGES * STAGE_BYTES, "the staged results must fit in the stages");
+
+// The byte of element (row, column) in a consumer's staged results.
+__device__ __forceinline__ unsigned staged_at(int row, int column) {
+    const unsigned byte = column % PANEL_COLUMNS * sizeof(elem_t);
+    return column / PANEL_COLUMNS * PANEL_BYTES + row * ROW_BYTES + ((byte / 16 ^ row % 8) * 16) + byte % 16;
+}
 
 // The units a cluster takes: the one its place in the grid names, and (PERSISTENT) every one a
 // grid's worth of clusters on from there. Without PERSISTENT the grid has a cluster per unit.
@@ -537,7 +546,7 @@ constexpr unsigned FRAGMENT_BYTES = 32 * 16 * (B_TILES * BN / 8);
 #if WEIGHT
 constexpr unsigned SUMS_START = 0;
 #else
-constexpr unsigned SUMS_START = (BM * STAGED_ROW * sizeof(elem_t) + 127) / 128 * 128;
+constexpr unsigned SUMS_START = STAGED_BYTES;
 #endif
 #if KSPLIT > 1
 static_assert(OWNED_ROWS % 16 == 0, "a slice stores whole fragments");
@@ -614,6 +623,15 @@ __device__ __forceinline__ void producer_joins_sums() {
     cluster_sync();
 #endif
 }
+
+// A box of a 3D array from shared memory (x innermost), by a tiled map, in a bulk group of the
+// thread's; bulk_wait_read: until the thread's groups have read their shared memory (their
+// writes complete on their own).
+__device__ __forceinline__ void store_tile(const TensorMap* map, unsigned src, int x, int y) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];" ::"l"(map), "r"(x), "r"(y), "r"(0), "r"(src) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 
 __device__ __forceinline__ void store_pair(elem_t* at, float v0, float v1) {
     if constexpr (sizeof(elem_t) == 4) {
@@ -907,15 +925,18 @@ struct Products {
 
 // PRODUCTS: 1 where the problem has one product (forward, backward-data at unit stride): the
 // kernel takes its maps, problem and taps as parameters of their own, and the product's index
-// folds away; else MAX_PRODUCTS, from a Products struct.
+// folds away, and with them a map of the destination as a matrix (rows of channels) that its
+// results may be stored by (dst_tiled); else MAX_PRODUCTS, from a Products struct.
 #if PRODUCTS == 1
-#define PRODUCT_PARAMETERS const __grid_constant__ TensorMap src_map, const __grid_constant__ TensorMap filter_map, ConvParams product, TapMap product_taps
+#define PRODUCT_PARAMETERS \
+    const __grid_constant__ TensorMap src_map, const __grid_constant__ TensorMap filter_map, const __grid_constant__ TensorMap dst_map, ConvParams product, TapMap product_taps
 #define PRODUCT_COUNT 1
 #define PRODUCT(q) product
 #define PRODUCT_TAPS(q) product_taps
 #define PRODUCT_SRC(q) (&src_map)
 #define PRODUCT_FILTER(q) (&filter_map)
 #define PRODUCT_OFFSET(q) 0
+#define DST_MAP (&dst_map)
 #else
 #define PRODUCT_PARAMETERS const __grid_constant__ Products products
 #define PRODUCT_COUNT products.count
@@ -924,6 +945,7 @@ struct Products {
 #define PRODUCT_SRC(q) (&products.src[q])
 #define PRODUCT_FILTER(q) (&products.filter[q])
 #define PRODUCT_OFFSET(q) products.dst_offset[q]
+#define DST_MAP ((const TensorMap*)nullptr)
 #endif
 
 __device__ __forceinline__ int product_pixels(const ConvParams& p) { return p.out[0] * p.out[1] * p.out[2]; }
@@ -950,7 +972,7 @@ __device__ __forceinline__ Destination destination(const ConvParams& p) {
 }
 
 extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
-    igemm_wgmma(PRODUCT_PARAMETERS, elem_t* dst, float* ws, int split_arg, int mode, int slice_elements) {
+    igemm_wgmma(PRODUCT_PARAMETERS, elem_t* dst, float* ws, int split_arg, int mode, int slice_elements, int dst_tiled) {
     // Unsplit builds fold the slice arithmetic away: with one block per unit (1x1 layers of 64
     // channels) its divisions cost as much as the unit's MMAs.
     const int splits = SPLIT ? split_arg : 1;
@@ -1057,11 +1079,12 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         consumer_start(d);
         const int slice = wg - 1;
         constexpr int CHUNK = 16 / (int)sizeof(elem_t), CHUNKS = BN / CHUNK;
-#if PERSISTENT
-        elem_t* staged = reinterpret_cast<elem_t*>(raw + (pl.staging() - smem_addr(raw))) + slice * 64 * MR * STAGED_ROW;
-#else
-        elem_t* staged = reinterpret_cast<elem_t*>(raw + (pl.base - smem_addr(raw))) + slice * 64 * MR * STAGED_ROW;
-#endif
+        // The results leave by TMA stores of the staged panels, each warp its own 16 rows (those
+        // of its fragments: no barrier of the warpgroup), where the host made a map of the
+        // destination and the CTA stores whole tiles.
+        const bool tiled_store = PRODUCTS == 1 && KSPLIT == 1 && dst_tiled;
+        const unsigned staged_base = (PERSISTENT ? pl.staging() : pl.base) + slice * PANEL_BYTES * (BN / PANEL_COLUMNS);
+        unsigned char* staged = raw + (staged_base - smem_addr(raw));
         int it = 0, current = 0;
         Destination out = destination(PRODUCT(0));
         FOR_EACH_UNIT(u, units) {
@@ -1113,30 +1136,55 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                 // The results leave through shared memory, so that each destination row goes in
                 // 16-byte chunks, a warp's stores contiguous.
 #if PERSISTENT
-                warpgroup_sync(slice);  // its rows of the unit before have left
+                if (tiled_store) {
+                    if (threadIdx.x % 32 == 0) bulk_wait_read();
+                    __syncwarp();  // the warp's rows of the unit before have left
+                } else {
+                    warpgroup_sync(slice);  // its rows of the unit before have left
+                }
 #else
                 consumers_sync();  // every consumer is done with the stages (their loads all landed)
 #endif
 #pragma unroll
                 for (int mr = 0; mr < MR; ++mr) {
                     if (!stores_fragment(fragment_index(slice, mr, threadIdx.x % 128 / 32))) continue;
-                    for_each_pair(d + mr * (BN / 2), [&](int row, int column, float v0, float v1) { store_pair(staged + (mr * 64 + row) * STAGED_ROW + column, v0, v1); });
+                    for_each_pair(d + mr * (BN / 2), [&](int row, int column, float v0, float v1) { store_pair(reinterpret_cast<elem_t*>(staged + staged_at(mr * 64 + row, column)), v0, v1); });
                 }
                 // The MMAs read the accumulators: zeros let them die here, not live on through
                 // the stores into the next unit.
                 zero(d);
-                warpgroup_sync(slice);
-                // The consumer's rows this CTA stores: all of them, or with KSPLIT its slice's.
-                const int owned = cluster_slice() * OWNED_ROWS - slice * 64 * MR;
-                const int first_row = KSPLIT == 1 ? 0 : max(owned, 0), end_row = KSPLIT == 1 ? 64 * MR : min(owned + OWNED_ROWS, 64 * MR);
-                for (int i = first_row * CHUNKS + threadIdx.x % 128; i < end_row * CHUNKS; i += 128) {
-                    const int row = i / CHUNKS, column = i % CHUNKS * CHUNK;
-                    const int m = t.m0 + slice * 64 * MR + row, n = t.n0 + column;
-                    if (m >= m_total || n >= p.kg) continue;
-                    *reinterpret_cast<uint4*>(dst + dst_index(m, t.g * p.kg + n)) = *reinterpret_cast<const uint4*>(staged + row * STAGED_ROW + column);
+                if (tiled_store) {
+                    // The staged results, written through the generic proxy, made visible to the
+                    // TMA's (async) proxy before it reads them.
+                    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                    __syncwarp();
+                    if (threadIdx.x % 32 == 0) {
+                        const int warp_row = threadIdx.x % 128 / 32 * 16;
+#pragma unroll
+                        for (int mr = 0; mr < MR; ++mr)
+#pragma unroll
+                            for (int q = 0; q < BN / PANEL_COLUMNS; ++q) {
+                                const int row = mr * 64 + warp_row;
+                                store_tile(DST_MAP, staged_base + q * PANEL_BYTES + row * ROW_BYTES, t.g * p.kg + t.n0 + q * PANEL_COLUMNS, t.m0 + slice * 64 * MR + row);
+                            }
+                        bulk_commit();
+                    }
+                } else {
+                    warpgroup_sync(slice);
+                    // The consumer's rows this CTA stores: all of them, or with KSPLIT its slice's.
+                    const int owned = cluster_slice() * OWNED_ROWS - slice * 64 * MR;
+                    const int first_row = KSPLIT == 1 ? 0 : max(owned, 0), end_row = KSPLIT == 1 ? 64 * MR : min(owned + OWNED_ROWS, 64 * MR);
+                    for (int i = first_row * CHUNKS + threadIdx.x % 128; i < end_row * CHUNKS; i += 128) {
+                        const int row = i / CHUNKS, column = i % CHUNKS * CHUNK;
+                        const int m = t.m0 + slice * 64 * MR + row, n = t.n0 + column;
+                        if (m >= m_total || n >= p.kg) continue;
+                        *reinterpret_cast<uint4*>(dst + dst_index(m, t.g * p.kg + n)) = *reinterpret_cast<const uint4*>(staged + staged_at(row, column));
+                    }
                 }
             }
         }
+        // The stores read the staging (without PERSISTENT, the stages) until they are done.
+        if (tiled_store && threadIdx.x % 32 == 0) bulk_wait_read();
     }
     cluster_sync();
 }
