@@ -1277,10 +1277,9 @@ impl IgemmWgmma {
         let all = Product::all(p);
         let one_product = all.len() == 1;
         let destination = stores_tiles(p, config, user, one_product).then(|| {
-            let rows = (geo.n * if p.direction == Direction::Forward { geo.output_volume() } else { geo.input_volume() }) as u64;
-            let columns = if p.direction == Direction::Forward { p.k } else { p.c };
+            let (_, columns) = all[0].channels();
             // A warp stores its 16 rows of each 64-row slice, a 128-byte row of columns at a time.
-            ([u64::from(columns), rows, 1], [row_elements(p.dtype), 16, 1])
+            ([u64::from(columns), all[0].rows, 1], [row_elements(p.dtype), 16, 1])
         });
         let launches = all
             .chunks(MAX_PRODUCTS)
@@ -1440,11 +1439,12 @@ impl Invoker<Cuda> for WgmmaInvoker {
             };
             // A kernel built for one product takes it in parameters of their own (see the kernel),
             // and the destination's map where it stores tiles (else a map it does not read).
-            let dst_map = match self.destination {
-                Some((extents, boxes)) => TensorMap::tiled(dst, self.dtype, extents, boxes)?,
-                None => products.src[0],
-            };
+            let dst_map;
             let mut args = if self.one_product {
+                dst_map = match self.destination {
+                    Some((extents, boxes)) => TensorMap::tiled(dst, self.dtype, extents, boxes)?,
+                    None => products.src[0],
+                };
                 let [src, filter] = [&products.src[0], &products.filter[0]].map(Arg::TensorMap);
                 vec![src, filter, Arg::TensorMap(&dst_map), Arg::Params(&products.params[0]), Arg::Taps(&products.taps[0])]
             } else {
