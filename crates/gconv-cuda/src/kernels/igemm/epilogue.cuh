@@ -86,13 +86,13 @@ __device__ __forceinline__ void store_block(const ConvParams& p, const Block& bl
 #else
     const int tx = tid % TX, ty = tid / TX;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const int m = blk.m0 + ty + i * TY;
+    for (int i = 0; i < TM; ++i) {
+        const int m = blk.m0 + simt_row<TM, A_KMAJOR>(ty, i, TY, BM);
         if (m >= blk.M) continue;
         const int roff = row_offset(m);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const int col = tx + j * TX;
+        for (int j = 0; j < TN; ++j) {
+            const int col = simt_row<TN, B_KMAJOR>(tx, j, TX, BN);
             if (o.col_start + col < o.col_limit) emit(o, roff + o.col_base + col, acc[i][j][0]);
         }
     }

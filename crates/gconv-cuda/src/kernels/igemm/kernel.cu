@@ -15,7 +15,7 @@
 // STAGES (pipeline depth), CPW_A and CPW_B (elements per global->shared copy of each operand:
 // 16, 8 or 4 bytes by cp.async, 2 bytes by plain loads), TC (1: mma.sync with fp32 accumulation, m16n8k16 on 16-bit
 // types or m16n8k8 on TF32-rounded fp32 (GCONV_TF32), with WARPS_M x WARPS_N warps; 0: fp32
-// FMA, an 8x8 outer product per thread), OUT_MODE (see Output), TAP_BITS (tap-mask bits per
+// FMA, a TM x TN outer product per thread), OUT_MODE (see Output), TAP_BITS (tap-mask bits per
 // dimension), STRIDED (backward-data: 0 where every stride is 1, see phase_stride) and
 // MIN_BLOCKS (blocks per SM the registers are budgeted for).
 

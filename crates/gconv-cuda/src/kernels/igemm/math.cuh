@@ -96,11 +96,60 @@ __device__ __forceinline__ void store_pair(elem_t* p, float v0, float v1) {
 #define ACC_J NI
 #define ACC_E 4
 #else
-#define TX (BN / 8)
-#define TY (BM / 8)
-#define ACC_I 8
-#define ACC_J 8
+// SIMT: each thread owns TM x TN outputs (8 x 8, 4 along a 32-wide tile side) and reads its
+// operands 16 bytes at a time: four reduction steps of a row from K-major tiles, four
+// adjacent rows of one step from the others. Scalar reads left the FMA pipes waiting on shared
+// memory (one read per four FMAs).
+#if BM >= 64
+#define TM 8
+#else
+#define TM 4
+#endif
+#if BN >= 64
+#define TN 8
+#else
+#define TN 4
+#endif
+#define TX (BN / TN)
+#define TY (BM / TM)
+#define ACC_I TM
+#define ACC_J TN
 #define ACC_E 1
+
+// The tile row (or column) of a thread's r-th output along a side of `span` rows read by `lanes`
+// threads. K-major tiles space a thread's rows `lanes` apart, so that the lanes of a warp read
+// consecutive rows, which the row padding puts in distinct banks; the others give a thread
+// runs of four adjacent rows, `span / (R / 4)` apart.
+template <int R, bool KMAJOR>
+__device__ __forceinline__ int simt_row(int t, int r, int lanes, int span) {
+    return KMAJOR ? t + r * lanes : (r / 4) * (span / (R / 4)) + t * 4 + r % 4;
+}
+
+// A thread's R values of one operand at reduction steps k..k+3, as v[step][r].
+template <int R, bool KMAJOR>
+__device__ __forceinline__ void read_steps(float (&v)[4][R], const float* s, int ld, int k, int t, int lanes, int span) {
+    if (KMAJOR) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const float4 q = *reinterpret_cast<const float4*>(s + simt_row<R, true>(t, r, lanes, span) * ld + k);
+            v[0][r] = q.x;
+            v[1][r] = q.y;
+            v[2][r] = q.z;
+            v[3][r] = q.w;
+        }
+    } else {
+#pragma unroll
+        for (int step = 0; step < 4; ++step)
+#pragma unroll
+            for (int r = 0; r < R; r += 4) {
+                const float4 q = *reinterpret_cast<const float4*>(s + (k + step) * ld + simt_row<R, false>(t, r, lanes, span));
+                v[step][r] = q.x;
+                v[step][r + 1] = q.y;
+                v[step][r + 2] = q.z;
+                v[step][r + 3] = q.w;
+            }
+    }
+}
 #endif
 
 // Multiplies one pipeline stage (the A and B tiles in shared memory) into the accumulators.
@@ -130,16 +179,16 @@ __device__ __forceinline__ void multiply_stage(float (&acc)[ACC_I][ACC_J][ACC_E]
 #else
     const int tx = tid % TX, ty = tid / TX;
 #pragma unroll
-    for (int k = 0; k < BK; ++k) {
-        float a[8], b[8];
+    for (int k = 0; k < BK; k += 4) {
+        float a[4][TM], b[4][TN];
+        read_steps<TM, A_KMAJOR>(a, as, A_LD, k, ty, TY, BM);
+        read_steps<TN, B_KMAJOR>(b, bs, B_LD, k, tx, TX, BN);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) a[i] = to_f32(A_KMAJOR ? as[(ty + i * TY) * A_LD + k] : as[k * A_LD + ty + i * TY]);
+        for (int step = 0; step < 4; ++step)
 #pragma unroll
-        for (int j = 0; j < 8; ++j) b[j] = to_f32(B_KMAJOR ? bs[(tx + j * TX) * B_LD + k] : bs[k * B_LD + tx + j * TX]);
+            for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
-#pragma unroll
-            for (int j = 0; j < 8; ++j) acc[i][j][0] += a[i] * b[j];
+                for (int j = 0; j < TN; ++j) acc[i][j][0] += a[step][i] * b[step][j];
     }
 #endif
 }

@@ -15,6 +15,10 @@ const FILL_STEPS: f64 = 6.0;
 const BUSY_WARPS: f64 = 8.0;
 /// A backward-weight slice keeps at least this many reduction tiles, or its fill dominates.
 const MIN_TILES_PER_SLICE: u64 = 8;
+/// fp32 FMAs an SM issues a clock, and the bytes L2 feeds it meanwhile (H100: about 5.5 TB/s
+/// over 132 SMs at 1.75 GHz).
+const SIMT_FMAS_PER_CLOCK: f64 = 128.0;
+const SIMT_L2_BYTES: f64 = 24.0;
 /// Operand reuse of the 64x64 warp tile (rows x columns over their sum), the reference.
 const REFERENCE_REUSE: f64 = 32.0;
 
@@ -31,8 +35,10 @@ impl Planner {
             // pixel: 0.84x the time of 16-deep tiles over the 14 the H100 swept).
             Math::TensorCores if weight && shape.reduce > 32 => 16,
             Math::TensorCores => 32,
-            // Narrow copies mean more gathered rows per thread: a shallower tile.
-            Math::Simt if copy_widths(p).0 < 4 => 8,
+            // Narrow copies mean more gathered rows per thread: a shallower tile. Backward-weight
+            // takes 8-deep tiles, which hold twice the warps (`Tile::simt_pinned`): on the
+            // H100 0.84-0.85x the time of 16-deep ones (128 x 128, four large layers).
+            Math::Simt if copy_widths(p).0 < 4 || weight => 8,
             Math::Simt => 16,
         };
         let base = Tile { bm: 0, bn: 0, bk, warps_m: 1, warps_n: 1, stages: 3, splits: 1, two_stage: false };
@@ -67,7 +73,11 @@ impl Planner {
                     // Blocks resident per SM, as the accumulators' registers allow.
                     (wm, wn, if wm * wn >= 4096.0 { 2.0 } else if wm * wn >= 2048.0 { 3.0 } else { 4.0 })
                 }
-                Math::Simt => (64.0, 64.0, f64::from(256 / t.threads()).max(1.0)),
+                // A thread's outputs set the reuse: 8 x 8 of them count as the 64 x 64 reference.
+                Math::Simt => {
+                    let (outputs_m, outputs_n) = (Math::simt_outputs(t.bm), Math::simt_outputs(t.bn));
+                    (f64::from(outputs_m * 8), f64::from(outputs_n * 8), f64::from(t.simt_resident(p)))
+                }
             };
             // Shared-memory traffic per multiply falls with the warp tile's reuse.
             let reuse = warp_m * warp_n / (warp_m + warp_n) / REFERENCE_REUSE;
@@ -77,7 +87,15 @@ impl Planner {
             } else {
                 (shape.taps / shape.phases).max(1) * shape.reduce.div_ceil(u64::from(t.bk))
             };
-            per_sm * f64::from(t.bm * t.bn) * (steps as f64 + FILL_STEPS) / (reuse * busy)
+            // SIMT tiles also wait for their operands: fp32 reaches an SM from L2 at about
+            // SIMT_L2_BYTES a clock against 128 FMAs, which starves small tiles (on the H100
+            // 64 x 64 backward-weight tiles took 1.19x the time of 128 x 128 ones). Tensor-core
+            // tiles' loads overlap their multiplies.
+            let loads = match self.math {
+                Math::Simt => f64::from((t.bm + t.bn) * 4) * SIMT_FMAS_PER_CLOCK / SIMT_L2_BYTES,
+                Math::TensorCores => 0.0,
+            };
+            per_sm * (f64::from(t.bm * t.bn) / (reuse * busy) + loads) * (steps as f64 + FILL_STEPS)
         };
         // Equal costs go to the larger tile, then, between tiles of one area (and warp tile),
         // to the one that covers the least padding: c144 k6 backward-weight ran 2.76 us in

@@ -22,7 +22,7 @@ pub(super) struct Space {
     pub bm: &'static [u32],
     pub bn: &'static [u32],
     pub bk: &'static [u32],
-    /// Warp grids (wm, wn); empty where the tile sets the threads (SIMT: 8x8 outputs each).
+    /// Warp grids (wm, wn); empty where the tile sets the threads (SIMT: `Math::simt_outputs`).
     pub warps: &'static [(u32, u32)],
     pub stages: &'static [u32],
 }
@@ -35,7 +35,7 @@ const TENSOR_CORE_SPACE: Space = Space {
     stages: &[2, 3, 4],
 };
 
-const SIMT_SPACE: Space = Space { bm: &[64, 128], bn: &[64, 128], bk: &[8, 16, 32], warps: &[], stages: &[2, 3] };
+const SIMT_SPACE: Space = Space { bm: &[32, 64, 128], bn: &[32, 64, 128], bk: &[8, 16, 32], warps: &[], stages: &[2, 3] };
 
 impl Math {
     pub(super) fn space(self) -> &'static Space {
@@ -45,9 +45,19 @@ impl Math {
         }
     }
 
-    /// Warps of a SIMT tile: 8x8 outputs per thread.
+    /// Outputs a SIMT thread owns along a tile side: 8, or 4 along a 32-wide side (8 would
+    /// leave a 32 x 32 tile half a warp). The kernel's TM and TN.
+    pub(super) fn simt_outputs(side: u32) -> u32 {
+        if side >= 64 {
+            8
+        } else {
+            4
+        }
+    }
+
+    /// Warps of a SIMT tile.
     pub(super) fn simt_warps(bm: u32, bn: u32) -> u32 {
-        (bm / 8 * (bn / 8)).div_ceil(32)
+        (bm / Self::simt_outputs(bm) * (bn / Self::simt_outputs(bn))).div_ceil(32)
     }
 }
 
@@ -56,7 +66,7 @@ pub(super) struct Tile {
     pub bm: u32,
     pub bn: u32,
     pub bk: u32,
-    /// Warp grid (tensor cores); for SIMT each thread owns an 8x8 block of the tile.
+    /// Warp grid (tensor cores); for SIMT each thread owns a block of the tile (`simt_outputs`).
     pub warps_m: u32,
     pub warps_n: u32,
     pub stages: u32,
