@@ -98,8 +98,8 @@ __device__ __forceinline__ void store_pair(elem_t* p, float v0, float v1) {
 #else
 // SIMT: each thread owns TM x TN outputs (8 x 8, 4 along a 32-wide tile side) and reads its
 // operands 16 bytes at a time: four reduction steps of a row from K-major tiles, four
-// adjacent rows of one step from the others. Scalar reads left the FMA pipes waiting on shared
-// memory (one read per four FMAs).
+// adjacent rows of one step from the others, a read per 16 FMAs at 8 x 8 where scalar reads
+// took one per four.
 #if BM >= 64
 #define TM 8
 #else
