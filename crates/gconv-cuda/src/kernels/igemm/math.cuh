@@ -96,20 +96,10 @@ __device__ __forceinline__ void store_pair(elem_t* p, float v0, float v1) {
 #define ACC_J NI
 #define ACC_E 4
 #else
-// SIMT: each thread owns TM x TN outputs (8 x 8, 4 along a 32-wide tile side) and reads its
+// SIMT: each thread owns TM x TN outputs (compile-time, multiples of 4) and reads its
 // operands 16 bytes at a time: four reduction steps of a row from K-major tiles, four
 // adjacent rows of one step from the others, a read per 16 FMAs at 8 x 8 where scalar reads
 // took one per four.
-#if BM >= 64
-#define TM 8
-#else
-#define TM 4
-#endif
-#if BN >= 64
-#define TN 8
-#else
-#define TN 4
-#endif
 #define TX (BN / TN)
 #define TY (BM / TM)
 #define ACC_I TM

@@ -21,7 +21,7 @@ impl Tile {
     /// for 16 warps where `simt_pinned`, else left free.
     pub(super) fn min_blocks(&self, plan: &Planner, p: &ConvProblem) -> u32 {
         if plan.math == Math::Simt {
-            return if self.simt_pinned(p) { SIMT_PINNED_WARPS * 32 / self.threads() } else { 1 };
+            return if self.simt_pinned(p) { self.simt_resident(p) } else { 1 };
         }
         let (chunks_a, chunks_b) = self.chunks_per_thread(p);
         let widest = 16 / elem_bytes(p.dtype);

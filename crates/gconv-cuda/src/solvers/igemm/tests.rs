@@ -98,13 +98,16 @@ fn bad_configs_say_why() {
     assert!(Tile::from_config(&plan, &p, &"bm64_bn64_bk32_wm2_wn2_st3_ks16_red1".parse().unwrap()).is_ok());
 }
 
+/// The default config of the problem of `key`, as text.
+fn default_config(plan: &Planner, key: &str) -> String {
+    let p = ConvProblem::from_key(key).unwrap();
+    plan.default_tile(&p).to_config(plan.math, p.direction).to_string()
+}
+
 #[test]
 fn one_pixel_backward_weight_takes_one_deep_tile_with_the_least_padding() {
     let plan = planner(Math::TensorCores);
-    let default = |shape: &str| {
-        let p = ConvProblem::from_key(&format!("v1:bwd-weight:bf16:NHWC:{shape}")).unwrap();
-        plan.default_tile(&p).to_config(plan.math, p.direction).to_string()
-    };
+    let default = |shape: &str| default_config(&plan, &format!("v1:bwd-weight:bf16:NHWC:{shape}"));
     // The fastest of 92 tiles on the H100 (or within 2%): one 32-deep step holds the 32 pixels.
     assert_eq!(default("n32:c144:k6:i1x1:f1x1:s1x1:p0x0:d1x1"), "bm32_bn32_bk32_wm2_wn2_st3_ks1_red0");
     assert_eq!(default("n32:c6:k144:i1x1:f1x1:s1x1:p0x0:d1x1"), "bm64_bn16_bk32_wm4_wn1_st3_ks1_red0");
@@ -114,10 +117,7 @@ fn one_pixel_backward_weight_takes_one_deep_tile_with_the_least_padding() {
 #[test]
 fn simt_defaults_keep_large_tiles_busy_and_small_problems_spread() {
     let plan = planner(Math::Simt);
-    let default = |key: &str| {
-        let p = ConvProblem::from_key(key).unwrap();
-        plan.default_tile(&p).to_config(plan.math, p.direction).to_string()
-    };
+    let default = |key: &str| default_config(&plan, key);
     // On the H100 128 x 128 x 8 tiles (16 warps an SM) ran this layer in 0.72x the time of the
     // 64 x 64 x 16 ones the model took before it counted L2 traffic.
     assert_eq!(default("v1:bwd-weight:f32:NHWC:n32:c512:k512:i7x7:f3x3:s1x1:p1x1:d1x1"), "bm128_bn128_bk8_st3_ks4_red0");

@@ -46,7 +46,7 @@ impl Math {
     }
 
     /// Outputs a SIMT thread owns along a tile side: 8, or 4 along a 32-wide side (8 would
-    /// leave a 32 x 32 tile half a warp). The kernel's TM and TN.
+    /// leave a 32 x 32 tile half a warp). The kernel's TM and TN defines.
     pub(super) fn simt_outputs(side: u32) -> u32 {
         if side >= 64 {
             8
@@ -275,7 +275,7 @@ impl Tile {
             .define("MIN_BLOCKS", self.min_blocks(plan, p));
         match plan.math {
             Math::TensorCores => src.define("TC", 1).define("WARPS_M", self.warps_m).define("WARPS_N", self.warps_n),
-            Math::Simt => src.define("TC", 0),
+            Math::Simt => src.define("TC", 0).define("TM", Math::simt_outputs(self.bm)).define("TN", Math::simt_outputs(self.bn)),
         }
     }
 }
