@@ -15,9 +15,10 @@ out of the fit, and against the default of the build that ran the `*-base` side 
 given (--defaults, lines `DEF key config`). Needs numpy. Clusters (cl 2) are left out: the
 defaults add them by a rule of their own.
 
---weight fits WEIGHT_1X1_COSTS instead: 1x1 backward-weight layers of up to 100 blocks of 64
-pixels (WEIGHT_1X1_MAX_PIXEL_BLOCKS), tiles of 64 x wg rows (output channels) by bn columns
-(input channels), ceil(tiles x ks / SMS) waves of ceil(pixels / 64) / ks blocks each, a split's
+--weight fits WEIGHT_1X1_COSTS instead (--weight --tf32: WEIGHT_1X1_COSTS_TF32): 1x1
+backward-weight layers of up to 100 blocks of pixels (WEIGHT_1X1_MAX_PIXEL_BLOCKS; 64 pixels
+a block in 16-bit types, 32 in tf32), tiles of 64 x wg rows (output channels) by bn columns
+(input channels), ceil(tiles x ks / SMS) waves of the blocks / ks each, a split's
 cost a constant and per million fp32 sums (units x tile size) added by atomics, or with the sums
 in the cluster (red 2, two slices) a constant and a cost per million of its own.
 """
@@ -35,8 +36,9 @@ SMS = 132
 SHAPES = [(64, 1, 1, 1), (64, 2, 1, 1), (128, 1, 1, 1), (128, 2, 1, 1), (256, 1, 1, 1), (256, 2, 1, 1), (64, 2, 2, 1), (128, 2, 2, 0)]
 WEIGHT_SHAPES = [(64, 1, 1, 0), (64, 2, 1, 0), (128, 1, 1, 0), (128, 2, 1, 0), (256, 1, 1, 0), (256, 2, 1, 0)]
 WEIGHT_FITTED = ("s24-small-1x1-bwd-weight",)
+WEIGHT_FITTED_TF32 = ("s28-tf32-bwd-weight-sweep",)
 WEIGHT_MAX_PIXEL_BLOCKS = 100
-WEIGHT_KEY = re.compile(r"v1:bwd-weight:(bf16|f16):NHWC:n(\d+):c(\d+):k(\d+):i(\d+)x(\d+):f1x1:s(\d+)x(\d+):p0x0:d1x1$")
+WEIGHT_KEY = re.compile(r"v1:bwd-weight:(bf16|f16|tf32):NHWC:n(\d+):c(\d+):k(\d+):i(\d+)x(\d+):f1x1:s(\d+)x(\d+):p0x0:d1x1$")
 FITTED = ("s20-small-fwd-bwd-data", "rows-per-consumer", "small-fwd-bwd-data", "s20-default-ab-1-base", "s20-default-ab-1-new")
 KEY = re.compile(r"v1:(fwd|bwd-data):(bf16|f16):N[DH]*WC:n(\d+):c(\d+):k(\d+):i([\dx]+):f([\dx]+):s([\dx]+):p([\dx]+):d([\dx]+)(?::g(\d+))?$")
 
@@ -101,10 +103,10 @@ def weight_features(key, config):
     f = fields(config)
     if not m or f.get("cl", 1) != 1 or (f["bn"], f["wg"], 1, f["ps"]) not in WEIGHT_SHAPES:
         return None
-    _, n, c, k, h, w, sh, sw = m.groups()
+    dtype, n, c, k, h, w, sh, sw = m.groups()
     n, c, k, h, w, sh, sw = map(int, (n, c, k, h, w, sh, sw))
     bn, wg, ks = f["bn"], f["wg"], f.get("ks", 1)
-    pixel_blocks = math.ceil(n * math.ceil(h / sh) * math.ceil(w / sw) / 64)
+    pixel_blocks = math.ceil(n * math.ceil(h / sh) * math.ceil(w / sw) / (32 if dtype == "tf32" else 64))
     if pixel_blocks > WEIGHT_MAX_PIXEL_BLOCKS:
         return None
     i = WEIGHT_SHAPES.index((bn, wg, 1, f["ps"]))
@@ -134,10 +136,11 @@ def main():
     ap.add_argument("--defaults", help="`DEF key config` lines: the defaults to compare with")
     ap.add_argument("-v", "--verbose", action="store_true", help="a line per layer")
     ap.add_argument("--weight", action="store_true", help="fit the 1x1 backward-weight model")
+    ap.add_argument("--tf32", action="store_true", help="with --weight: its tf32 costs")
     args = ap.parse_args()
     shapes, featurize = (WEIGHT_SHAPES, weight_features) if args.weight else (SHAPES, features)
     if args.weight and args.sweeps == FITTED:
-        args.sweeps = WEIGHT_FITTED
+        args.sweeps = WEIGHT_FITTED_TF32 if args.tf32 else WEIGHT_FITTED
     samples = []
     for path in args.csv:
         with open(path) as f:

@@ -323,9 +323,10 @@ fn misses(rt: &dyn Runtime, p: &ConvProblem, (inputs, exact): (&ConvTensors, &[f
 /// phases no tap reaches, a stride with a dilation that shares a factor), dilation, pads
 /// (wider than the filter reaches too), groups, a 1x1 and a wide 1x3, 1D and 3D, dense
 /// channels short of a TMA row (and grouped ones refused), RGB stems packed; failures
-/// listed with where they miss. Backward-weight too, its slices of the pixels summed by
-/// atomics, in two stages and in the cluster, and stream-K (small problems cut every tile
-/// between CTAs of a block or two each, large ones a few).
+/// listed with where they miss. Backward-weight too (tf32's tiles transposed in shared
+/// memory), its slices of the pixels summed by atomics, in two stages and in the cluster, and
+/// stream-K (small problems cut every tile between CTAs of a block or two each, large ones a
+/// few).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_wgmma_implicit_gemm_on_medium_problems() {

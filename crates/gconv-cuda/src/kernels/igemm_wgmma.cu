@@ -16,7 +16,7 @@
 //
 // Backward-weight (igemm_wgmma_weight): per group and tap, rows are output channels, columns
 // input channels, and the reduction runs over (a slice of) the pixels; both tiles MN-major
-// (16-bit types only).
+// (16-bit types), or transposed to K-major in shared memory (tf32).
 //
 // One producer warpgroup (one elected thread) issues, per reduction block, the TMA loads of
 // both tiles (im2col for the activation: the tap as the im2col offset, the padding zero-filled
@@ -43,7 +43,7 @@
 // matrix of pixels x channels by tiled loads, where the filter is 1x1 at stride 1 without
 // padding, so that a destination pixel's window is the source pixel of its index: the im2col
 // unit's per-pixel work cost small layers up to 1.2 us) and the data type (bf16, fp16, or fp32
-// multiplied as tf32: GCONV_TF32, forward and backward-data only), MAX_PRODUCTS and PRODUCTS.
+// multiplied as tf32: GCONV_TF32), MAX_PRODUCTS and PRODUCTS.
 // Run-time: the problem (for igemm_wgmma per product as a forward convolution of src into dst:
 // for backward-data dy's extents as the input's, the phase's dx pixels as the output, the
 // groups' channel counts swapped and the phase's taps, padding and dilation) and the tensor
@@ -55,8 +55,16 @@
 #define ROW_BYTES 128
 #define BK (ROW_BYTES / (int)sizeof(elem_t))
 #define MMA_K (32 / (int)sizeof(elem_t))
-// Backward-weight's reduction block: 64 pixels, a row each.
-#define PIXEL_BLOCK 64
+// Backward-weight's reduction block: a row of K, as many pixels as a row holds.
+#define PIXEL_BLOCK BK
+// Backward-weight in tf32 (see TRANSPOSE below): its tiles land MN-major and the producer
+// warpgroup's other three warps turn them K-major in place before the consumers multiply them.
+#if WEIGHT && defined(GCONV_TF32)
+#define TRANSPOSE 1
+#else
+#define TRANSPOSE 0
+#endif
+#define TRANSPOSER_WARPS 3
 // Each consumer warpgroup multiplies MR slices of 64 rows (forward and backward-data: 2 makes
 // 256 x BN tiles of two consumers, halving the filter's loads per MMA where BN is at most 128).
 #define BM (64 * CONSUMERS * MR)
@@ -280,11 +288,16 @@ __device__ __forceinline__ void wgmma(float* d, unsigned long long a, unsigned l
 
 // Shared memory: STAGES stages of a BM-row A tile and a BN-row B tile (rows of 128 bytes,
 // 1024-byte aligned as the 128-byte swizzle wants), then a full and an empty barrier per
-// stage, then (PERSISTENT) the epilogue's staging area. The producer arrives once on a full
-// barrier (with the bytes its CTA's stage receives: its own loads and its cluster partners'
-// multicasts), each consumer warpgroup of the cluster once on an empty one (every CTA's
-// producer writes into every CTA's stage).
+// stage (TRANSPOSE: and a transposed one), then (PERSISTENT) the epilogue's staging area. The
+// producer arrives once on a full barrier (with the bytes its CTA's stage receives: its own
+// loads and its cluster partners' multicasts), each consumer warpgroup of the cluster once on
+// an empty one (every CTA's producer writes into every CTA's stage), each transposer thread
+// once on a transposed one.
 constexpr unsigned TILE64_BYTES = 64 * ROW_BYTES, A_BYTES = BM * ROW_BYTES, B_BYTES = BN * ROW_BYTES, STAGE_BYTES = A_BYTES + B_TILES * B_BYTES;
+// Backward-weight loads its MN-major tiles in panels of a row of channels x a block of pixels
+// (16-bit types: 64 x 64, tf32: 32 x 32).
+constexpr unsigned PANEL_ROWS_BYTES = PIXEL_BLOCK * ROW_BYTES;
+constexpr int BARRIERS = 2 + TRANSPOSE;
 // Each CTA of a cluster loads this much of the B tile (its rows from rank x B_SHARE_ROWS on)
 // and multicasts it.
 constexpr unsigned B_SHARE_ROWS = BN / CLUSTER;
@@ -294,8 +307,11 @@ struct Pipeline {
     __device__ unsigned stage(int s) const { return base + s * STAGE_BYTES; }
     __device__ unsigned full(int s) const { return bars + 8 * s; }
     __device__ unsigned empty(int s) const { return bars + 8 * (STAGES + s); }
+    __device__ unsigned transposed(int s) const { return bars + 8 * (2 * STAGES + s); }
+    // What the consumers wait for: the loads, or their transposition.
+    __device__ unsigned ready(int s) const { return TRANSPOSE ? transposed(s) : full(s); }
     // 1024-byte aligned: a TMA store reads it with the 128-byte swizzle.
-    __device__ unsigned staging() const { return (bars + 16 * STAGES + 1023) & ~1023u; }
+    __device__ unsigned staging() const { return (bars + 8 * BARRIERS * STAGES + 1023) & ~1023u; }
 };
 
 __device__ __forceinline__ Pipeline pipeline_init(unsigned char* raw) {
@@ -306,6 +322,7 @@ __device__ __forceinline__ Pipeline pipeline_init(unsigned char* raw) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(pl.full(s), 1);
             mbar_init(pl.empty(s), CONSUMERS * CLUSTER);
+            if (TRANSPOSE) mbar_init(pl.transposed(s), TRANSPOSER_WARPS * 32);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -343,7 +360,7 @@ __device__ __forceinline__ void consume(const Pipeline& pl, int first, int block
     const bool releases = threadIdx.x % 128 == 0;
     for (int i = 0; i < blocks; ++i) {
         const int it = first + i, s = it % STAGES;
-        mbar_wait(pl.full(s), (it / STAGES) & 1);
+        mbar_wait(pl.ready(s), (it / STAGES) & 1);
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
         for (int t = 0; t < B_TILES; ++t) {
@@ -490,10 +507,25 @@ __device__ __forceinline__ void tap_offsets(const ConvParams& p, const int* f, u
     for (int i = 0; i < 3; ++i) off[i] = (unsigned short)(f[i] * p.dil[i]);
 }
 
+// Registers per thread of each warpgroup: a block starts with ptxas's count for every thread
+// (168 at 384 threads), and the consumers can take only what the producer gives up (a
+// setmaxnreg.inc beyond that waits forever): 2 x (208 - 168) <= 168 - 80 where the producer's
+// warpgroup transposes (ptxas spilled its transposition at 72) and two consumers multiply.
+#if TRANSPOSE
+#define PRODUCER_REGISTERS 80
+#else
+#define PRODUCER_REGISTERS 40
+#endif
+#if TRANSPOSE && CONSUMERS == 2
+#define CONSUMER_REGISTERS 208
+#else
+#define CONSUMER_REGISTERS 232
+#endif
+
 // The producer warpgroup gives up registers to the consumers; one elected thread stays on (true
-// for it).
+// for it), and (TRANSPOSE) warps 1 to 3 transpose.
 __device__ __forceinline__ bool producer_start() {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 " STR(PRODUCER_REGISTERS) ";");
     return threadIdx.x == 0;
 }
 
@@ -501,7 +533,7 @@ __device__ __forceinline__ void prefetch_map(const TensorMap* map) { asm volatil
 
 // A consumer warpgroup takes the registers the producer gave up and zeroes its accumulators.
 __device__ __forceinline__ void consumer_start(float* d) {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 " STR(CONSUMER_REGISTERS) ";");
     zero(d);
 }
 
@@ -643,16 +675,15 @@ __device__ __forceinline__ void store_pair(elem_t* at, float v0, float v1) {
 }
 
 #if WEIGHT
-#if defined(GCONV_TF32)
-#error "backward-weight multiplies MN-major tiles, which tf32 wgmma does not take"
-#endif
 // Backward-weight: per group, tap and slice of the pixels, dw[k][tap][c] sums dy[q][k] x[q's
 // window moved by the tap][c] over the slice's pixels q: rows k by BM, columns c by BN, the
-// reduction in blocks of 64 pixels. A unit: CLUSTER row tiles of one column tile, TAPS
-// consecutive taps, slice and group (row tiles innermost, then columns, taps, slices, groups),
-// sharing x's tiles, of which each CTA loads 64 / CLUSTER pixel rows. Both tiles hold a pixel
-// per row (MN-major operands): dy's by tiled loads of 64 channels x 64 pixels, once per block
-// for all the unit's taps, x's by im2col loads of 64 channels at each tap's offsets.
+// reduction in blocks of PIXEL_BLOCK pixels. A unit: CLUSTER row tiles of one column tile,
+// TAPS consecutive taps, slice and group (row tiles innermost, then columns, taps, slices,
+// groups), sharing x's tiles, of which each CTA loads PIXEL_BLOCK / CLUSTER pixel rows. Both
+// tiles land with a pixel per row, in panels of a row of channels x PIXEL_BLOCK pixels: dy's by
+// tiled loads, once per block for all the unit's taps, x's by im2col loads at each tap's
+// offsets. 16-bit types multiply them so (MN-major operands); tf32 wgmma takes K-major ones
+// only, so a transposer warpgroup first turns each panel into a channel per row (TRANSPOSE).
 // ConvParams as the forward convolution's. The output mode is SPLIT's: 0 stores into dw; 1
 // adds into the fp32 workspace (zeroed before); 2 stores the slice's own fp32 copy of the
 // weights into it; 3 is stream-K (below). With KSPLIT the slices are the cluster's CTAs, and
@@ -664,6 +695,64 @@ __device__ __forceinline__ void store_pair(elem_t* at, float v0, float v1) {
 struct WeightUnit {
     int index, k0, c0, tap0, slice, g;
 };
+
+#if TRANSPOSE
+__device__ __forceinline__ float4 load_shared(unsigned at) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(at) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void store_shared(unsigned at, float x, float y, float z, float w) {
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(at), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
+}
+
+// Transposes a stage's panels in place: each 32 pixel rows x 32 channels becomes 32 channel
+// rows x 32 pixels, 128-byte swizzled as loaded (a K-major tile's layout). Transposer warp w
+// (0 to 2) takes whole panels w, w + 3, ..., reading one into registers before writing it back. A lane moves blocks of 4 pixels x
+// 4 channels; the 8 lanes of a quarter-warp take a diagonal of the panel's 8 x 8 blocks (lane
+// t: pixels from 4t, channels from 4 (t ^ 4 (t & 1) ^ d), d by quarter and block), so that the
+// swizzle spreads both their 16-byte reads (chunk t ^ d ^ i of pixel row 4t + i) and their
+// writes (chunk t ^ 4 ((t ^ d) & 1) ^ e of channel row 4 (..) + e) over all 32 banks.
+constexpr int PANELS = STAGE_BYTES / PANEL_ROWS_BYTES;
+static_assert(PIXEL_BLOCK == 32 && PANEL_ROWS_BYTES == 4096, "tf32 panels are 32 x 32");
+
+__device__ __forceinline__ void transpose_stage(unsigned stage, int warp) {
+    const int lane = threadIdx.x % 32, t = lane % 8;
+    int chunk[2];
+#pragma unroll
+    for (int b = 0; b < 2; ++b) chunk[b] = t ^ (t & 1) * 4 ^ (lane / 8 * 2 + b);
+    for (int panel = warp; panel < PANELS; panel += TRANSPOSER_WARPS) {
+        const unsigned base = stage + panel * PANEL_ROWS_BYTES;
+        float4 v[2][4];
+#pragma unroll
+        for (int b = 0; b < 2; ++b)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int row = 4 * t + i;
+                v[b][i] = load_shared(base + row * ROW_BYTES + (chunk[b] ^ row % 8) * 16);
+            }
+        __syncwarp();
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+            const int row = 4 * chunk[b];
+            store_shared(base + row * ROW_BYTES + (t ^ row % 8) * 16, v[b][0].x, v[b][1].x, v[b][2].x, v[b][3].x);
+            store_shared(base + (row + 1) * ROW_BYTES + (t ^ (row + 1) % 8) * 16, v[b][0].y, v[b][1].y, v[b][2].y, v[b][3].y);
+            store_shared(base + (row + 2) * ROW_BYTES + (t ^ (row + 2) % 8) * 16, v[b][0].z, v[b][1].z, v[b][2].z, v[b][3].z);
+            store_shared(base + (row + 3) * ROW_BYTES + (t ^ (row + 3) % 8) * 16, v[b][0].w, v[b][1].w, v[b][2].w, v[b][3].w);
+        }
+    }
+}
+
+// A transposer warp's turn at block `it`: transposes its panels as they land and hands them to
+// the consumers (its writes made visible to the MMAs, which read through the async proxy).
+__device__ __forceinline__ void transpose_block(const Pipeline& pl, int it, int warp) {
+    const int s = it % STAGES;
+    mbar_wait(pl.full(s), (it / STAGES) & 1);
+    transpose_stage(pl.stage(s), warp);
+    asm volatile("fence.proxy.async.shared::cta;\nmbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(pl.transposed(s)) : "memory");
+}
+#endif
 
 // Stream-K (SPLIT 3): with few tiles over a long reduction (1x1 layers of 7x7 pixels: 72 tiles
 // of 25 blocks on 132 SMs), whole-tile units leave SMs idle and every split of the pixels costs
@@ -796,12 +885,12 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                 for (int block = first; block < end; ++block, ++it, advance(share, block_step, p)) {
                     const int s = produce(pl, it);
 #pragma unroll
-                    for (int j = 0; j < CONSUMERS; ++j) load_tile<false>(pl.stage(s) + j * TILE64_BYTES, &dy_map, t.g * p.kg + t.k0 + 64 * j, block * PIXEL_BLOCK, 0, pl.full(s));
+                    for (int j = 0; j < BM / BK; ++j) load_tile<false>(pl.stage(s) + j * PANEL_ROWS_BYTES, &dy_map, t.g * p.kg + t.k0 + BK * j, block * PIXEL_BLOCK, 0, pl.full(s));
 #if SRC_TILED
 #pragma unroll
-                    for (int j = 0; j < BN / 64; ++j) {
-                        const unsigned dst = pl.stage(s) + A_BYTES + j * TILE64_BYTES + rank * SHARE_PIXELS * ROW_BYTES;
-                        load_tile<true>(dst, &x_map, t.g * p.cg + t.c0 + 64 * j, block * PIXEL_BLOCK + rank * SHARE_PIXELS, 0, pl.full(s));
+                    for (int j = 0; j < BN / BK; ++j) {
+                        const unsigned dst = pl.stage(s) + A_BYTES + j * PANEL_ROWS_BYTES + rank * SHARE_PIXELS * ROW_BYTES;
+                        load_tile<true>(dst, &x_map, t.g * p.cg + t.c0 + BK * j, block * PIXEL_BLOCK + rank * SHARE_PIXELS, 0, pl.full(s));
                     }
 #else
                     int pos[3];
@@ -809,14 +898,22 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 #pragma unroll
                     for (int tap = 0; tap < TAPS; ++tap)
 #pragma unroll
-                        for (int j = 0; j < BN / 64; ++j) {
-                            const unsigned dst = pl.stage(s) + A_BYTES + tap * B_BYTES + j * TILE64_BYTES + rank * SHARE_PIXELS * ROW_BYTES;
-                            load_im2col<true>(dst, &x_map, t.g * p.cg + t.c0 + 64 * j, pos, share.n, off[tap], pl.full(s));
+                        for (int j = 0; j < BN / BK; ++j) {
+                            const unsigned dst = pl.stage(s) + A_BYTES + tap * B_BYTES + j * PANEL_ROWS_BYTES + rank * SHARE_PIXELS * ROW_BYTES;
+                            load_im2col<true>(dst, &x_map, t.g * p.cg + t.c0 + BK * j, pos, share.n, off[tap], pl.full(s));
                         }
 #endif
                 }
             });
         }
+#if TRANSPOSE
+        else if (threadIdx.x >= 32) {
+            int it = 0;
+            for_each_segment(units, all_blocks, slices, unit_at, [&](const WeightUnit&, int first, int end) {
+                for (int block = first; block < end; ++block) transpose_block(pl, it++, threadIdx.x / 32 - 1);
+            });
+        }
+#endif
         producer_joins_sums();
     } else {
         float d[ACCUMULATORS];
@@ -829,7 +926,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         const FastDiv group_kg_div = fast_div(group_kg);
         int it = 0;
         for_each_segment(units, all_blocks, slices, unit_at, [&](const WeightUnit& t, int first, int end) {
-            consume<true, true>(pl, it, end - first, slice, d);
+            consume<!TRANSPOSE, !TRANSPOSE>(pl, it, end - first, slice, d);
             it += end - first;
 #if SPLIT == 3
             if (first > 0) {

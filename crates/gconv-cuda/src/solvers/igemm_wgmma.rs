@@ -1,7 +1,7 @@
 //! `cuda.igemm_wgmma`: implicit GEMM on Hopper's warpgroup MMA (`wgmma.mma_async`) fed by the
 //! tensor memory accelerator (kernels/igemm_wgmma.cu), built for `sm_90a` and offered on sm_90
-//! devices only. Channels-last 1D, 2D and 3D; bf16 and fp16 in every direction, fp32 as tf32
-//! forward and backward-data; groups in the grid.
+//! devices only. Channels-last 1D, 2D and 3D; bf16, fp16 and fp32 as tf32 in every direction;
+//! groups in the grid.
 //!
 //! Forward reads x by TMA im2col (the filter tap as the load's offset, the padding zero-filled by
 //! the TMA unit) and the filter by tiled loads, both K-major; a 1x1 filter at stride 1 without
@@ -12,7 +12,9 @@
 //! into the workspace), once per sub-pixel phase at a stride over one (each phase's dx pixels are
 //! reached by one residue class of taps and written with the stride; a phase no tap reaches gets
 //! zeros), up to eight phases' products in one launch. Backward-weight multiplies dy (tiled loads)
-//! by x (im2col at each tap's offsets), both MN-major, per group and tap, its pixel reduction split
+//! by x (im2col at each tap's offsets), both MN-major (tf32 wgmma takes K-major operands only: a
+//! warpgroup of its own transposes each tf32 tile in shared memory as it lands), per group and
+//! tap, its pixel reduction split
 //! into `ks` slices summed (`red`) by atomics into an fp32 workspace, in two stages, or in the
 //! cluster (2 or 4 slices as CTAs of one cluster adding their tiles through distributed shared
 //! memory: one launch, no workspace); or stream-K (`red 3`): a CTA per SM takes an even share of
@@ -51,8 +53,6 @@ const SOURCE: &str = concat!(include_str!("../kernels/igemm_wgmma.cu"), include_
 /// Tiles are rows of 128 bytes (the swizzle's width): a reduction block of forward and
 /// backward-data is one such row of source channels of one tap (64 16-bit values, 32 fp32).
 const ROW_BYTES: u32 = 128;
-/// Backward-weight's reduction block: 64 pixels, a row of each tile apiece.
-const PIXEL_BLOCK: u32 = 64;
 /// Rows of one consumer warpgroup's MMA.
 const ROWS_PER_CONSUMER: u32 = 64;
 const COLUMNS: [u32; 3] = [64, 128, 256];
@@ -65,8 +65,12 @@ const CLUSTERS: [u32; 2] = [1, 2];
 /// Backward-weight's taps per unit: each block of dy loaded once for them all.
 const UNIT_TAPS: [u32; 4] = [1, 2, 3, 4];
 /// A consumer's accumulators (BN / 2 fp32 per B tile) the kernels may hold, of the 232
-/// registers it takes.
+/// registers it takes; of 208 where two consumers share the SM with a transposing producer
+/// warpgroup (tf32 backward-weight: 192 spilled there).
 const MAX_ACCUMULATORS: u32 = 192;
+const MAX_ACCUMULATORS_BESIDE_TRANSPOSER: u32 = 128;
+/// Barriers per stage: full, empty and (tf32 backward-weight) transposed.
+const BARRIERS_PER_STAGE: u32 = 3;
 /// What one block may opt in to on sm_90.
 const MAX_SHARED_BYTES: u32 = 227 * 1024;
 /// TMA element strides (the convolution stride) go up to 8.
@@ -77,7 +81,7 @@ const MAX_GRID_YZ: u64 = 65_535;
 const SPLITS: [u32; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 /// Forward's and backward-data's reductions (taps x channels) are far shorter.
 const MAX_PRODUCT_SPLITS: u32 = 16;
-/// A slice should reduce at least this many blocks of 64 pixels, or its share of the
+/// A slice should reduce at least this many blocks of pixels, or its share of the
 /// pipeline's fill and the reduction outweigh its work.
 const MIN_BLOCKS_PER_SLICE: u64 = 8;
 /// Two-stage backward-weight keeps one fp32 copy of the weights per slice.
@@ -147,7 +151,7 @@ impl Tile {
     fn shared_bytes(self, dtype: DataType) -> u32 {
         let elem = dtype.size_bytes() as u32;
         let staging = if self.persistent { 1024 + self.rows() * self.bn * elem } else { 0 };
-        1024 + self.st * (self.rows() + self.bn * self.taps) * ROW_BYTES + self.st * 2 * 8 + staging
+        1024 + self.st * (self.rows() + self.bn * self.taps) * ROW_BYTES + self.st * BARRIERS_PER_STAGE * 8 + staging
     }
 
     /// Whether `slices` slices of the tile's reduction can sum in one cluster (see the kernel's
@@ -330,10 +334,16 @@ impl StreamK {
     }
 }
 
-/// Backward-weight's blocks of 64 pixels: its reduction.
+/// Backward-weight's reduction in blocks of pixels (a tile row's worth each, see row_elements).
 fn pixel_blocks(p: &ConvProblem) -> u64 {
     let geo = Geometry::new(p);
-    ((geo.n * geo.output_volume()) as u64).div_ceil(u64::from(PIXEL_BLOCK))
+    ((geo.n * geo.output_volume()) as u64).div_ceil(u64::from(row_elements(p.dtype)))
+}
+
+/// Whether backward-weight's tiles are transposed in shared memory (the kernel's TRANSPOSE):
+/// tf32 wgmma takes K-major operands only, and they land with a pixel per row.
+fn transposes(p: &ConvProblem) -> bool {
+    p.direction == Direction::BackwardWeight && p.dtype == DataType::Tf32
 }
 
 /// Whether the kernels read the source (x, or backward-data's dy) as a matrix of pixels x
@@ -522,6 +532,10 @@ impl WgmmaConfig {
         }
         if self.tile.mr > 1 && p.direction == Direction::BackwardWeight {
             return Err("mr over 1 is forward's and backward-data's".into());
+        }
+        let accumulators = self.tile.bn / 2 * self.tile.taps;
+        if transposes(p) && self.tile.wg > 1 && accumulators > MAX_ACCUMULATORS_BESIDE_TRANSPOSER {
+            return Err(format!("tf32 backward-weight's two consumers beside its transposing producer hold {MAX_ACCUMULATORS_BESIDE_TRANSPOSER} accumulators a thread, bn {} x tp {} needs {accumulators}", self.tile.bn, self.tile.taps));
         }
         let taps = self.tile.taps;
         if taps > 1 {
@@ -862,7 +876,7 @@ impl WgmmaConfig {
             let geo = Geometry::new(p);
             let (kg, cg) = (geo.kg as u32, geo.cg as u32);
             let blocks = |tile: Tile| u64::from(kg.div_ceil(tile.rows()) * cg.div_ceil(tile.bn)) * geo.filter_volume() as u64 * u64::from(p.g);
-            let pixel_blocks = (geo.n * geo.output_volume()) as u64 / u64::from(PIXEL_BLOCK);
+            let pixel_blocks = (geo.n * geo.output_volume()) as u64 / u64::from(row_elements(p.dtype));
             // Dense filters whose taps do not come in threes have units of one tap, each a 1x1
             // layer's: c384 k768 14x14 2x2 s2 ran its rule's 256-column tiles in 22.1 us on 48
             // SMs (unsplit), the model's 128-column ones in 17.1 on 96 (H100, session 21 sweep).
@@ -876,17 +890,25 @@ impl WgmmaConfig {
             let most = u64::from(worth[worth.len() - 1]);
             // Where even split as far as is worth it the widest tile's blocks would leave more
             // than half the SMs idle (7x7 layers: 24 blocks of pixels, two slices, and 256-wide
-            // tiles left 85% idle), the widest narrower one that fills the GPU, or 64 x 64.
+            // tiles left 85% idle), the widest narrower one that fills the GPU, or 64 x 64. tf32's
+            // small tiles pay more for their transposition: there the widest that fills half
+            // the GPU (five 14x14 1x1 layers on the H100, session-28 sweep: 128 columns in 16
+            // slices ran 0.80-0.93x the time of the narrower tiles in 8 the rule took).
             let widest = with_stages(by_channels(cg, true), if kg <= 64 { 1 } else { 2 });
             let narrower: Vec<Tile> = [(128, 2), (128, 1), (64, 1)].map(|(bn, wg)| with_stages(bn, wg)).into_iter().filter(|t| t.bn <= widest.bn && t.rows() <= widest.rows()).collect();
+            let filled = if transposes(p) { sms.div_ceil(2) } else { sms };
             let tile = match narrower.last() {
-                Some(&narrowest) if blocks(widest) * most * 2 <= sms => narrower.iter().copied().find(|&t| blocks(t) * most >= sms).unwrap_or(narrowest),
+                Some(&narrowest) if blocks(widest) * most * 2 <= sms => narrower.iter().copied().find(|&t| blocks(t) * most >= filled).unwrap_or(narrowest),
                 _ => widest,
             };
             // Units of three taps where the filter's taps come in threes and the accumulators fit
             // (64 and 128 columns): each block of dy loaded once for three taps, not three times.
-            // A unit's block then counts as three in the split's model.
-            let three_taps = [4, 3].map(|st| Tile { st, taps: 3, ..tile }).into_iter().find(|t| t.check(p.dtype).is_ok());
+            // A unit's block then counts as three in the split's model. tf32's two consumers
+            // hold three taps at 64 columns only (see MAX_ACCUMULATORS_BESIDE_TRANSPOSER), and
+            // there they ran 0.74-0.94x the time of one tap at 128 on the H100's four 3x3 layers
+            // of 128 input channels (session-28 sweep).
+            let widths = if transposes(p) && tile.bn == 128 { vec![128, 64] } else { vec![tile.bn] };
+            let three_taps = widths.into_iter().flat_map(|bn| [4, 3].map(|st| Tile { bn, st, taps: 3, ..tile })).find(|&tile| WgmmaConfig { tile, split: UNSPLIT }.check(p).is_ok());
             let tile = three_taps.filter(|_| geo.filter_volume().is_multiple_of(3)).unwrap_or(tile);
             let taps = u64::from(tile.taps);
             let slices = quickest_split(blocks(tile) / taps, u64::from(tile.rows() * tile.bn) * taps, pixel_blocks * taps, sms, &worth);
@@ -1025,20 +1047,58 @@ fn quickest_split(tiles: u64, tile_sums: u64, reduction: u64, sms: u64, candidat
     candidates.iter().copied().min_by_key(|&s| (time(s), s)).unwrap_or(1)
 }
 
-/// Backward-weight 1x1 tiles' times (as TILE_COSTS; not persistent): fitted by
-/// `bench/wave_model.py --weight` to the 40 layers of up to 100 blocks of pixels, every one of
-/// the 30 configs it models timed on the H100 in session 24 (data/bench/h100-s24-*,
-/// `s24-small-1x1-bwd-weight`): picks 1.007x the fastest config swept (the session-21 fit, on
-/// kernels before their division-free stepping, 1.049x; c192 k1152 7x7 took 9.2 us where 7.5
-/// was there).
-const WEIGHT_1X1_COSTS: [TileCost; 6] = [
-    cost(64, 1, 1, false, 0.192, 1.60),
-    cost(64, 2, 1, false, 0.275, 1.91),
-    cost(128, 1, 1, false, 0.230, 1.95),
-    cost(128, 2, 1, false, 0.319, 2.51),
-    cost(256, 1, 1, false, 0.321, 2.91),
-    cost(256, 2, 1, false, 0.604, 3.45),
-];
+/// The backward-weight wave model of units of one tap (see quickest_weight_one_tap): the tiles'
+/// times (as TILE_COSTS; not persistent), and a split's cost, a constant and per million fp32
+/// sums of the slices' tiles: by atomics (the zeroing, the reduction's launch and the atomics),
+/// and in the cluster.
+struct WeightOneTapModel {
+    costs: [TileCost; 6],
+    split_us: f64,
+    split_us_per_million_sums: f64,
+    cluster_sums_us: f64,
+    cluster_sums_us_per_million: f64,
+}
+
+/// 16-bit types: fitted by `bench/wave_model.py --weight` to the 40 layers of up to 100 blocks
+/// of pixels, every one of the 30 configs it models timed on the H100 in session 24
+/// (data/bench/h100-s24-*, `s24-small-1x1-bwd-weight`): picks 1.007x the fastest config swept
+/// (the session-21 fit, on kernels before their division-free stepping, 1.049x; c192 k1152 7x7
+/// took 9.2 us where 7.5 was there).
+const WEIGHT_1X1: WeightOneTapModel = WeightOneTapModel {
+    costs: [
+        cost(64, 1, 1, false, 0.192, 1.60),
+        cost(64, 2, 1, false, 0.275, 1.91),
+        cost(128, 1, 1, false, 0.230, 1.95),
+        cost(128, 2, 1, false, 0.319, 2.51),
+        cost(256, 1, 1, false, 0.321, 2.91),
+        cost(256, 2, 1, false, 0.604, 3.45),
+    ],
+    split_us: 2.44,
+    split_us_per_million_sums: 1.74,
+    cluster_sums_us: 2.30,
+    cluster_sums_us_per_million: 2.32,
+};
+
+/// tf32 (transposed tiles, blocks of 32 pixels): fitted by `bench/wave_model.py --weight
+/// --tf32` to the 10 such layers of the H100's session-28 sweep
+/// (data/bench/h100-s28-config-sweeps-tf32.csv, `s28-tf32-bwd-weight-sweep`: the 6 tiles in
+/// the splits below): picks 1.012x the fastest config swept (1.017x with each layer left out of
+/// the fit), where the 16-bit costs took 1.2-1.3x on the wide 7x7 layers (c1024 k2048: 45.3 us
+/// against 35.6 in two slices summed in the cluster).
+const WEIGHT_1X1_TF32: WeightOneTapModel = WeightOneTapModel {
+    costs: [
+        cost(64, 1, 1, false, 0.443, 1.69),
+        cost(64, 2, 1, false, 0.579, 2.14),
+        cost(128, 1, 1, false, 0.550, 2.04),
+        cost(128, 2, 1, false, 0.827, 2.66),
+        cost(256, 1, 1, false, 0.899, 2.92),
+        cost(256, 2, 1, false, 1.079, 3.78),
+    ],
+    split_us: 3.16,
+    split_us_per_million_sums: 1.14,
+    cluster_sums_us: 2.50,
+    cluster_sums_us_per_million: 1.05,
+};
 
 /// The splits those sweeps took: by atomics, and two slices summed in the cluster (four wait
 /// on GPCs with room for clusters of four: 1.2-1.6x the atomics' time there).
@@ -1056,16 +1116,9 @@ const WEIGHT_1X1_SPLITS: [Split; 5] = [
 /// 128 slices lie outside the splits it models.
 const WEIGHT_1X1_MAX_PIXEL_BLOCKS: u64 = 100;
 
-/// A backward-weight split's cost there, a constant and per million fp32 sums of the slices'
-/// tiles: by atomics (the zeroing, the reduction's launch and the atomics), and in the cluster.
-const WEIGHT_SPLIT_US: f64 = 2.44;
-const WEIGHT_SPLIT_US_PER_MILLION_SUMS: f64 = 1.74;
-const WEIGHT_CLUSTER_SUMS_US: f64 = 2.30;
-const WEIGHT_CLUSTER_SUMS_US_PER_MILLION: f64 = 2.32;
-
 /// The backward-weight tile and split the 1x1 model expects to finish first where each unit
 /// sums one tap: ceil(units / SMs) waves of tiles (of every tap) x slices, each of its slice's
-/// blocks of 64 pixels and the wave's own cost, and a split's cost. None past the pixels it
+/// blocks of pixels and the wave's own cost, and a split's cost. None past the pixels it
 /// decides for.
 fn quickest_weight_one_tap(p: &ConvProblem, sms: u64) -> Option<WgmmaConfig> {
     let geo = Geometry::new(p);
@@ -1073,6 +1126,7 @@ fn quickest_weight_one_tap(p: &ConvProblem, sms: u64) -> Option<WgmmaConfig> {
     if pixel_blocks > WEIGHT_1X1_MAX_PIXEL_BLOCKS {
         return None;
     }
+    let model = if transposes(p) { &WEIGHT_1X1_TF32 } else { &WEIGHT_1X1 };
     let modelled = |config: WgmmaConfig, cost: &TileCost| {
         let tiles = (geo.kg as u64).div_ceil(u64::from(config.tile.rows())) * (geo.cg as u64).div_ceil(u64::from(config.tile.bn)) * geo.filter_volume() as u64 * u64::from(p.g);
         let slices = u64::from(config.split.slices);
@@ -1082,11 +1136,11 @@ fn quickest_weight_one_tap(p: &ConvProblem, sms: u64) -> Option<WgmmaConfig> {
         waves
             + match (slices, config.split.reduction) {
                 (1, _) => 0.0,
-                (_, Reduction::Cluster) => WEIGHT_CLUSTER_SUMS_US + WEIGHT_CLUSTER_SUMS_US_PER_MILLION * sums / 1e6,
-                _ => WEIGHT_SPLIT_US + WEIGHT_SPLIT_US_PER_MILLION_SUMS * sums / 1e6,
+                (_, Reduction::Cluster) => model.cluster_sums_us + model.cluster_sums_us_per_million * sums / 1e6,
+                _ => model.split_us + model.split_us_per_million_sums * sums / 1e6,
             }
     };
-    let tiles = WEIGHT_1X1_COSTS.iter().filter_map(|cost| cost.tile(p.dtype).map(|tile| (tile, cost)));
+    let tiles = model.costs.iter().filter_map(|cost| cost.tile(p.dtype).map(|tile| (tile, cost)));
     let candidates = tiles.flat_map(|(tile, cost)| WEIGHT_1X1_SPLITS.map(|split| (WgmmaConfig { tile, split }, cost)));
     candidates
         .filter(|(config, _)| config.check(p).is_ok())
@@ -1148,7 +1202,6 @@ impl Solver for IgemmWgmma {
         let pixels = (g.n * g.output_volume().max(g.input_volume())) as u64;
         require!(pixels <= MAX_GRID_X - 512, "{pixels} pixels are too many for the kernels' 32-bit indices");
         if p.direction == Direction::BackwardWeight {
-            require!(p.dtype != DataType::Tf32, "backward-weight needs 16-bit operands (its tiles are MN-major, and tf32 wgmma takes K-major ones only)");
             let (cg, kg) = (g.cg as u32, g.kg as u32);
             require!(cg.is_multiple_of(8) && kg.is_multiple_of(8), "needs the input and output channels per group multiples of 8 (16-byte rows and paired stores), got {cg} and {kg}");
             return Ok(());
@@ -1256,7 +1309,7 @@ impl IgemmWgmma {
                 launch,
                 dy: ((geo.n * geo.output_volume()) as u64, u64::from(p.k)),
                 // Each CTA of a cluster loads its share of x's pixels.
-                x: product.source_map(p, PIXEL_BLOCK, PIXEL_BLOCK / tile.cl),
+                x: product.source_map(p, row_elements(p.dtype), row_elements(p.dtype) / tile.cl),
                 params,
                 groups: ((user.k / user.g) as i32, user.c_per_group() as i32),
                 dtype: p.dtype,
@@ -1513,7 +1566,8 @@ impl Invoker<Cuda> for WeightInvoker {
         if self.stream_flag_bytes > 0 {
             b.zero_workspace(self.stream_flag_bytes)?;
         }
-        let dy = TensorMap::tiled(b.y, self.dtype, [self.dy.1, self.dy.0, 1], [PIXEL_BLOCK, PIXEL_BLOCK, 1])?;
+        let block = row_elements(self.dtype);
+        let dy = TensorMap::tiled(b.y, self.dtype, [self.dy.1, self.dy.0, 1], [block, block, 1])?;
         let x = self.x.map(b.x, self.dtype)?;
         let args = [
             Arg::TensorMap(&dy),
@@ -1647,7 +1701,7 @@ mod tests {
     }
 
     /// igemm_wgmma_weight on the CPU: each of `slices` slices takes its share of the blocks of
-    /// 64 pixels as the kernel divides them, and adds, per tap, dy's pixel times the source
+    /// pixels as the kernel divides them, and adds, per tap, dy's pixel times the source
     /// pixel the forward product's im2col window gives.
     fn emulate_weight(p: &ConvProblem, t: &ConvTensors, slices: u32) -> Vec<f64> {
         let product = Product::all(p).swap_remove(0);
@@ -1657,7 +1711,7 @@ mod tests {
         let (x, dy) = (t.x.to_f32(), t.y.to_f32());
         let pixels = out.iter().product::<i64>();
         let total = i64::from(q.n) * pixels;
-        let block = i64::from(PIXEL_BLOCK);
+        let block = i64::from(row_elements(p.dtype));
         let all_blocks = (total + block - 1) / block;
         let mut dw = vec![0.0; t.w.len()];
         for slice in 0..i64::from(slices) {
@@ -1919,6 +1973,22 @@ mod tests {
         assert_eq!(slices("v1:bwd-weight:bf16:NHWC:n32:c512:k512:i14x14:f3x3:s1x1:p1x1:d1x1:g32"), 4);
         // Groups of 32 channels, two to a block: 48 units, two slices (11.9 us; unsplit 12.2).
         assert_eq!(slices("v1:bwd-weight:bf16:NHWC:n32:c1024:k1024:i14x14:f3x3:s2x2:p1x1:d1x1:g32"), 2);
+    }
+
+    #[test]
+    fn tf32_backward_weight_defaults_take_the_swept_tiles() {
+        // The H100's fastest in session 28's sweep: three taps on 64 columns where 128 cannot
+        // hold them beside the transposition, ...
+        assert_eq!(default_config("v1:bwd-weight:tf32:NHWC:n32:c128:k128:i28x28:f3x3:s1x1:p1x1:d1x1"), "bn64_wg2_st4_cl1_ps0_ks16_red0_tp3");
+        // ... 128 columns on 14x14 1x1 layers where the narrower tiles would fill the GPU, ...
+        assert_eq!(default_config("v1:bwd-weight:tf32:NHWC:n32:c480:k112:i14x14:f1x1:s1x1:p0x0:d1x1"), "bn128_wg1_st4_cl1_ps0_ks16_red0");
+        // ... and the wide 7x7 1x1 layers' two slices summed in the cluster.
+        assert_eq!(default_config("v1:bwd-weight:tf32:NHWC:n32:c1024:k2048:i7x7:f1x1:s1x1:p0x0:d1x1"), "bn256_wg2_st4_cl1_ps0_ks2_red2");
+        // Every default holds its accumulators beside the transposition.
+        for key in ["v1:bwd-weight:tf32:NHWC:n32:c256:k256:i14x14:f3x3:s1x1:p1x1:d1x1", "v1:bwd-weight:tf32:NDHWC:n32:c128:k128:i8x28x28:f3x3x3:s1x1x1:p1x1x1:d1x1x1"] {
+            let p = ConvProblem::from_key(key).unwrap();
+            assert!(default_of(key).check(&p).is_ok(), "{key}");
+        }
     }
 
     #[test]
