@@ -40,7 +40,8 @@ WEIGHT_FITTED_TF32 = ("s28-tf32-bwd-weight-sweep",)
 WEIGHT_MAX_PIXEL_BLOCKS = 100
 WEIGHT_KEY = re.compile(r"v1:bwd-weight:(bf16|f16|tf32):NHWC:n(\d+):c(\d+):k(\d+):i(\d+)x(\d+):f1x1:s(\d+)x(\d+):p0x0:d1x1$")
 FITTED = ("s20-small-fwd-bwd-data", "rows-per-consumer", "small-fwd-bwd-data", "s20-default-ab-1-base", "s20-default-ab-1-new")
-KEY = re.compile(r"v1:(fwd|bwd-data):(bf16|f16):N[DH]*WC:n(\d+):c(\d+):k(\d+):i([\dx]+):f([\dx]+):s([\dx]+):p([\dx]+):d([\dx]+)(?::g(\d+))?$")
+FITTED_TF32 = ("s28-tf32-fwd-bwd-data-sweep",)
+KEY = re.compile(r"v1:(fwd|bwd-data):(bf16|f16|tf32):N[DH]*WC:n(\d+):c(\d+):k(\d+):i([\dx]+):f([\dx]+):s([\dx]+):p([\dx]+):d([\dx]+)(?::g(\d+))?$")
 
 
 def products(key):
@@ -48,13 +49,14 @@ def products(key):
     m = KEY.match(key)
     if not m:
         return None
-    direction, _, n, c, k, i, f, s, p, d, g = m.groups()
+    direction, dtype, n, c, k, i, f, s, p, d, g = m.groups()
     n, c, k, g = int(n), int(c), int(k), int(g or 1)
+    row = 32 if dtype == "tf32" else 64
     extent, fil, stride, pad, dil = [list(map(int, v.split("x"))) for v in (i, f, s, p, d)]
     dims = range(len(extent))
     if direction == "fwd":
         out = [(extent[j] + 2 * pad[j] - dil[j] * (fil[j] - 1) - 1) // stride[j] + 1 for j in dims]
-        return [(n * math.prod(out), k // g, math.prod(fil) * math.ceil(c // g / 64), g)]
+        return [(n * math.prod(out), k // g, math.prod(fil) * math.ceil(c // g / row), g)]
     phases = []
     for j in dims:
         per_dim = []
@@ -67,7 +69,7 @@ def products(key):
     for combo in itertools.product(*phases):
         rows = n * math.prod(count for count, _ in combo)
         if rows:
-            found.append((rows, c // g, math.prod(taps for _, taps in combo) * math.ceil(k // g / 64), g))
+            found.append((rows, c // g, math.prod(taps for _, taps in combo) * math.ceil(k // g / row), g))
     return found
 
 
@@ -136,11 +138,11 @@ def main():
     ap.add_argument("--defaults", help="`DEF key config` lines: the defaults to compare with")
     ap.add_argument("-v", "--verbose", action="store_true", help="a line per layer")
     ap.add_argument("--weight", action="store_true", help="fit the 1x1 backward-weight model")
-    ap.add_argument("--tf32", action="store_true", help="with --weight: its tf32 costs")
+    ap.add_argument("--tf32", action="store_true", help="fit tf32's costs (TILE_COSTS_TF32, WEIGHT_1X1_TF32)")
     args = ap.parse_args()
     shapes, featurize = (WEIGHT_SHAPES, weight_features) if args.weight else (SHAPES, features)
-    if args.weight and args.sweeps == FITTED:
-        args.sweeps = WEIGHT_FITTED_TF32 if args.tf32 else WEIGHT_FITTED
+    if args.sweeps == FITTED:
+        args.sweeps = {(False, False): FITTED, (False, True): FITTED_TF32, (True, False): WEIGHT_FITTED, (True, True): WEIGHT_FITTED_TF32}[(args.weight, args.tf32)]
     samples = []
     for path in args.csv:
         with open(path) as f:

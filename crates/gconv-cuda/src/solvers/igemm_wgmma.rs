@@ -919,13 +919,14 @@ impl WgmmaConfig {
         let Some(largest) = products.iter().max_by_key(|product| product.rows) else {
             return WgmmaConfig { tile: with_stages(128, 2), split: UNSPLIT };
         };
-        // The tile and split the wave model (TILE_COSTS) expects to finish first.
-        let modelled = TILE_COSTS.iter().filter_map(|cost| cost.tile(p.dtype).map(|tile| (tile, cost)));
+        // The tile and split the wave model (TILE_COSTS, TILE_COSTS_TF32) expects to finish first.
+        let model = if p.dtype == DataType::Tf32 { &TILE_COSTS_TF32 } else { &TILE_COSTS };
+        let modelled = model.costs.iter().filter_map(|cost| cost.tile(p.dtype).map(|tile| (tile, cost)));
         let candidates = modelled.flat_map(|(tile, cost)| MODELLED_SPLITS.map(|slices| (WgmmaConfig { tile, split: Split { slices, reduction: Reduction::Atomic } }, cost)));
         let longest = Product::longest_reduction(&products, p.dtype);
         let quickest = candidates
             .filter(|(config, _)| config.check(p).is_ok() && (config.tile.persistent || longest >= MIN_UNOVERLAPPED_BLOCKS))
-            .map(|(config, cost)| (modelled_us(&products, p, config, cost, sms), config))
+            .map(|(config, cost)| (modelled_us(&products, p, config, cost, model, sms), config))
             .min_by(|a, b| a.0.total_cmp(&b.0));
         let Some((_, config)) = quickest else {
             return WgmmaConfig { tile: with_stages(128, 2), split: UNSPLIT };
@@ -968,28 +969,55 @@ impl TileCost {
     }
 }
 
-/// Persistent where the staging fits four stages (a unit's stores overlap the next one's
-/// loads); 256 x 128 tiles not: persistent at three stages they ran 1.00-1.09x the time of
-/// the tiles they replaced in the model's first A/B on the H100 (30 layers), which the model
-/// did not foresee.
-const TILE_COSTS: [TileCost; 8] = [
-    cost(64, 1, 1, true, 0.324, 0.49),
-    cost(64, 2, 1, true, 0.345, 0.85),
-    cost(128, 1, 1, true, 0.359, 0.90),
-    cost(128, 2, 1, true, 0.404, 1.56),
-    cost(256, 1, 1, true, 0.439, 1.81),
-    cost(256, 2, 1, true, 0.604, 2.66),
-    cost(64, 2, 2, true, 0.458, 1.66),
-    cost(128, 2, 2, false, 0.523, 3.77),
-];
+/// The forward and backward-data wave model of a data type: the tiles' costs, and a split's
+/// (zeroing the fp32 workspace and the reduction's launch, and per million destination
+/// elements their atomics and the reduction's pass).
+struct WaveModel {
+    costs: &'static [TileCost],
+    split_us: f64,
+    split_us_per_million_elements: f64,
+}
+
+/// 16-bit types. Persistent where the staging fits four stages (a unit's stores overlap the
+/// next one's loads); 256 x 128 tiles not: persistent at three stages they ran 1.00-1.09x the
+/// time of the tiles they replaced in the model's first A/B on the H100 (30 layers), which the
+/// model did not foresee.
+const TILE_COSTS: WaveModel = WaveModel {
+    costs: &[
+        cost(64, 1, 1, true, 0.324, 0.49),
+        cost(64, 2, 1, true, 0.345, 0.85),
+        cost(128, 1, 1, true, 0.359, 0.90),
+        cost(128, 2, 1, true, 0.404, 1.56),
+        cost(256, 1, 1, true, 0.439, 1.81),
+        cost(256, 2, 1, true, 0.604, 2.66),
+        cost(64, 2, 2, true, 0.458, 1.66),
+        cost(128, 2, 2, false, 0.523, 3.77),
+    ],
+    split_us: 2.16,
+    split_us_per_million_elements: 6.78,
+};
+
+/// tf32 (blocks of 32 channels; 128 x 256 tiles stage too much fp32 to be persistent):
+/// fitted by `bench/wave_model.py --tf32` to the H100's session-28 sweep of these tiles and
+/// splits on the 98 dense forward and backward-data layers they apply to
+/// (data/bench/h100-s28-config-sweeps-tf32.csv, `s28-tf32-fwd-bwd-data-sweep`): picks 1.025x
+/// the fastest config swept, where the 16-bit costs picked 1.053x (backward-data 1.067x).
+const TILE_COSTS_TF32: WaveModel = WaveModel {
+    costs: &[
+        cost(64, 1, 1, true, 0.161, 0.59),
+        cost(64, 2, 1, true, 0.220, 1.06),
+        cost(128, 1, 1, true, 0.237, 0.93),
+        cost(128, 2, 1, true, 0.300, 1.61),
+        cost(256, 1, 1, true, 0.336, 1.62),
+        cost(64, 2, 2, true, 0.335, 2.08),
+        cost(128, 2, 2, false, 0.434, 3.98),
+    ],
+    split_us: 1.51,
+    split_us_per_million_elements: 8.48,
+};
 
 /// The splits the model was fitted on.
 const MODELLED_SPLITS: [u32; 3] = [1, 2, 4];
-
-/// A split's cost in the model: zeroing the fp32 workspace and the reduction's launch, and
-/// per million destination elements their atomics and the reduction's pass.
-const SPLIT_US: f64 = 2.16;
-const SPLIT_US_PER_MILLION_ELEMENTS: f64 = 6.78;
 
 /// Reduction blocks from which a forward or backward-data product may run tiles that are not
 /// persistent: with fewer, a unit's stores no longer overlapped by the next one's loads cost
@@ -1000,7 +1028,7 @@ const MIN_UNOVERLAPPED_BLOCKS: u64 = 8;
 /// The wave model's time of `config` on `p`: per launch, ceil(units / SMs) waves of its
 /// products with taps, each of their slices' reduction blocks (on average over the units) and
 /// the wave's own cost; and the split's cost.
-fn modelled_us(products: &[Product], p: &ConvProblem, config: WgmmaConfig, cost: &TileCost, sms: u64) -> f64 {
+fn modelled_us(products: &[Product], p: &ConvProblem, config: WgmmaConfig, cost: &TileCost, model: &WaveModel, sms: u64) -> f64 {
     let slices = config.split.slices;
     let launches = products.chunks(MAX_PRODUCTS).map(|launch| {
         let with_taps = launch.iter().filter(|product| product.has_taps());
@@ -1011,7 +1039,7 @@ fn modelled_us(products: &[Product], p: &ConvProblem, config: WgmmaConfig, cost:
         let mean_blocks = if units > 0 { blocks as f64 / units as f64 } else { 0.0 };
         units.div_ceil(sms) as f64 * (mean_blocks / f64::from(slices) * cost.per_block_us + cost.per_wave_us)
     });
-    let split = if slices > 1 { SPLIT_US + SPLIT_US_PER_MILLION_ELEMENTS * destination_elements(p) as f64 / 1e6 } else { 0.0 };
+    let split = if slices > 1 { model.split_us + model.split_us_per_million_elements * destination_elements(p) as f64 / 1e6 } else { 0.0 };
     launches.sum::<f64>() + split
 }
 
@@ -1976,7 +2004,7 @@ mod tests {
     }
 
     #[test]
-    fn tf32_backward_weight_defaults_take_the_swept_tiles() {
+    fn tf32_defaults_take_the_swept_tiles() {
         // The H100's fastest in session 28's sweep: three taps on 64 columns where 128 cannot
         // hold them beside the transposition, ...
         assert_eq!(default_config("v1:bwd-weight:tf32:NHWC:n32:c128:k128:i28x28:f3x3:s1x1:p1x1:d1x1"), "bn64_wg2_st4_cl1_ps0_ks16_red0_tp3");
@@ -1984,6 +2012,10 @@ mod tests {
         assert_eq!(default_config("v1:bwd-weight:tf32:NHWC:n32:c480:k112:i14x14:f1x1:s1x1:p0x0:d1x1"), "bn128_wg1_st4_cl1_ps0_ks16_red0");
         // ... and the wide 7x7 1x1 layers' two slices summed in the cluster.
         assert_eq!(default_config("v1:bwd-weight:tf32:NHWC:n32:c1024:k2048:i7x7:f1x1:s1x1:p0x0:d1x1"), "bn256_wg2_st4_cl1_ps0_ks2_red2");
+        // Forward and backward-data by tf32's own wave model: persistent 128 x 128 tiles unsplit
+        // on c3072 k768 7x7 1x1 forward (0.80x the time of the 16-bit costs' pick, 256 x 128
+        // in two slices).
+        assert_eq!(default_config("v1:fwd:tf32:NHWC:n32:c3072:k768:i7x7:f1x1:s1x1:p0x0:d1x1"), "bn128_wg2_st4_cl1_ps1");
         // Every default holds its accumulators beside the transposition.
         for key in ["v1:bwd-weight:tf32:NHWC:n32:c256:k256:i14x14:f3x3:s1x1:p1x1:d1x1", "v1:bwd-weight:tf32:NDHWC:n32:c128:k128:i8x28x28:f3x3x3:s1x1x1:p1x1x1:d1x1x1"] {
             let p = ConvProblem::from_key(key).unwrap();
