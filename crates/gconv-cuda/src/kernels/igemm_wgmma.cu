@@ -683,7 +683,8 @@ __device__ __forceinline__ void store_pair(elem_t* at, float v0, float v1) {
 // tiles land with a pixel per row, in panels of a row of channels x PIXEL_BLOCK pixels: dy's by
 // tiled loads, once per block for all the unit's taps, x's by im2col loads at each tap's
 // offsets. 16-bit types multiply them so (MN-major operands); tf32 wgmma takes K-major ones
-// only, so a transposer warpgroup first turns each panel into a channel per row (TRANSPOSE).
+// only, so the producer warpgroup's other three warps first turn each panel into a channel per
+// row (TRANSPOSE).
 // ConvParams as the forward convolution's. The output mode is SPLIT's: 0 stores into dw; 1
 // adds into the fp32 workspace (zeroed before); 2 stores the slice's own fp32 copy of the
 // weights into it; 3 is stream-K (below). With KSPLIT the slices are the cluster's CTAs, and
@@ -709,11 +710,12 @@ __device__ __forceinline__ void store_shared(unsigned at, float x, float y, floa
 
 // Transposes a stage's panels in place: each 32 pixel rows x 32 channels becomes 32 channel
 // rows x 32 pixels, 128-byte swizzled as loaded (a K-major tile's layout). Transposer warp w
-// (0 to 2) takes whole panels w, w + 3, ..., reading one into registers before writing it back. A lane moves blocks of 4 pixels x
-// 4 channels; the 8 lanes of a quarter-warp take a diagonal of the panel's 8 x 8 blocks (lane
-// t: pixels from 4t, channels from 4 (t ^ 4 (t & 1) ^ d), d by quarter and block), so that the
-// swizzle spreads both their 16-byte reads (chunk t ^ d ^ i of pixel row 4t + i) and their
-// writes (chunk t ^ 4 ((t ^ d) & 1) ^ e of channel row 4 (..) + e) over all 32 banks.
+// (0 to 2) takes whole panels w, w + 3, ..., reading one into registers before writing it
+// back. A lane moves blocks of 4 pixels x 4 channels; the 8 lanes of a quarter-warp take a
+// diagonal of the panel's 8 x 8 blocks (lane t: pixels from 4t, channels from 4 (t ^ 4 (t & 1)
+// ^ d), d by quarter and block), so that the swizzle spreads both their 16-byte reads (chunk
+// t ^ d ^ i of pixel row 4t + i) and their writes (chunk t ^ 4 ((t ^ d) & 1) ^ e of channel
+// row 4 (..) + e) over all 32 banks.
 constexpr int PANELS = STAGE_BYTES / PANEL_ROWS_BYTES;
 static_assert(PIXEL_BLOCK == 32 && PANEL_ROWS_BYTES == 4096, "tf32 panels are 32 x 32");
 
