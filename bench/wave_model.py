@@ -15,10 +15,12 @@ out of the fit, and against the default of the build that ran the `*-base` side 
 given (--defaults, lines `DEF key config`). Needs numpy. Clusters (cl 2) are left out: the
 defaults add them by a rule of their own.
 
---weight fits WEIGHT_1X1_COSTS instead (--weight --tf32: WEIGHT_1X1_COSTS_TF32): 1x1
-backward-weight layers of up to 100 blocks of pixels (WEIGHT_1X1_MAX_PIXEL_BLOCKS; 64 pixels
-a block in 16-bit types, 32 in tf32), tiles of 64 x wg rows (output channels) by bn columns
-(input channels), ceil(tiles x ks / SMS) waves of the blocks / ks each, a split's
+--tf32 fits tf32's costs (TILE_COSTS_TF32, and with --weight WEIGHT_1X1_TF32): reduction
+blocks of 32 channels or pixels where 16-bit types have 64.
+
+--weight fits WEIGHT_1X1 instead: 1x1 backward-weight layers of up to 100 blocks of pixels
+(WEIGHT_1X1_MAX_PIXEL_BLOCKS), tiles of 64 x wg rows (output channels) by bn columns (input
+channels), ceil(tiles x ks / SMS) waves of the blocks / ks each, a split's
 cost a constant and per million fp32 sums (units x tile size) added by atomics, or with the sums
 in the cluster (red 2, two slices) a constant and a cost per million of its own.
 """
@@ -44,6 +46,11 @@ FITTED_TF32 = ("s28-tf32-fwd-bwd-data-sweep",)
 KEY = re.compile(r"v1:(fwd|bwd-data):(bf16|f16|tf32):N[DH]*WC:n(\d+):c(\d+):k(\d+):i([\dx]+):f([\dx]+):s([\dx]+):p([\dx]+):d([\dx]+)(?::g(\d+))?$")
 
 
+def row_elements(dtype):
+    """Reduction elements in a tile's 128-byte row: a block of channels or pixels."""
+    return 32 if dtype == "tf32" else 64
+
+
 def products(key):
     """(rows, columns, reduction blocks, groups) of each product the layer runs, else None."""
     m = KEY.match(key)
@@ -51,7 +58,7 @@ def products(key):
         return None
     direction, dtype, n, c, k, i, f, s, p, d, g = m.groups()
     n, c, k, g = int(n), int(c), int(k), int(g or 1)
-    row = 32 if dtype == "tf32" else 64
+    row = row_elements(dtype)
     extent, fil, stride, pad, dil = [list(map(int, v.split("x"))) for v in (i, f, s, p, d)]
     dims = range(len(extent))
     if direction == "fwd":
@@ -108,7 +115,7 @@ def weight_features(key, config):
     dtype, n, c, k, h, w, sh, sw = m.groups()
     n, c, k, h, w, sh, sw = map(int, (n, c, k, h, w, sh, sw))
     bn, wg, ks = f["bn"], f["wg"], f.get("ks", 1)
-    pixel_blocks = math.ceil(n * math.ceil(h / sh) * math.ceil(w / sw) / (32 if dtype == "tf32" else 64))
+    pixel_blocks = math.ceil(n * math.ceil(h / sh) * math.ceil(w / sw) / row_elements(dtype))
     if pixel_blocks > WEIGHT_MAX_PIXEL_BLOCKS:
         return None
     i = WEIGHT_SHAPES.index((bn, wg, 1, f["ps"]))

@@ -12,19 +12,18 @@
 //! into the workspace), once per sub-pixel phase at a stride over one (each phase's dx pixels are
 //! reached by one residue class of taps and written with the stride; a phase no tap reaches gets
 //! zeros), up to eight phases' products in one launch. Backward-weight multiplies dy (tiled loads)
-//! by x (im2col at each tap's offsets), both MN-major (tf32 wgmma takes K-major operands only: a
-//! warpgroup of its own transposes each tf32 tile in shared memory as it lands), per group and
-//! tap, its pixel reduction split
-//! into `ks` slices summed (`red`) by atomics into an fp32 workspace, in two stages, or in the
-//! cluster (2 or 4 slices as CTAs of one cluster adding their tiles through distributed shared
-//! memory: one launch, no workspace); or stream-K (`red 3`): a CTA per SM takes an even share of
-//! all tiles' blocks of pixels, a tile cut between CTAs finished by the one with its first blocks
-//! from the others' partial sums in the workspace. Forward and backward-data split their reductions
-//! (taps x channels) the same way where `ks` is over 1, for layers with too few tiles to fill the
-//! GPU. A dense layer with too few channels for a TMA row (an RGB stem) runs packed: its taps along
-//! W moved into the channels (see tap_packing); a grouped layer with too few per group (ResNeXt's)
-//! runs with its groups blocked into groups of a row's channels, the filter block-diagonal (see
-//! group_packing).
+//! by x (im2col at each tap's offsets), both MN-major (tf32 wgmma takes K-major operands only: the
+//! producer warpgroup's other three warps transpose each tf32 stage in shared memory as it lands),
+//! per group and tap, its pixel reduction split into `ks` slices summed (`red`) by atomics into an
+//! fp32 workspace, in two stages, or in the cluster (2 or 4 slices as CTAs of one cluster adding
+//! their tiles through distributed shared memory: one launch, no workspace); or stream-K (`red 3`):
+//! a CTA per SM takes an even share of all tiles' blocks of pixels, a tile cut between CTAs
+//! finished by the one with its first blocks from the others' partial sums in the workspace.
+//! Forward and backward-data split their reductions (taps x channels) the same way where `ks` is
+//! over 1, for layers with too few tiles to fill the GPU. A dense layer with too few channels for a
+//! TMA row (an RGB stem) runs packed: its taps along W moved into the channels (see tap_packing); a
+//! grouped layer with too few per group (ResNeXt's) runs with its groups blocked into groups of a
+//! row's channels, the filter block-diagonal (see group_packing).
 //!
 //! A producer warpgroup issues the loads onto an mbarrier pipeline of `st` stages and `wg`
 //! consumer warpgroups multiply 64 x `bn` each. `cl` 2 runs clusters of two CTAs on adjacent
@@ -907,8 +906,8 @@ impl WgmmaConfig {
             // hold three taps at 64 columns only (see MAX_ACCUMULATORS_BESIDE_TRANSPOSER), and
             // there they ran 0.74-0.94x the time of one tap at 128 on the H100's four 3x3 layers
             // of 128 input channels (session-28 sweep).
-            let widths = if transposes(p) && tile.bn == 128 { vec![128, 64] } else { vec![tile.bn] };
-            let three_taps = widths.into_iter().flat_map(|bn| [4, 3].map(|st| Tile { bn, st, taps: 3, ..tile })).find(|&tile| WgmmaConfig { tile, split: UNSPLIT }.check(p).is_ok());
+            let narrower = if transposes(p) && tile.bn == 128 { 64 } else { tile.bn };
+            let three_taps = [tile.bn, narrower].into_iter().flat_map(|bn| [4, 3].map(|st| Tile { bn, st, taps: 3, ..tile })).find(|&tile| WgmmaConfig { tile, split: UNSPLIT }.check(p).is_ok());
             let tile = three_taps.filter(|_| geo.filter_volume().is_multiple_of(3)).unwrap_or(tile);
             let taps = u64::from(tile.taps);
             let slices = quickest_split(blocks(tile) / taps, u64::from(tile.rows() * tile.bn) * taps, pixel_blocks * taps, sms, &worth);
@@ -1566,7 +1565,6 @@ impl Reduce {
         launch::kernel(b, &self.function, launch::flat(self.blocks, REDUCE_THREADS), &args, "launch cuda.igemm_wgmma's split reduction")
     }
 }
-
 
 struct WeightInvoker {
     function: CudaFunction,
