@@ -10,7 +10,7 @@ use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKer
 use gconv_core::{ConvProblem, DataType, Direction, GconvError, Result};
 
 use crate::device::{backend_error, driver_error};
-use crate::params::{Products, TapMap};
+use crate::params::{FilterBlocks, Products, TapMap};
 use crate::ConvParams;
 
 /// Dynamic shared memory a kernel may take without opting in to more.
@@ -234,6 +234,7 @@ pub enum Arg<'a> {
     TensorMap(&'a TensorMap),
     Products(&'a Products),
     Taps(&'a TapMap),
+    Blocks(&'a FilterBlocks),
 }
 
 /// Launches `function` on the buffers' stream. `args` follow the kernel's parameter list as
@@ -249,6 +250,7 @@ pub fn kernel(b: &CudaBuffers<'_>, function: &CudaFunction, config: LaunchConfig
             Arg::TensorMap(map) => launch.arg(*map),
             Arg::Products(products) => launch.arg(*products),
             Arg::Taps(taps) => launch.arg(*taps),
+            Arg::Blocks(blocks) => launch.arg(*blocks),
         };
     }
     // SAFETY: the arguments are the kernel's parameters in order (above), and the buffers hold

@@ -72,6 +72,21 @@ pub struct TapMap {
 // SAFETY: a plain #[repr(C)] struct of i32s, laid out like its C twin.
 unsafe impl DeviceRepr for TapMap {}
 
+/// How igemm_wgmma's producer loads a block's filter rows: `rows` at a time, and for a layer
+/// whose groups run blocked (see group_packing), read from w itself, `group_rows` output
+/// channels of `channels` each a group (1 and 0 where unblocked): the `FilterBlocks` of
+/// kernels/igemm_wgmma.cu; passed by value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FilterBlocks {
+    pub rows: u32,
+    pub group_rows: i32,
+    pub channels: i32,
+}
+
+// SAFETY: a plain #[repr(C)] struct of 32-bit integers, laid out like its C twin.
+unsafe impl DeviceRepr for FilterBlocks {}
+
 /// The products igemm_wgmma runs in one launch (forward's one, or backward-data's sub-pixel
 /// phases): the `Products` struct of kernels/igemm_wgmma.cu, passed by value as a grid
 /// constant (its tensor maps must lie in the kernel's parameters). A slot past `count` repeats

@@ -1003,6 +1003,17 @@ struct Unit {
     int product, m0, n0, slice, g;
 };
 
+// How the producer loads the filter's rows of a block: `rows` at a time (the box of its map).
+// A layer whose groups run blocked (see group_packing) reads its block-diagonal filter from w
+// itself: each box holds rows of one group, `group_rows` output channels of `channels` each,
+// and starts `channels` elements before the last group's for each group it lies past, so
+// that w's channels land in the group's columns and the box's other columns fall outside w's
+// rows, where TMA reads zeros. Unblocked: a box of the CTA's share of the rows, and channels 0.
+struct FilterBlocks {
+    unsigned rows;
+    int group_rows, channels;
+};
+
 // Which filter tap a product's tap reads: per dimension f = origin + step * t (see TapMap in
 // params.rs), and the filter's own extents.
 struct TapMap {
@@ -1071,7 +1082,7 @@ __device__ __forceinline__ Destination destination(const ConvParams& p) {
 }
 
 extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
-    igemm_wgmma(PRODUCT_PARAMETERS, elem_t* dst, float* ws, int split_arg, int mode, int slice_elements, int dst_tiled) {
+    igemm_wgmma(PRODUCT_PARAMETERS, elem_t* dst, float* ws, int split_arg, int mode, int slice_elements, int dst_tiled, FilterBlocks blocks) {
     // Unsplit builds fold the slice arithmetic away: with one block per unit (1x1 layers of 64
     // channels) its divisions cost as much as the unit's MMAs.
     const int splits = SPLIT ? split_arg : 1;
@@ -1155,14 +1166,20 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                     const int filter_tap = ((taps.origin[0] + taps.step[0] * f[0]) * taps.fil[1] + taps.origin[1] + taps.step[1] * f[1]) * taps.fil[2] + taps.origin[2] +
                                            taps.step[2] * f[2];
                     const unsigned share = rank * (64 / CLUSTER);
+                    for (unsigned r = 0; r < 64 / CLUSTER; r += blocks.rows) {
+                        const int k = c0 + share + r, skip = k / blocks.group_rows * blocks.channels;
 #pragma unroll
-                    for (int j = 0; j < BN / 64; ++j) {
-                        const unsigned at = pl.stage(s) + A_BYTES + j * TILE64_BYTES + share * ROW_BYTES;
-                        load_tile<true>(at, filter, t.n0 + 64 * j, filter_tap, t.g * p.cg + c0 + share, pl.full(s));
+                        for (int j = 0; j < BN / 64; ++j) {
+                            const unsigned at = pl.stage(s) + A_BYTES + j * TILE64_BYTES + (share + r) * ROW_BYTES;
+                            load_tile<true>(at, filter, t.n0 + 64 * j - skip, filter_tap, t.g * p.cg + k, pl.full(s));
+                        }
                     }
 #else
                     const unsigned share = rank * B_SHARE_ROWS;
-                    load_tile<true>(pl.stage(s) + A_BYTES + share * ROW_BYTES, filter, c0, tap, t.g * p.kg + t.n0 + share, pl.full(s));
+                    for (unsigned r = 0; r < B_SHARE_ROWS; r += blocks.rows) {
+                        const int n = t.n0 + share + r;
+                        load_tile<true>(pl.stage(s) + A_BYTES + (share + r) * ROW_BYTES, filter, c0 - n / blocks.group_rows * blocks.channels, tap, t.g * p.kg + n, pl.full(s));
+                    }
 #endif
                     if (++chunk == chunks) {
                         chunk = 0;

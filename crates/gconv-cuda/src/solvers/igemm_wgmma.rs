@@ -45,7 +45,7 @@ use super::tap_packing::{self, Packing};
 use super::{builds_from_kernel, BuiltFrom};
 use crate::device::CudaDevice;
 use crate::launch::{self, Arg, Buffer, Im2col, TensorMap};
-use crate::params::{ProductArgs, Products, TapMap, MAX_PRODUCTS};
+use crate::params::{FilterBlocks, ProductArgs, Products, TapMap, MAX_PRODUCTS};
 use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
 
 const SOURCE: &str = concat!(include_str!("../kernels/igemm_wgmma.cu"), include_str!("../kernels/split_reduce.cuh"));
@@ -358,12 +358,14 @@ fn reads_source_tiled(p: &ConvProblem) -> bool {
 
 /// Whether forward's or backward-data's kernel stores its results by TMA, whole tiles from the
 /// staged panels (the kernel's dst_tiled): the destination a matrix of pixels x channels (one
-/// product, a layer as the user gave it), dense, so that a tile's columns past its channels
-/// are past the matrix's (TMA leaves them out), and each tile summed in one CTA. On the H100
-/// the 167 forward and backward-data layers it ran fastest on took 0.990x the time of the
-/// threads' own stores (0.84-1.08x); stores by one thread of the warpgroup, 0.997x.
-fn stores_tiles(p: &ConvProblem, config: WgmmaConfig, user: &ConvProblem, one_product: bool) -> bool {
-    one_product && p == user && p.g == 1 && config.split.cluster_slices() == 1
+/// product), dense or its groups' channels whole column tiles, so that a tile's columns past
+/// its group's are past the matrix's (TMA leaves them out), and each tile summed in one CTA.
+/// On the H100 the 167 dense forward and backward-data layers it ran fastest on took 0.990x
+/// the time of the threads' own stores (0.84-1.08x); stores by one thread of the warpgroup,
+/// 0.997x.
+fn stores_tiles(p: &ConvProblem, config: WgmmaConfig, product: &Product, one_product: bool) -> bool {
+    let (_, columns) = product.channels();
+    one_product && (p.g == 1 || columns.is_multiple_of(config.tile.bn)) && config.split.cluster_slices() == 1
 }
 
 /// The elements of the tensor a direction writes.
@@ -409,11 +411,12 @@ impl Packed {
         }
     }
 
-    /// Whether the products write the user's tensors themselves, with no kernel around them:
+    /// Whether the products take the user's tensors themselves, with no kernel around them:
     /// a blocked layer's backward-weight keeps the diagonal blocks of its gradient as it
-    /// stores them (see the kernel's group_kg).
+    /// stores them (see the kernel's group_kg), and its forward and backward-data where they
+    /// read the blocked filter from w (see the kernel's FilterBlocks).
     fn in_place(&self) -> bool {
-        matches!(self, Packed::Groups(packing) if packing.packed.direction == Direction::BackwardWeight)
+        matches!(self, Packed::Groups(packing) if packing.packed.direction == Direction::BackwardWeight || packing.reads_user_filter())
     }
 
     fn workspace_bytes(&self, inner: u64) -> u64 {
@@ -1192,7 +1195,7 @@ impl WgmmaConfig {
         let packed = Packed::of(p);
         let layer = packed.as_ref().map_or(p, Packed::layer);
         let config = WgmmaConfig::default_for(layer, sms);
-        if !packed.as_ref().is_some_and(Packed::in_place) {
+        if p.direction != Direction::BackwardWeight || !packed.as_ref().is_some_and(Packed::in_place) {
             return config;
         }
         let (_, units) = WgmmaConfig { split: UNSPLIT, ..config }.work(layer);
@@ -1310,9 +1313,10 @@ fn products_workspace(p: &ConvProblem, config: &Config, user: &ConvProblem, sms:
 }
 
 impl IgemmWgmma {
-    /// The products of `p` (a layer as it runs, not packed), writing `user`'s destination:
-    /// `p`'s own, or (backward-weight of a blocked layer, `p` its blocked twin) the diagonal
-    /// blocks of the gradient into the user's filter.
+    /// The products of `p` (a layer as it runs, not packed), on `user`'s tensors: `p`'s own,
+    /// or where `p` is the blocked twin of `user`, its filter read from w as blocks
+    /// (forward and backward-data) or its gradient's diagonal blocks stored into w
+    /// (backward-weight).
     fn products(&self, p: &ConvProblem, config: &Config, user: &ConvProblem) -> Result<Box<dyn Invoker<Cuda>>> {
         let config = WgmmaConfig::from_config(p, config)?;
         let (WgmmaConfig { tile, split }, source) = (config, config.source(p));
@@ -1352,14 +1356,21 @@ impl IgemmWgmma {
         let direct = reads_filter_directly(p);
         // w itself in boxes of 64 channels c x the cluster's share of 64 output channels k; or
         // the filter matrix (w, or its flipped copy) in boxes of the cluster's share of the
-        // column tile's rows x a 128-byte row of the reduction.
-        let filter_box = if direct { [64, 1, 64 / tile.cl] } else { [row_elements(p.dtype), 1, tile.bn / tile.cl] };
+        // column tile's rows x a 128-byte row of the reduction; a blocked layer (`user` its
+        // grouped self) in boxes of a group's rows of w.
+        let share = if direct { 64 / tile.cl } else { tile.bn / tile.cl };
+        let blocked = (user.g != p.g).then(|| (user.k / user.g, user.c_per_group()));
+        let blocks = match blocked {
+            Some((kg, cg)) => FilterBlocks { rows: gcd(i64::from(share), i64::from(kg)) as u32, group_rows: kg as i32, channels: cg as i32 },
+            None => FilterBlocks { rows: share, group_rows: 1, channels: 0 },
+        };
+        let filter_box = [if direct { 64 } else { row_elements(p.dtype) }, 1, blocks.rows];
         let all = Product::all(p);
         let one_product = all.len() == 1;
-        let destination = stores_tiles(p, config, user, one_product).then(|| {
+        let destination = stores_tiles(p, config, &all[0], one_product).then(|| {
             let (_, columns) = all[0].channels();
             // A warp stores its 16 rows of each 64-row slice, a 128-byte row of columns at a time.
-            ([u64::from(columns), all[0].rows, 1], [row_elements(p.dtype), 16, 1])
+            ([u64::from(p.g * columns), all[0].rows, 1], [row_elements(p.dtype), 16, 1])
         });
         let launches = all
             .chunks(MAX_PRODUCTS)
@@ -1370,7 +1381,11 @@ impl IgemmWgmma {
                     .iter()
                     .map(|product| {
                         let source = product.has_taps().then(|| product.source_map(p, row_elements(p.dtype), tile.rows()));
-                        let filter = if direct { (0, [geo.cg as u64, geo.filter_volume() as u64, u64::from(p.k)]) } else { (product.filter_offset, product.filter_extents()) };
+                        let (offset, mut extents) = if direct { (0, [geo.cg as u64, geo.filter_volume() as u64, u64::from(p.k)]) } else { (product.filter_offset, product.filter_extents()) };
+                        if let Some((_, cg)) = blocked {
+                            extents[0] = u64::from(cg);
+                        }
+                        let filter = (offset, extents);
                         ProductLaunch { params: product.params, tap_map: product.tap_map, source, filter, dst_offset: product.dst_offset }
                     })
                     .collect();
@@ -1395,7 +1410,7 @@ impl IgemmWgmma {
             reduce: split.reduce(destination_elements(p), &self.device, &source)?,
             filter_start: flipped_filter_start(p, split),
         };
-        Ok(Box::new(WgmmaInvoker { function, launches, one_product, destination, direction: p.direction, dtype: p.dtype, filter_box, flip, split }))
+        Ok(Box::new(WgmmaInvoker { function, launches, one_product, destination, direction: p.direction, dtype: p.dtype, filter_box, blocks, flip, split }))
     }
 }
 
@@ -1453,8 +1468,9 @@ struct WgmmaInvoker {
     destination: Option<([u64; 3], [u32; 3])>,
     direction: Direction,
     dtype: DataType,
-    /// The filter box a CTA loads per block (see `solution`).
+    /// The filter box a CTA loads, `blocks.rows` rows of it at a time (see `products`).
     filter_box: [u32; 3],
+    blocks: FilterBlocks,
     flip: Option<Flip>,
     split: SplitLaunch,
 }
@@ -1531,7 +1547,7 @@ impl Invoker<Cuda> for WgmmaInvoker {
                 vec![Arg::Products(&products)]
             };
             let dst_tiled = i32::from(self.destination.is_some());
-            args.extend([Arg::Buffer(dst), Arg::Buffer(b.workspace), Arg::Int(split.slices), Arg::Int(split.mode), Arg::Int(split.elements), Arg::Int(dst_tiled)]);
+            args.extend([Arg::Buffer(dst), Arg::Buffer(b.workspace), Arg::Int(split.slices), Arg::Int(split.mode), Arg::Int(split.elements), Arg::Int(dst_tiled), Arg::Blocks(&self.blocks)]);
             launch::kernel(b, &self.function, launch.launch, &args, "launch cuda.igemm_wgmma")?;
         }
         match &split.reduce {
