@@ -197,21 +197,25 @@ impl TensorMap {
         })
     }
 
-    /// The tiled map of a packed 3D array of `dtype` in `buffer`, extents innermost first,
-    /// read in boxes of `boxes` (out-of-range elements zero-filled).
-    pub fn tiled(buffer: Buffer, dtype: DataType, extents: [u64; 3], boxes: [u32; 3]) -> Result<Self> {
+    /// The tiled map of a packed array of `dtype` in `buffer` (rank 3 to 5), extents innermost
+    /// first, read in boxes of `boxes` (out-of-range elements zero-filled).
+    pub fn tiled<const RANK: usize>(buffer: Buffer, dtype: DataType, extents: [u64; RANK], boxes: [u32; RANK]) -> Result<Self> {
         let elem = dtype.size_bytes() as u64;
         if extents.iter().product::<u64>() * elem > buffer.bytes {
             return Err(GconvError::Backend(format!("a tiled map of {extents:?} reaches past its {}-byte buffer", buffer.bytes)));
         }
-        let (strides, element_strides) = ([extents[0] * elem, extents[0] * extents[1] * elem], [1u32; 3]);
+        if !(3..=5).contains(&RANK) {
+            return Err(GconvError::Backend(format!("a tiled map wants rank 3 to 5, got {RANK}")));
+        }
+        let strides: Vec<u64> = (1..RANK).map(|i| extents[..i].iter().product::<u64>() * elem).collect();
+        let element_strides = [1u32; RANK];
         let data_type = tma_type(dtype)?;
-        // SAFETY: as in `im2col`, for rank 3.
+        // SAFETY: as in `im2col`, for rank RANK.
         Self::encoded("encode a tiled tensor map", |map| unsafe {
             cu::cuTensorMapEncodeTiled(
                 map,
                 data_type,
-                3,
+                RANK as u32,
                 buffer.ptr as *mut std::ffi::c_void,
                 extents.as_ptr(),
                 strides.as_ptr(),

@@ -65,6 +65,21 @@
 #define TRANSPOSE 0
 #endif
 #define TRANSPOSER_WARPS 3
+// HALO (forward, and backward-data at unit stride: one product; 2D, 16-bit types, persistent,
+// one CTA a cluster, unsplit): a unit is a block of whole destination rows of one image, its
+// rows laid out on the source's padded width (the pitch), so that every tap's A tile is the
+// same rows of one staged source rectangle shifted by the tap's offset. The producer loads the
+// rectangle with its halo once per chunk of channels (a tiled box of rows x pitch pixels x a
+// 128-byte row of channels, TMA's zeros in the padding) into one of two halo buffers, and the
+// stages carry the filter only: im2col reads each source pixel once per tap from L2 (ResNeXt's
+// c128 g32 56x56 forward: 289 MB into the SMs for 26 MB of x; 106 MB with HALO, in about the
+// same time: see Tile::halo in the solver).
+#ifndef HALO
+#define HALO 0
+#endif
+#if HALO && (WEIGHT || SPATIAL != 2 || !PERSISTENT || CLUSTER != 1 || KSPLIT != 1 || SPLIT || SRC_TILED || PRODUCTS != 1 || defined(GCONV_TF32))
+#error "HALO takes 16-bit 2D forward or unit-stride backward-data, persistent, one CTA a cluster, unsplit"
+#endif
 // Each consumer warpgroup multiplies MR slices of 64 rows (forward and backward-data: 2 makes
 // 256 x BN tiles of two consumers, halving the filter's loads per MMA where BN is at most 128).
 #define BM (64 * CONSUMERS * MR)
@@ -216,6 +231,12 @@ __device__ __forceinline__ void load_tile(unsigned dst, const TensorMap* map, in
     }
 }
 
+// A box of a 4D array by a tiled map, from (x, y, z, w) on, x innermost: HALO's source
+// rectangle (x its channels, y the columns, z the rows, w the image).
+__device__ __forceinline__ void load_box4(unsigned dst, const TensorMap* map, int x, int y, int z, int w, unsigned bar) {
+    asm volatile(TMA_LOAD("4d", "tile") " [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(dst), "l"(map), "r"(x), "r"(y), "r"(z), "r"(w), "r"(bar) : "memory");
+}
+
 // Operands in shared memory with 128-byte swizzle, as the TMA loads lay them out: rows of 128
 // bytes (64 elements) in atoms of 8 rows, 1024 bytes apart (the stride byte offset). K-major
 // (rows along M or N, 64 K elements each): stepping 16 elements along K adds 32 bytes, the
@@ -293,17 +314,24 @@ __device__ __forceinline__ void wgmma(float* d, unsigned long long a, unsigned l
 // loads and its cluster partners' multicasts), each consumer warpgroup of the cluster once on
 // an empty one (every CTA's producer writes into every CTA's stage), each transposer thread
 // once on a transposed one.
-constexpr unsigned TILE64_BYTES = 64 * ROW_BYTES, A_BYTES = BM * ROW_BYTES, B_BYTES = BN * ROW_BYTES, STAGE_BYTES = A_BYTES + B_TILES * B_BYTES;
+constexpr unsigned TILE64_BYTES = 64 * ROW_BYTES, A_BYTES = HALO ? 0 : BM * ROW_BYTES, B_BYTES = BN * ROW_BYTES, STAGE_BYTES = A_BYTES + B_TILES * B_BYTES;
 // Backward-weight loads its MN-major tiles in panels of a row of channels x a block of pixels
 // (16-bit types: 64 x 64, tf32: 32 x 32).
 constexpr unsigned PANEL_ROWS_BYTES = PIXEL_BLOCK * ROW_BYTES;
 constexpr int BARRIERS = 2 + TRANSPOSE;
+// HALO: a full and an empty barrier per halo buffer.
+constexpr int HALO_BARRIERS = HALO ? 4 : 0;
 // Each CTA of a cluster loads this much of the B tile (its rows from rank x B_SHARE_ROWS on)
 // and multicasts it.
 constexpr unsigned B_SHARE_ROWS = BN / CLUSTER;
 
 struct Pipeline {
     unsigned base, bars;
+    // HALO: the two halo buffers, from `halo` on, `halo_bytes` each.
+    unsigned halo, halo_bytes;
+    __device__ unsigned halo_buffer(int h) const { return halo + h * halo_bytes; }
+    __device__ unsigned halo_full(int h) const { return bars + 8 * (BARRIERS * STAGES + h); }
+    __device__ unsigned halo_empty(int h) const { return bars + 8 * (BARRIERS * STAGES + 2 + h); }
     __device__ unsigned stage(int s) const { return base + s * STAGE_BYTES; }
     __device__ unsigned full(int s) const { return bars + 8 * s; }
     __device__ unsigned empty(int s) const { return bars + 8 * (STAGES + s); }
@@ -311,18 +339,25 @@ struct Pipeline {
     // What the consumers wait for: the loads, or their transposition.
     __device__ unsigned ready(int s) const { return TRANSPOSE ? transposed(s) : full(s); }
     // 1024-byte aligned: a TMA store reads it with the 128-byte swizzle.
-    __device__ unsigned staging() const { return (bars + 8 * BARRIERS * STAGES + 1023) & ~1023u; }
+    __device__ unsigned staging() const { return (bars + 8 * (BARRIERS * STAGES + HALO_BARRIERS) + 1023) & ~1023u; }
 };
 
-__device__ __forceinline__ Pipeline pipeline_init(unsigned char* raw) {
+__device__ __forceinline__ Pipeline pipeline_init(unsigned char* raw, unsigned halo_bytes = 0) {
     Pipeline pl;
     pl.base = (smem_addr(raw) + 1023) & ~1023u;
     pl.bars = pl.base + STAGES * STAGE_BYTES;
+    // HALO: the halo buffers past the staging, whose place stays a constant.
+    pl.halo = pl.staging() + BM * BN * sizeof(elem_t);
+    pl.halo_bytes = halo_bytes;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(pl.full(s), 1);
             mbar_init(pl.empty(s), CONSUMERS * CLUSTER);
             if (TRANSPOSE) mbar_init(pl.transposed(s), TRANSPOSER_WARPS * 32);
+        }
+        for (int h = 0; HALO && h < 2; ++h) {
+            mbar_init(pl.halo_full(h), 1);
+            mbar_init(pl.halo_empty(h), CONSUMERS);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -384,6 +419,66 @@ __device__ __forceinline__ void consume(const Pipeline& pl, int first, int block
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     if (releases) mbar_arrive_cluster(pl.empty((first + blocks - 1) % STAGES));
 }
+
+#if HALO
+// HALO's geometry for a product p (the host sizes the halo buffers by the same rules): the
+// pitch (the source's padded width: the destination's width plus the filter's reach), the
+// destination rows a unit takes (as many whole rows as BM holds), the source rows it loads,
+// and units per image.
+struct HaloTile {
+    int pitch, rows, loaded, per_image;
+};
+
+__device__ __forceinline__ HaloTile halo_tile(const ConvParams& p) {
+    HaloTile h;
+    h.pitch = p.out[2] + (p.fil[2] - 1) * p.dil[2];
+    h.rows = min(BM / h.pitch, p.out[1]);
+    h.loaded = h.rows + (p.fil[1] - 1) * p.dil[1];
+    h.per_image = (p.out[1] + h.rows - 1) / h.rows;
+    return h;
+}
+
+// consume for HALO: per chunk of channels, the halo buffer's rectangle against each tap's filter
+// tile (a stage each), the A tile the rectangle's rows from the tap's offset on; the last
+// stage and the halo buffer released when the chunk's MMAs are done. `hit` counts halo loads.
+__device__ __forceinline__ void consume_halo(const Pipeline& pl, int& it, int& hit, int chunks, const ConvParams& p, const HaloTile& ht, int slice, float* d) {
+    const bool releases = threadIdx.x % 128 == 0;
+    const int taps = p.fil[1] * p.fil[2];
+    for (int chunk = 0; chunk < chunks; ++chunk, ++hit) {
+        const int h = hit % 2;
+        mbar_wait(pl.halo_full(h), (hit / 2) & 1);
+        for (int tap = 0; tap < taps; ++tap, ++it) {
+            const int s = it % STAGES, fh = tap / p.fil[2], fw = tap - fh * p.fil[2];
+            const int shift = fh * p.dil[1] * ht.pitch + fw * p.dil[2];
+            mbar_wait(pl.full(s), (it / STAGES) & 1);
+            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+            const unsigned b = pl.stage(s);
+#pragma unroll
+            for (int kk = 0; kk < BK / MMA_K; ++kk) {
+                const unsigned long long b_desc = FILTER_MN ? smem_desc_mn(b + kk * 16 * ROW_BYTES) : smem_desc_k(b + kk * 32);
+#pragma unroll
+                for (int mr = 0; mr < MR; ++mr) {
+                    // Every slice multiplies, rows past the unit's too: a branch among the
+                    // MMAs made ptxas serialize them (1.5x the time on the H100).
+                    const int row = (slice * MR + mr) * 64;
+                    // From any row: the swizzle follows the address's bits, as the TMA wrote it
+                    // (as for the 32-byte steps along K).
+                    const unsigned long long a_desc = smem_desc_k(pl.halo_buffer(h) + (row + shift) * ROW_BYTES + kk * 32);
+                    wgmma<false, FILTER_MN>(d + mr * (BN / 2), a_desc, b_desc, chunk > 0 || tap > 0 || kk > 0);
+                }
+            }
+            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+            if (tap > 0 && releases) mbar_arrive_cluster(pl.empty((it - 1) % STAGES));
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        if (releases) {
+            mbar_arrive_cluster(pl.empty((it - 1) % STAGES));
+            asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(pl.halo_empty(h)) : "memory");
+        }
+    }
+}
+#endif
 
 // The first of the two rows a thread holds in for_each_pair (the other is 8 on).
 __device__ __forceinline__ int pair_first_row() { return threadIdx.x % 128 / 32 * 16 + threadIdx.x % 32 / 4; }
@@ -1089,12 +1184,24 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     // Slices within a cluster (KSPLIT) are the cluster's CTAs, not units of their own.
     const int slices = KSPLIT > 1 ? KSPLIT : splits;
     extern __shared__ unsigned char raw[];
+#if HALO
+    const HaloTile ht = halo_tile(PRODUCT(0));
+    // The rows the tile's MMAs read at the furthest tap (past the loaded ones, for rows past
+    // the unit's).
+    const unsigned halo_rows = BM + (PRODUCT(0).fil[1] - 1) * PRODUCT(0).dil[1] * ht.pitch + (PRODUCT(0).fil[2] - 1) * PRODUCT(0).dil[2];
+    const Pipeline pl = pipeline_init(raw, (halo_rows * ROW_BYTES + 1023) & ~1023u);
+#else
     const Pipeline pl = pipeline_init(raw);
+#endif
     const int rank = cluster_rank() % CLUSTER;
     // A dense layer's last chunk may run past its channels: TMA reads zeros there.
     const int chunks = (PRODUCT(0).cg + BK - 1) / BK, column_tiles = (PRODUCT(0).kg + BN - 1) / BN;
     const int per_row_group = column_tiles * splits * PRODUCT(0).g;
+#if HALO
+    auto row_groups = [&](int q) { return PRODUCT(q).n * ht.per_image; };
+#else
     auto row_groups = [&](int q) { return ((PRODUCT(q).n * product_pixels(PRODUCT(q)) + BM - 1) / BM + CLUSTER - 1) / CLUSTER; };
+#endif
     int units = 0;
     for (int q = 0; q < PRODUCT_COUNT; ++q) units += row_groups(q) * per_row_group;
     const int first_rows = row_groups(0);
@@ -1123,6 +1230,31 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     };
     // A slice's reduction blocks (of its product's) run from its first block to the next slice's.
     auto first_block = [&](const ConvParams& p, int slice) { return p.fil[0] * p.fil[1] * p.fil[2] * chunks * slice / slices; };
+    // The producer's filter loads for unit t's block at tap (at position f) and channel c0, into
+    // stage s.
+    auto load_filter = [&](const Unit& t, int tap, const int* f, int c0, int s) {
+        const ConvParams& p = PRODUCT(t.product);
+        const TensorMap* filter = PRODUCT_FILTER(t.product);
+#if FILTER_MN
+        const TapMap& taps = PRODUCT_TAPS(t.product);
+        const int filter_tap = ((taps.origin[0] + taps.step[0] * f[0]) * taps.fil[1] + taps.origin[1] + taps.step[1] * f[1]) * taps.fil[2] + taps.origin[2] + taps.step[2] * f[2];
+        const unsigned share = rank * (64 / CLUSTER);
+        for (unsigned r = 0; r < 64 / CLUSTER; r += blocks.rows) {
+            const int k = c0 + share + r, skip = k / blocks.group_rows * blocks.channels;
+#pragma unroll
+            for (int j = 0; j < BN / 64; ++j) {
+                const unsigned at = pl.stage(s) + A_BYTES + j * TILE64_BYTES + (share + r) * ROW_BYTES;
+                load_tile<true>(at, filter, t.n0 + 64 * j - skip, filter_tap, t.g * p.cg + k, pl.full(s));
+            }
+        }
+#else
+        const unsigned share = rank * B_SHARE_ROWS;
+        for (unsigned r = 0; r < B_SHARE_ROWS; r += blocks.rows) {
+            const int n = t.n0 + share + r;
+            load_tile<true>(pl.stage(s) + A_BYTES + (share + r) * ROW_BYTES, filter, c0 - n / blocks.group_rows * blocks.channels, tap, t.g * p.kg + n, pl.full(s));
+        }
+#endif
+    };
     const int wg = threadIdx.x / 128;
     if (wg == 0) {
         if (producer_start()) {
@@ -1130,6 +1262,39 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                 prefetch_map(PRODUCT_SRC(q));
                 prefetch_map(PRODUCT_FILTER(q));
             }
+#if HALO
+            // Halo loads go out one ahead: the next one as soon as this one's first stages of
+            // the filter are out (its buffer is free once the consumers finish the one before
+            // this), so that it lands while the consumers multiply this one.
+            auto load_halo = [&](int u, int chunk, int hit) {
+                const Unit t = unit_at(u);
+                const ConvParams& p = PRODUCT(0);
+                const int row_tile = t.m0 / BM, n = row_tile / ht.per_image, i0 = (row_tile - n * ht.per_image) * ht.rows;
+                const int h = hit % 2;
+                if (hit >= 2) mbar_wait(pl.halo_empty(h), (hit / 2 - 1) & 1);
+                mbar_expect_tx(pl.halo_full(h), ht.loaded * ht.pitch * ROW_BYTES);
+                load_box4(pl.halo_buffer(h), PRODUCT_SRC(0), t.g * p.cg + chunk * BK, -p.pad[2], i0 - p.pad[1], n, pl.halo_full(h));
+            };
+            int it = 0, hit = 0;
+            const int taps = PRODUCT(0).fil[1] * PRODUCT(0).fil[2], ahead = min(taps, STAGES) - 1;
+            FOR_EACH_UNIT(u, units) {
+                const Unit t = unit_at(u);
+                for (int chunk = 0; chunk < chunks; ++chunk, ++hit) {
+                    if (hit == 0) load_halo(u, chunk, hit);
+                    int f[3] = {0, 0, 0};
+                    for (int tap = 0; tap < taps; ++tap, ++it) {
+                        load_filter(t, tap, f, chunk * BK, produce(pl, it));
+                        next_tap(PRODUCT(0), f);
+                        if (tap != ahead) continue;
+                        if (chunk + 1 < chunks) {
+                            load_halo(u, chunk + 1, hit + 1);
+                        } else if (u + (int)(gridDim.x / CLUSTER_CTAS) < units) {
+                            load_halo(u + gridDim.x / CLUSTER_CTAS, 0, hit + 1);
+                        }
+                    }
+                }
+            }
+#else
             const FastDiv chunks_div = fast_div(chunks);
             int it = 0, current = 0;
             PixelDivs divs = pixel_divs(PRODUCT(0));
@@ -1140,7 +1305,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                     divs = pixel_divs(PRODUCT(current));
                 }
                 const ConvParams& p = PRODUCT(t.product);
-                const TensorMap *src = PRODUCT_SRC(t.product), *filter = PRODUCT_FILTER(t.product);
+                const TensorMap* src = PRODUCT_SRC(t.product);
                 // The tile's first pixel, as the source position its first tap starts from.
                 const PixelCursor first_pixel = pixel_cursor(divs, t.m0);
                 int pos[3];
@@ -1161,26 +1326,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 #else
                     load_im2col<false>(pl.stage(s), src, t.g * p.cg + c0, pos, first_pixel.n, off, pl.full(s));
 #endif
-#if FILTER_MN
-                    const TapMap& taps = PRODUCT_TAPS(t.product);
-                    const int filter_tap = ((taps.origin[0] + taps.step[0] * f[0]) * taps.fil[1] + taps.origin[1] + taps.step[1] * f[1]) * taps.fil[2] + taps.origin[2] +
-                                           taps.step[2] * f[2];
-                    const unsigned share = rank * (64 / CLUSTER);
-                    for (unsigned r = 0; r < 64 / CLUSTER; r += blocks.rows) {
-                        const int k = c0 + share + r, skip = k / blocks.group_rows * blocks.channels;
-#pragma unroll
-                        for (int j = 0; j < BN / 64; ++j) {
-                            const unsigned at = pl.stage(s) + A_BYTES + j * TILE64_BYTES + (share + r) * ROW_BYTES;
-                            load_tile<true>(at, filter, t.n0 + 64 * j - skip, filter_tap, t.g * p.cg + k, pl.full(s));
-                        }
-                    }
-#else
-                    const unsigned share = rank * B_SHARE_ROWS;
-                    for (unsigned r = 0; r < B_SHARE_ROWS; r += blocks.rows) {
-                        const int n = t.n0 + share + r;
-                        load_tile<true>(pl.stage(s) + A_BYTES + (share + r) * ROW_BYTES, filter, c0 - n / blocks.group_rows * blocks.channels, tap, t.g * p.kg + n, pl.full(s));
-                    }
-#endif
+                    load_filter(t, tap, f, c0, s);
                     if (++chunk == chunks) {
                         chunk = 0;
                         ++tap;
@@ -1188,6 +1334,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                     }
                 }
             }
+#endif
         }
         producer_joins_sums();
     } else {
@@ -1198,10 +1345,14 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // The results leave by TMA stores of the staged panels, each warp its own 16 rows (those
         // of its fragments: no barrier of the warpgroup), where the host made a map of the
         // destination and the CTA stores whole tiles.
-        const bool tiled_store = PRODUCTS == 1 && KSPLIT == 1 && dst_tiled;
+        const bool tiled_store = PRODUCTS == 1 && KSPLIT == 1 && !HALO && dst_tiled;
         const unsigned staged_base = (PERSISTENT ? pl.staging() : pl.base) + slice * PANEL_BYTES * (BN / PANEL_COLUMNS);
         unsigned char* staged = raw + (staged_base - smem_addr(raw));
         int it = 0, current = 0;
+#if HALO
+        int hit = 0;
+        const FastDiv pitch_div = fast_div(ht.pitch);
+#endif
         Destination out = destination(PRODUCT(0));
         FOR_EACH_UNIT(u, units) {
             const Unit t = unit_at(u);
@@ -1210,16 +1361,23 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                 out = destination(PRODUCT(current));
             }
             const ConvParams& p = PRODUCT(t.product);
+#if !HALO
             const int m_total = out.rows;
+#endif
             auto dst_index = [&](int m, int channel) {
                 const auto at = PRODUCT_OFFSET(t.product);
                 if (out.packed) return at + m * p.ys[4] + channel * p.ys[1];
                 const PixelCursor c = pixel_cursor(out.divs, m);
                 return at + offset(p.ys, c.n, channel, c.o[0], c.o[1], c.o[2]);
             };
+#if HALO
+            consume_halo(pl, it, hit, chunks, p, ht, slice, d);
+            const int row_tile = t.m0 / BM, image = row_tile / ht.per_image, i0 = (row_tile - image * ht.per_image) * ht.rows;
+#else
             const int first = first_block(p, t.slice), blocks = first_block(p, t.slice + 1) - first;
             consume<false, FILTER_MN>(pl, it, blocks, slice, d);
             it += blocks;
+#endif
             cluster_sums(d, slice, pl.base);
 #if SPLIT
             if (mode != 0) {
@@ -1292,9 +1450,19 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                     const int first_row = KSPLIT == 1 ? 0 : max(owned, 0), end_row = KSPLIT == 1 ? 64 * MR : min(owned + OWNED_ROWS, 64 * MR);
                     for (int i = first_row * CHUNKS + threadIdx.x % 128; i < end_row * CHUNKS; i += 128) {
                         const int row = i / CHUNKS, column = i % CHUNKS * CHUNK;
-                        const int m = t.m0 + slice * 64 * MR + row, n = t.n0 + column;
+                        const int n = t.n0 + column;
+#if HALO
+                        // The row's place on the pitch: rows past the destination's width, or past
+                        // the unit's rows, are the tile's padding.
+                        const int local = slice * 64 * MR + row, r = quotient(local, pitch_div), x = local - r * ht.pitch;
+                        if (r >= ht.rows || i0 + r >= p.out[1] || x >= p.out[2] || n >= p.kg) continue;
+                        const auto at = PRODUCT_OFFSET(0) + offset(p.ys, image, t.g * p.kg + n, 0, i0 + r, x);
+#else
+                        const int m = t.m0 + slice * 64 * MR + row;
                         if (m >= m_total || n >= p.kg) continue;
-                        *reinterpret_cast<uint4*>(dst + dst_index(m, t.g * p.kg + n)) = *reinterpret_cast<const uint4*>(staged + staged_at(row, column));
+                        const auto at = dst_index(m, t.g * p.kg + n);
+#endif
+                        *reinterpret_cast<uint4*>(dst + at) = *reinterpret_cast<const uint4*>(staged + staged_at(row, column));
                     }
                 }
             }

@@ -72,6 +72,10 @@ const MAX_ACCUMULATORS_BESIDE_TRANSPOSER: u32 = 128;
 const BARRIERS_PER_STAGE: u32 = 3;
 /// What one block may opt in to on sm_90.
 const MAX_SHARED_BYTES: u32 = 227 * 1024;
+/// HALO's full and empty barriers of its two halo buffers.
+const HALO_BARRIERS: u32 = 4;
+/// TMA's longest box side.
+const MAX_BOX: u32 = 256;
 /// TMA element strides (the convolution stride) go up to 8.
 const MAX_STRIDE: usize = 8;
 const MAX_GRID_X: u64 = i32::MAX as u64;
@@ -107,6 +111,11 @@ struct Tile {
     persistent: bool,
     taps: u32,
     mr: u32,
+    /// Forward and backward-data: the source staged as a rectangle with its halo (the kernel's
+    /// HALO), not loaded per tap by im2col. Tunable, not a default: on the H100 it took 0.89x
+    /// im2col's time on ResNeXt's c512 g32 14x14 3x3, 0.98-1.09x on other 3x3 layers of 14x14
+    /// to 56x56, and 2.5x at 7x7 on 256-row tiles (7 of 64 rows a slice in use).
+    halo: bool,
 }
 
 impl Tile {
@@ -129,6 +138,9 @@ impl Tile {
         if !ROW_SLICES.contains(&self.mr) {
             return Err(format!("mr must be one of {ROW_SLICES:?}"));
         }
+        if self.halo && (!self.persistent || self.cl > 1 || self.taps > 1) {
+            return Err("hl 1 (the source staged with its halo) takes a persistent grid of lone CTAs: ps 1, cl 1".into());
+        }
         let accumulators = self.bn / 2 * self.taps * self.mr;
         if accumulators > MAX_ACCUMULATORS {
             return Err(format!("bn {} x tp {} x mr {} needs {accumulators} accumulators a thread, the kernel holds {MAX_ACCUMULATORS}", self.bn, self.taps, self.mr));
@@ -144,13 +156,14 @@ impl Tile {
         ROWS_PER_CONSUMER * self.wg * self.mr
     }
 
-    /// Every stage's A tile and B tiles, their full and empty barriers, room to align the
-    /// tiles to 1024 bytes as the 128-byte swizzle wants, and a persistent grid's staging of
-    /// the results (as the stages, 1024-byte aligned).
+    /// Every stage's A tile (none with `halo`: see HaloTile) and B tiles, their full and empty
+    /// barriers, room to align the tiles to 1024 bytes as the 128-byte swizzle wants, and a
+    /// persistent grid's staging of the results (as the stages, 1024-byte aligned).
     fn shared_bytes(self, dtype: DataType) -> u32 {
         let elem = dtype.size_bytes() as u32;
         let staging = if self.persistent { 1024 + self.rows() * self.bn * elem } else { 0 };
-        1024 + self.st * (self.rows() + self.bn * self.taps) * ROW_BYTES + self.st * BARRIERS_PER_STAGE * 8 + staging
+        let a_rows = if self.halo { 0 } else { self.rows() };
+        1024 + self.st * (a_rows + self.bn * self.taps) * ROW_BYTES + self.st * BARRIERS_PER_STAGE * 8 + HALO_BARRIERS * 8 + staging
     }
 
     /// Whether `slices` slices of the tile's reduction can sum in one cluster (see the kernel's
@@ -173,7 +186,7 @@ impl Tile {
     fn all(dtype: DataType) -> impl Iterator<Item = Tile> {
         let shapes = COLUMNS.into_iter().flat_map(|bn| CONSUMERS.into_iter().flat_map(move |wg| STAGES.into_iter().map(move |st| (bn, wg, st))));
         shapes
-            .flat_map(|(bn, wg, st)| CLUSTERS.into_iter().flat_map(move |cl| [false, true].map(|persistent| Tile { bn, wg, st, cl, persistent, taps: 1, mr: 1 })))
+            .flat_map(|(bn, wg, st)| CLUSTERS.into_iter().flat_map(move |cl| [false, true].map(|persistent| Tile { bn, wg, st, cl, persistent, taps: 1, mr: 1, halo: false })))
             .filter(move |t| t.check(dtype).is_ok())
     }
 
@@ -185,7 +198,7 @@ impl Tile {
     }
 
     fn source(self, p: &ConvProblem) -> KernelSource {
-        KernelSource::new("igemm_wgmma.cu", SOURCE, p.dtype)
+        let source = KernelSource::new("igemm_wgmma.cu", SOURCE, p.dtype)
             .define("BN", self.bn)
             .define("CONSUMERS", self.wg)
             .define("MR", self.mr)
@@ -193,8 +206,10 @@ impl Tile {
             .define("CLUSTER", self.cl)
             .define("PERSISTENT", u32::from(self.persistent))
             .define("WEIGHT", u32::from(p.direction == Direction::BackwardWeight))
-            .define("SPATIAL", p.dims.len())
-            .arch_specific()
+            .define("SPATIAL", p.dims.len());
+        // Defined only where set, so that other builds keep their keys.
+        let source = if self.halo { source.define("HALO", 1) } else { source };
+        source.arch_specific()
     }
 }
 
@@ -365,7 +380,7 @@ fn reads_source_tiled(p: &ConvProblem) -> bool {
 /// 0.997x.
 fn stores_tiles(p: &ConvProblem, config: WgmmaConfig, product: &Product, one_product: bool) -> bool {
     let (_, columns) = product.channels();
-    one_product && (p.g == 1 || columns.is_multiple_of(config.tile.bn)) && config.split.cluster_slices() == 1
+    one_product && (p.g == 1 || columns.is_multiple_of(config.tile.bn)) && config.split.cluster_slices() == 1 && !config.tile.halo
 }
 
 /// The elements of the tensor a direction writes.
@@ -474,8 +489,12 @@ impl WgmmaConfig {
             0 | 1 => Ok(value == 1),
             _ => Err(bad(format!("{name} must be 0 or 1"))),
         };
-        // tp and mr come last, written only over 1 (see to_config).
+        // tp or mr, then hl, come last, written only over 1 and where 1 (see to_config).
         let fields = config.fields();
+        let (fields, halo) = match fields.split_last() {
+            Some(((name, value), rest)) if name == "hl" => (rest, flag("hl", *value)?),
+            _ => (fields, false),
+        };
         let (fields, taps, mr) = match fields.split_last() {
             Some(((name, value), rest)) if name == "tp" => (rest, *value, 1),
             Some(((name, value), rest)) if name == "mr" => (rest, 1, *value),
@@ -484,25 +503,25 @@ impl WgmmaConfig {
         let leading = Config::new(fields.iter().map(|(name, value)| (name.as_str(), *value)));
         fn expect<const N: usize>(leading: &Config, names: [&str; N], bad: impl Fn(String) -> GconvError) -> Result<[u32; N]> {
             leading.expect_fields(names).map_err(|e| match e {
-                GconvError::BadConfig { reason, .. } => bad(format!("{reason}, then tp or mr where over 1")),
+                GconvError::BadConfig { reason, .. } => bad(format!("{reason}, then tp or mr where over 1, then hl where 1")),
                 e => e,
             })
         }
         let parsed = if p.direction == Direction::BackwardWeight || leading.get("ks").is_some() {
             let [bn, wg, st, cl, ps, slices, red] = expect(&leading, ["bn", "wg", "st", "cl", "ps", "ks", "red"], bad)?;
-            let tile = Tile { bn, wg, st, cl, persistent: flag("ps", ps)?, taps, mr };
+            let tile = Tile { bn, wg, st, cl, persistent: flag("ps", ps)?, taps, mr, halo };
             let reduction = Reduction::from_code(red).ok_or_else(|| bad("red must be 0 (atomics), 1 (two-stage), 2 (sums in the cluster) or 3 (stream-K)".into()))?;
             WgmmaConfig { tile, split: Split { slices, reduction } }
         } else {
             let [bn, wg, st, cl, ps] = expect(&leading, ["bn", "wg", "st", "cl", "ps"], bad)?;
-            WgmmaConfig { tile: Tile { bn, wg, st, cl, persistent: flag("ps", ps)?, taps, mr }, split: UNSPLIT }
+            WgmmaConfig { tile: Tile { bn, wg, st, cl, persistent: flag("ps", ps)?, taps, mr, halo }, split: UNSPLIT }
         };
         parsed.check(p).map_err(bad)?;
         Ok(parsed)
     }
 
     fn to_config(self, direction: Direction) -> Config {
-        let Tile { bn, wg, st, cl, persistent, taps, mr } = self.tile;
+        let Tile { bn, wg, st, cl, persistent, taps, mr, halo } = self.tile;
         let mut fields = vec![("bn", bn), ("wg", wg), ("st", st), ("cl", cl), ("ps", u32::from(persistent))];
         if direction == Direction::BackwardWeight || self.split != UNSPLIT {
             fields.extend([("ks", self.split.slices), ("red", self.split.reduction.code())]);
@@ -514,12 +533,18 @@ impl WgmmaConfig {
         if mr > 1 {
             fields.push(("mr", mr));
         }
+        if halo {
+            fields.push(("hl", 1));
+        }
         Config::new(fields)
     }
 
     fn check(self, p: &ConvProblem) -> std::result::Result<(), String> {
         self.tile.check(p.dtype)?;
         self.split.check()?;
+        if self.tile.halo {
+            HaloTile::check(p, self)?;
+        }
         let slices = self.split.slices;
         if self.split.reduction == Reduction::Cluster {
             self.tile.check_cluster_sums(p, slices)?;
@@ -614,7 +639,8 @@ impl WgmmaConfig {
     fn all(p: &ConvProblem) -> Vec<WgmmaConfig> {
         let splits: Vec<Split> = Split::all().collect();
         let (unit_taps, row_slices): (&[u32], &[u32]) = if p.direction == Direction::BackwardWeight { (&UNIT_TAPS, &[1]) } else { (&[1], &ROW_SLICES) };
-        let tiles = Tile::all(p.dtype).flat_map(|tile| unit_taps.iter().flat_map(move |&taps| row_slices.iter().map(move |&mr| Tile { taps, mr, ..tile })));
+        let halos: &[bool] = if p.direction == Direction::BackwardWeight { &[false] } else { &[false, true] };
+        let tiles = Tile::all(p.dtype).flat_map(|tile| unit_taps.iter().flat_map(move |&taps| row_slices.iter().flat_map(move |&mr| halos.iter().map(move |&halo| Tile { taps, mr, halo, ..tile }))));
         tiles.flat_map(|tile| splits.iter().map(move |&split| WgmmaConfig { tile, split })).filter(|c| c.check(p).is_ok()).collect()
     }
 }
@@ -690,6 +716,69 @@ impl ProductDim {
 
 fn gcd(a: i64, b: i64) -> i64 {
     if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// The kernel's HaloTile (HALO) for a product: the pitch (the source's padded width, the
+/// destination's width plus the filter's reach), the source rows a unit loads (its
+/// destination rows, as many whole ones as the tile holds, and the filter's reach), and units
+/// per image.
+#[derive(Debug, Clone, Copy)]
+struct HaloTile {
+    pitch: u32,
+    loaded: u32,
+    per_image: u32,
+}
+
+impl HaloTile {
+    /// How far the filter reaches along dimension `i` past a destination pixel's first tap.
+    fn reach(params: &ConvParams, i: usize) -> u32 {
+        ((params.filter[i] - 1).max(0) * params.dilation[i]) as u32
+    }
+
+    fn of(params: &ConvParams, tile: Tile) -> Option<HaloTile> {
+        let reach = |i: usize| HaloTile::reach(params, i);
+        let (height, width) = (params.output[1] as u32, params.output[2] as u32);
+        let pitch = width + reach(2);
+        let rows = (tile.rows() / pitch).min(height);
+        (rows > 0).then(|| HaloTile { pitch, loaded: rows + reach(1), per_image: height.div_ceil(rows) })
+    }
+
+    /// One halo buffer's bytes: the rows the tile's MMAs read at the furthest tap (past the
+    /// loaded ones, for rows past the unit's), 1024-byte aligned.
+    fn buffer_bytes(self, params: &ConvParams, tile: Tile) -> u32 {
+        let reach = |i: usize| HaloTile::reach(params, i);
+        ((tile.rows() + reach(1) * self.pitch + reach(2)) * ROW_BYTES).next_multiple_of(1024)
+    }
+
+    /// Why `config` cannot stage `p`'s source with its halo, if it cannot.
+    fn check(p: &ConvProblem, config: WgmmaConfig) -> std::result::Result<(), String> {
+        if p.direction == Direction::BackwardWeight || p.dtype == DataType::Tf32 || p.dims.len() != 2 {
+            return Err("hl 1 takes 2D forward and backward-data in 16-bit types".into());
+        }
+        if config.split != UNSPLIT {
+            return Err("hl 1 takes unsplit configs".into());
+        }
+        if reads_source_tiled(p) {
+            return Err("hl 1 is for filters wider than 1x1 or padded (1x1 layers read their source as a matrix)".into());
+        }
+        let products = Product::all(p);
+        let [product] = products.as_slice() else { return Err("hl 1 takes one product (backward-data at unit stride)".into()) };
+        if product.params.stride != [1; 3] {
+            return Err("hl 1 takes unit strides".into());
+        }
+        let Some(halo) = HaloTile::of(&product.params, config.tile) else {
+            let pitch = product.params.output[2] as u32 + HaloTile::reach(&product.params, 2);
+            return Err(format!("a destination row on a pitch of {pitch} pixels is longer than the tile's {} rows", config.tile.rows()));
+        };
+        if halo.pitch > MAX_BOX || halo.loaded > MAX_BOX {
+            return Err(format!("the halo's box of {} x {} pixels passes TMA's {MAX_BOX} a side", halo.pitch, halo.loaded));
+        }
+        let shared = config.tile.shared_bytes(p.dtype) + 2 * halo.buffer_bytes(&product.params, config.tile);
+        if shared > MAX_SHARED_BYTES {
+            return Err(format!("two halo buffers and the stages need {shared} bytes of shared memory, a block may have {MAX_SHARED_BYTES}"));
+        }
+        Ok(())
+    }
 }
 
 /// One forward product the kernel computes: src (read by im2col) into dst. Forward is one;
@@ -802,7 +891,10 @@ impl Product {
     }
 
     fn row_tiles(&self, tile: Tile) -> u64 {
-        self.rows.div_ceil(u64::from(tile.rows()))
+        match HaloTile::of(&self.params, tile).filter(|_| tile.halo) {
+            Some(halo) => u64::from(halo.per_image) * self.params.n as u64,
+            None => self.rows.div_ceil(u64::from(tile.rows())),
+        }
     }
 
     /// The kernel's work units: clusters' worth of row tiles x column tiles x slices x groups.
@@ -866,7 +958,7 @@ impl WgmmaConfig {
     /// while each keeps a few blocks of work; four stages where they fit.
     fn default_for(p: &ConvProblem, sms: u64) -> WgmmaConfig {
         let with_stages = |bn: u32, wg: u32| {
-            let tile = |st: u32| Tile { bn, wg, st, cl: 1, persistent: false, taps: 1, mr: 1 };
+            let tile = |st: u32| Tile { bn, wg, st, cl: 1, persistent: false, taps: 1, mr: 1, halo: false };
             if tile(4).check(p.dtype).is_ok() { tile(4) } else { tile(3) }
         };
         let by_channels = |c: u32, wide: bool| match c {
@@ -966,7 +1058,7 @@ const fn cost(bn: u32, wg: u32, mr: u32, persistent: bool, per_block_us: f64, pe
 impl TileCost {
     /// The costed tile shape at four stages, or three where four do not fit.
     fn tile(&self, dtype: DataType) -> Option<Tile> {
-        let tile = |st: u32| Tile { bn: self.bn, wg: self.wg, st, cl: 1, persistent: self.persistent, taps: 1, mr: self.mr };
+        let tile = |st: u32| Tile { bn: self.bn, wg: self.wg, st, cl: 1, persistent: self.persistent, taps: 1, mr: self.mr, halo: false };
         [tile(4), tile(3)].into_iter().find(|t| t.check(dtype).is_ok())
     }
 }
@@ -1225,7 +1317,7 @@ impl Solver for IgemmWgmma {
         for product in products.iter().filter(|product| product.has_taps()) {
             product.im2col_limits(p.dims.len())?;
         }
-        let narrowest = WgmmaConfig { tile: Tile { bn: COLUMNS[0], wg: CONSUMERS[0], st: STAGES[0], cl: 1, persistent: false, taps: 1, mr: 1 }, split: UNSPLIT };
+        let narrowest = WgmmaConfig { tile: Tile { bn: COLUMNS[0], wg: CONSUMERS[0], st: STAGES[0], cl: 1, persistent: false, taps: 1, mr: 1, halo: false }, split: UNSPLIT };
         let (_, units) = narrowest.work(p);
         require!(units <= MAX_GRID_X, "{units} work units at the smallest tile exceed the grid");
         // The kernels count pixels in 32 bits, a cluster's row tiles past the last included.
@@ -1350,6 +1442,9 @@ impl IgemmWgmma {
             };
             return Ok(Box::new(invoker));
         }
+        let all = Product::all(p);
+        let halo = all.first().and_then(|product| HaloTile::of(&product.params, tile)).filter(|_| tile.halo);
+        let shared = shared + halo.map_or(0, |halo| 2 * halo.buffer_bytes(&all[0].params, tile));
         let function = self.device.function(&source, "igemm_wgmma")?;
         launch::allow_shared(&function, shared, self.id())?;
         let geo = Geometry::new(p);
@@ -1365,7 +1460,6 @@ impl IgemmWgmma {
             None => FilterBlocks { rows: share, group_rows: 1, channels: 0 },
         };
         let filter_box = [if direct { 64 } else { row_elements(p.dtype) }, 1, blocks.rows];
-        let all = Product::all(p);
         let one_product = all.len() == 1;
         let destination = stores_tiles(p, config, &all[0], one_product).then(|| {
             let (_, columns) = all[0].channels();
@@ -1380,7 +1474,11 @@ impl IgemmWgmma {
                 let products = products
                     .iter()
                     .map(|product| {
-                        let source = product.has_taps().then(|| product.source_map(p, row_elements(p.dtype), tile.rows()));
+                        let source = product.has_taps().then(|| match halo {
+                            // A 2D source's channels, columns, rows and images.
+                            Some(halo) => SourceMap::Halo(std::array::from_fn(|i| product.src[i]), [row_elements(p.dtype), halo.pitch, halo.loaded, 1]),
+                            None => product.source_map(p, row_elements(p.dtype), tile.rows()),
+                        });
                         let (offset, mut extents) = if direct { (0, [geo.cg as u64, geo.filter_volume() as u64, u64::from(p.k)]) } else { (product.filter_offset, product.filter_extents()) };
                         if let Some((_, cg)) = blocked {
                             extents[0] = u64::from(cg);
@@ -1433,6 +1531,8 @@ struct ProductsLaunch {
 enum SourceMap {
     Im2col(Im2col),
     Tiled([u64; 3], [u32; 3]),
+    /// HALO's rectangles: channels, columns, rows and images, and the box of one.
+    Halo([u64; 4], [u32; 4]),
 }
 
 impl SourceMap {
@@ -1440,6 +1540,7 @@ impl SourceMap {
         match self {
             SourceMap::Im2col(im2col) => TensorMap::im2col(src, dtype, im2col),
             SourceMap::Tiled(extents, boxes) => TensorMap::tiled(src, dtype, *extents, *boxes),
+            SourceMap::Halo(extents, boxes) => TensorMap::tiled(src, dtype, *extents, *boxes),
         }
     }
 }
@@ -2069,15 +2170,17 @@ mod tests {
         let two_slice_tiles = 40;
         // Its reduction is 9 blocks (3x3 taps x 64 channels): ks 1, and 2, 4, 8 atomic or
         // two-stage; the 56 tiles without a persistent grid also sum 2 or 4 slices in the
-        // cluster, but for 256 rows or columns of two consumers at three stages in 4 (4 tiles).
-        assert_eq!(WgmmaConfig::all(&forward).len(), (tiles + two_slice_tiles) * 7 + 2 * 56 - 4);
+        // cluster, but for 256 rows or columns of two consumers at three stages in 4 (4 tiles);
+        // and 27 persistent tiles of lone CTAs, unsplit, also stage the source with its halo
+        // (those where two halo buffers of 18-pixel rows fit beside the stages).
+        assert_eq!(WgmmaConfig::all(&forward).len(), (tiles + two_slice_tiles) * 7 + 2 * 56 - 4 + 27);
         // Backward-weight's units take one tap or three (3x3: 2 and 4 do not divide 9); three B
         // tiles fit 34 tiles (64 and 128 columns: 192 accumulators at most).
         let three_tap_tiles = 34;
         // The 52 without a persistent grid sum 2 or 4 slices in the cluster too, and the 26 of
         // those of lone CTAs (17 of one tap, 9 of three) run stream-K.
         assert_eq!(WgmmaConfig::all(&weight).len(), (tiles + three_tap_tiles) * (1 + 2 * (SPLITS.len() - 1)) + 2 * 52 + 26);
-        let staged_in_fp32 = Tile { bn: 256, wg: 2, st: 3, cl: 1, persistent: true, taps: 1, mr: 1 };
+        let staged_in_fp32 = Tile { bn: 256, wg: 2, st: 3, cl: 1, persistent: true, taps: 1, mr: 1, halo: false };
         assert!(staged_in_fp32.check(DataType::Bf16).is_ok() && staged_in_fp32.check(DataType::Tf32).is_err());
         for p in [&forward, &weight] {
             for config in WgmmaConfig::all(p) {
