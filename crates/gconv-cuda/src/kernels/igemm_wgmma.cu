@@ -42,8 +42,9 @@
 // sharing each block of dy), SRC_TILED (1: the source, x or backward-data's dy, read as a
 // matrix of pixels x channels by tiled loads, where the filter is 1x1 at stride 1 without
 // padding, so that a destination pixel's window is the source pixel of its index: the im2col
-// unit's per-pixel work cost small layers up to 1.2 us) and the data type (bf16, fp16, or fp32
-// multiplied as tf32: GCONV_TF32), MAX_PRODUCTS and PRODUCTS.
+// unit's per-pixel work cost small layers up to 1.2 us), HALO (1: the source staged as a
+// rectangle with its halo, see below) and the data type (bf16, fp16, or fp32 multiplied as tf32:
+// GCONV_TF32), MAX_PRODUCTS and PRODUCTS.
 // Run-time: the problem (for igemm_wgmma per product as a forward convolution of src into dst:
 // for backward-data dy's extents as the input's, the phase's dx pixels as the output, the
 // groups' channel counts swapped and the phase's taps, padding and dilation) and the tensor

@@ -31,7 +31,9 @@
 //! x) and multicasting it to both; `ps` 1 makes the grid persistent, a cluster per SM (pair)
 //! walking the tiles with its pipeline running on across them. Problem sizes are run-time
 //! (kernel parameters and tensor maps), so one build serves every shape of a config at a
-//! spatial rank and type.
+//! spatial rank and type. `hl 1` (2D forward and unit-stride backward-data) stages the source
+//! as a rectangle of whole rows with its halo, once per block of channels, and reads every tap's
+//! tile from it, where im2col loads each tap's pixels again.
 
 use std::borrow::Cow;
 use std::sync::Arc;
