@@ -439,6 +439,16 @@ __device__ __forceinline__ HaloTile halo_tile(const ConvParams& p) {
     return h;
 }
 
+// The image and first destination row of the unit whose tile starts at row m0.
+struct HaloUnit {
+    int image, first_row;
+};
+
+__device__ __forceinline__ HaloUnit halo_unit(const HaloTile& ht, int m0) {
+    const int row_tile = m0 / BM, image = row_tile / ht.per_image;
+    return {image, (row_tile - image * ht.per_image) * ht.rows};
+}
+
 // consume for HALO: per chunk of channels, the halo buffer's rectangle against each tap's filter
 // tile (a stage each), the A tile the rectangle's rows from the tap's offset on; the last
 // stage and the halo buffer released when the chunk's MMAs are done. `hit` counts halo loads.
@@ -1236,23 +1246,26 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     auto load_filter = [&](const Unit& t, int tap, const int* f, int c0, int s) {
         const ConvParams& p = PRODUCT(t.product);
         const TensorMap* filter = PRODUCT_FILTER(t.product);
+        // How far back a box of rows from `row` on starts: a run-time division, only where the
+        // groups run blocked (the producer's per-block work stays as it was elsewhere).
+        auto skip = [&](int row) { return blocks.channels == 0 ? 0 : row / blocks.group_rows * blocks.channels; };
 #if FILTER_MN
         const TapMap& taps = PRODUCT_TAPS(t.product);
         const int filter_tap = ((taps.origin[0] + taps.step[0] * f[0]) * taps.fil[1] + taps.origin[1] + taps.step[1] * f[1]) * taps.fil[2] + taps.origin[2] + taps.step[2] * f[2];
         const unsigned share = rank * (64 / CLUSTER);
         for (unsigned r = 0; r < 64 / CLUSTER; r += blocks.rows) {
-            const int k = c0 + share + r, skip = k / blocks.group_rows * blocks.channels;
+            const int k = c0 + share + r;
 #pragma unroll
             for (int j = 0; j < BN / 64; ++j) {
                 const unsigned at = pl.stage(s) + A_BYTES + j * TILE64_BYTES + (share + r) * ROW_BYTES;
-                load_tile<true>(at, filter, t.n0 + 64 * j - skip, filter_tap, t.g * p.cg + k, pl.full(s));
+                load_tile<true>(at, filter, t.n0 + 64 * j - skip(k), filter_tap, t.g * p.cg + k, pl.full(s));
             }
         }
 #else
         const unsigned share = rank * B_SHARE_ROWS;
         for (unsigned r = 0; r < B_SHARE_ROWS; r += blocks.rows) {
             const int n = t.n0 + share + r;
-            load_tile<true>(pl.stage(s) + A_BYTES + (share + r) * ROW_BYTES, filter, c0 - n / blocks.group_rows * blocks.channels, tap, t.g * p.kg + n, pl.full(s));
+            load_tile<true>(pl.stage(s) + A_BYTES + (share + r) * ROW_BYTES, filter, c0 - skip(n), tap, t.g * p.kg + n, pl.full(s));
         }
 #endif
     };
@@ -1270,11 +1283,11 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
             auto load_halo = [&](int u, int chunk, int hit) {
                 const Unit t = unit_at(u);
                 const ConvParams& p = PRODUCT(0);
-                const int row_tile = t.m0 / BM, n = row_tile / ht.per_image, i0 = (row_tile - n * ht.per_image) * ht.rows;
+                const HaloUnit at = halo_unit(ht, t.m0);
                 const int h = hit % 2;
                 if (hit >= 2) mbar_wait(pl.halo_empty(h), (hit / 2 - 1) & 1);
                 mbar_expect_tx(pl.halo_full(h), ht.loaded * ht.pitch * ROW_BYTES);
-                load_box4(pl.halo_buffer(h), PRODUCT_SRC(0), t.g * p.cg + chunk * BK, -p.pad[2], i0 - p.pad[1], n, pl.halo_full(h));
+                load_box4(pl.halo_buffer(h), PRODUCT_SRC(0), t.g * p.cg + chunk * BK, -p.pad[2], at.first_row - p.pad[1], at.image, pl.halo_full(h));
             };
             int it = 0, hit = 0;
             const int taps = PRODUCT(0).fil[1] * PRODUCT(0).fil[2], ahead = min(taps, STAGES) - 1;
@@ -1373,7 +1386,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
             };
 #if HALO
             consume_halo(pl, it, hit, chunks, p, ht, slice, d);
-            const int row_tile = t.m0 / BM, image = row_tile / ht.per_image, i0 = (row_tile - image * ht.per_image) * ht.rows;
+            const HaloUnit unit = halo_unit(ht, t.m0);
 #else
             const int first = first_block(p, t.slice), blocks = first_block(p, t.slice + 1) - first;
             consume<false, FILTER_MN>(pl, it, blocks, slice, d);
@@ -1456,8 +1469,8 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                         // The row's place on the pitch: rows past the destination's width, or past
                         // the unit's rows, are the tile's padding.
                         const int local = slice * 64 * MR + row, r = quotient(local, pitch_div), x = local - r * ht.pitch;
-                        if (r >= ht.rows || i0 + r >= p.out[1] || x >= p.out[2] || n >= p.kg) continue;
-                        const auto at = PRODUCT_OFFSET(0) + offset(p.ys, image, t.g * p.kg + n, 0, i0 + r, x);
+                        if (r >= ht.rows || unit.first_row + r >= p.out[1] || x >= p.out[2] || n >= p.kg) continue;
+                        const auto at = PRODUCT_OFFSET(0) + offset(p.ys, unit.image, t.g * p.kg + n, 0, unit.first_row + r, x);
 #else
                         const int m = t.m0 + slice * 64 * MR + row;
                         if (m >= m_total || n >= p.kg) continue;
