@@ -74,7 +74,8 @@ unsafe impl DeviceRepr for TapMap {}
 
 /// How igemm_wgmma's producer loads a block's filter rows: `rows` at a time, and for a layer
 /// whose groups run blocked (see group_packing), read from w itself, `group_rows` output
-/// channels of `channels` each a group (1 and 0 where unblocked): the `FilterBlocks` of
+/// channels of `channels` each a group (1 and 0 where unblocked), w's address for the kernels
+/// whose helper warps write the filter (FILL_FILTER): the `FilterBlocks` of
 /// kernels/igemm_wgmma.cu; passed by value.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,9 +83,11 @@ pub struct FilterBlocks {
     pub rows: u32,
     pub group_rows: i32,
     pub channels: i32,
+    pub w: u64,
 }
 
-// SAFETY: a plain #[repr(C)] struct of 32-bit integers, laid out like its C twin.
+// SAFETY: a plain #[repr(C)] struct of integers, laid out like its C twin (a device pointer
+// for w).
 unsafe impl DeviceRepr for FilterBlocks {}
 
 /// The products igemm_wgmma runs in one launch (forward's one, or backward-data's sub-pixel

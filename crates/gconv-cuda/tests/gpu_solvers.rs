@@ -364,7 +364,8 @@ fn gpu_wgmma_implicit_gemm_on_medium_problems() {
         "n1:c64:k128:i8x8:f3x3:s2x2:p1x1:d1x1:g8",
         "n2:c128:k128:i7x7:f3x3:s1x1:p1x1:d1x1:g32",
         // Fewer output channels a group than input channels, backward-data in phases; groups
-        // of 16 and 8 blocked four and eight to a row (their filter packed).
+        // of 16 and 8 blocked four and eight to a row (their filter written by the kernel's
+        // helper warps, a group's rows spanning two blocks of the reduction in the second).
         "n1:c64:k32:i9x9:f3x3:s2x2:p1x1:d1x1:g4",
         "n1:c64:k64:i9x9:f3x3:s2x2:p1x1:d1x1:g4",
         "n2:c64:k64:i7x7:f3x3:s1x1:p1x1:d1x1:g8",

@@ -65,7 +65,21 @@
 #else
 #define TRANSPOSE 0
 #endif
-#define TRANSPOSER_WARPS 3
+// The producer warpgroup's warps besides the loads' one: they transpose (TRANSPOSE) or write
+// the filter (FILL_FILTER).
+#define HELPER_WARPS 3
+// FILL_FILTER (16-bit forward of a layer whose groups run blocked four or more to a block of
+// 64 channels, see group_packing; its value: a group's channels): the helper warps write each
+// stage's block-diagonal filter from w (see fill_block), the producer loading the source only.
+// Packing the filter by a kernel before the products cost ResNeXt's layers 3.5-4.4 us under
+// Nsight Compute on the H100, TMA boxes of one group's rows (FilterBlocks) more than that from
+// four groups a block on.
+#ifndef FILL_FILTER
+#define FILL_FILTER 0
+#endif
+#if FILL_FILTER && (WEIGHT || FILTER_MN || defined(GCONV_TF32))
+#error "FILL_FILTER takes 16-bit forward"
+#endif
 // HALO (forward, and backward-data at unit stride: one product; 2D, 16-bit types, persistent,
 // one CTA a cluster, unsplit): a unit is a block of whole destination rows of one image, its
 // rows laid out on the source's padded width (the pitch), so that every tap's A tile is the
@@ -312,10 +326,16 @@ __device__ __forceinline__ void wgmma(float* d, unsigned long long a, unsigned l
 // 1024-byte aligned as the 128-byte swizzle wants), then a full and an empty barrier per
 // stage (TRANSPOSE: and a transposed one), then (PERSISTENT) the epilogue's staging area. The
 // producer arrives once on a full barrier (with the bytes its CTA's stage receives: its own
-// loads and its cluster partners' multicasts), each consumer warpgroup of the cluster once on
-// an empty one (every CTA's producer writes into every CTA's stage), each transposer thread
-// once on a transposed one.
+// loads and its cluster partners' multicasts; FILL_FILTER: and each lane of the helper warp
+// that writes its filter), each consumer warpgroup of the cluster once on an empty one (every
+// CTA's producer writes into every CTA's stage), each transposer thread once on a transposed
+// one.
 constexpr unsigned TILE64_BYTES = 64 * ROW_BYTES, A_BYTES = HALO ? 0 : BM * ROW_BYTES, B_BYTES = BN * ROW_BYTES, STAGE_BYTES = A_BYTES + B_TILES * B_BYTES;
+// What TMA writes into a stage (FILL_FILTER: the helper warps write the filter).
+constexpr unsigned LOADED_BYTES = FILL_FILTER ? A_BYTES : STAGE_BYTES;
+// The threads that arrive on a full barrier besides the producer's (FILL_FILTER: the lanes of
+// the helper warp that writes the stage's filter).
+constexpr unsigned FILLERS = FILL_FILTER ? 32 : 0;
 // Backward-weight loads its MN-major tiles in panels of a row of channels x a block of pixels
 // (16-bit types: 64 x 64, tf32: 32 x 32).
 constexpr unsigned PANEL_ROWS_BYTES = PIXEL_BLOCK * ROW_BYTES;
@@ -352,9 +372,9 @@ __device__ __forceinline__ Pipeline pipeline_init(unsigned char* raw, unsigned h
     pl.halo_bytes = halo_bytes;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init(pl.full(s), 1);
+            mbar_init(pl.full(s), 1 + FILLERS);
             mbar_init(pl.empty(s), CONSUMERS * CLUSTER);
-            if (TRANSPOSE) mbar_init(pl.transposed(s), TRANSPOSER_WARPS * 32);
+            if (TRANSPOSE) mbar_init(pl.transposed(s), HELPER_WARPS * 32);
         }
         for (int h = 0; HALO && h < 2; ++h) {
             mbar_init(pl.halo_full(h), 1);
@@ -373,7 +393,7 @@ __device__ __forceinline__ Pipeline pipeline_init(unsigned char* raw, unsigned h
 __device__ __forceinline__ unsigned produce(const Pipeline& pl, int it) {
     const int s = it % STAGES;
     if (it >= STAGES) mbar_wait(pl.empty(s), (it / STAGES - 1) & 1);
-    mbar_expect_tx(pl.full(s), STAGE_BYTES);
+    mbar_expect_tx(pl.full(s), LOADED_BYTES);
     return s;
 }
 
@@ -619,11 +639,15 @@ __device__ __forceinline__ void tap_offsets(const ConvParams& p, const int* f, u
 // warpgroup transposes (ptxas spilled its transposition at 72) and two consumers multiply.
 #if TRANSPOSE
 #define PRODUCER_REGISTERS 80
+#elif FILL_FILTER
+#define PRODUCER_REGISTERS 64
 #else
 #define PRODUCER_REGISTERS 40
 #endif
 #if TRANSPOSE && CONSUMERS == 2
 #define CONSUMER_REGISTERS 208
+#elif FILL_FILTER && CONSUMERS == 2
+#define CONSUMER_REGISTERS 216
 #else
 #define CONSUMER_REGISTERS 232
 #endif
@@ -830,7 +854,7 @@ __device__ __forceinline__ void transpose_stage(unsigned stage, int warp) {
     int chunk[2];
 #pragma unroll
     for (int b = 0; b < 2; ++b) chunk[b] = t ^ (t & 1) * 4 ^ (lane / 8 * 2 + b);
-    for (int panel = warp; panel < PANELS; panel += TRANSPOSER_WARPS) {
+    for (int panel = warp; panel < PANELS; panel += HELPER_WARPS) {
         const unsigned base = stage + panel * PANEL_ROWS_BYTES;
         float4 v[2][4];
 #pragma unroll
@@ -1115,9 +1139,11 @@ struct Unit {
 // and starts `channels` elements before the last group's for each group it lies past, so
 // that w's channels land in the group's columns and the box's other columns fall outside w's
 // rows, where TMA reads zeros. Unblocked: a box of the CTA's share of the rows, and channels 0.
+// FILL_FILTER: the helper warps read w itself.
 struct FilterBlocks {
     unsigned rows;
     int group_rows, channels;
+    const elem_t* w;
 };
 
 // Which filter tap a product's tap reads: per dimension f = origin + step * t (see TapMap in
@@ -1187,6 +1213,84 @@ __device__ __forceinline__ Destination destination(const ConvParams& p) {
     return out;
 }
 
+#if FILL_FILTER
+// FILL_FILTER: the producer warpgroup's warps 1 to 3 take the blocks in turn (one warp's chain
+// of loads, waits and writes per block ran slower than the MMAs), each lane whole rows of the
+// block's filter: a group's channels from w (FILL_ROW_BYTES, in FILL_PIECES pieces of 16 bytes,
+// or one of 8 for groups of 4 channels) in the row's group's columns, zeros in the others (the
+// group, and so the columns, of a stage's row differ between blocks where a group's filter
+// rows span more than a block).
+#if FILL_FILTER == 4
+typedef uint2 fill_t;
+#else
+typedef uint4 fill_t;
+#endif
+constexpr int FILL_ROW_BYTES = FILL_FILTER * (int)sizeof(elem_t), FILL_PIECES = FILL_ROW_BYTES < 16 ? 1 : FILL_ROW_BYTES / 16;
+// A stage's filter rows: the column tile's output channels.
+constexpr int FILL_ROWS_PER_LANE = BN / 32;
+// The rows a lane loads before the stage is free, so that they land while the consumers still
+// multiply it (more would spill the producer warpgroup's registers: wider tiles load the rest
+// after).
+constexpr int FILL_AHEAD = FILL_ROWS_PER_LANE < 2 ? FILL_ROWS_PER_LANE : 2;
+
+__device__ __forceinline__ void store_chunk(unsigned at, uint4 v) {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(at), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
+// The 16-byte chunk q of a filter row whose group's channels `v` start at byte `at` of it.
+__device__ __forceinline__ uint4 row_chunk(const uint4* v, int at, int q) {
+    uint4 chunk = make_uint4(0, 0, 0, 0);
+    // Selected, not indexed: v stays in registers.
+#pragma unroll
+    for (int k = 0; k < FILL_PIECES; ++k)
+        if (q == at / 16 + k) chunk = v[k];
+    return chunk;
+}
+__device__ __forceinline__ uint4 row_chunk(const uint2* v, int at, int q) {
+    if (q != at / 16) return make_uint4(0, 0, 0, 0);
+    return at % 16 ? make_uint4(0, 0, v->x, v->y) : make_uint4(v->x, v->y, 0, 0);
+}
+
+// A helper lane's rows of block `it`'s filter: stage rows from `first` on of the packed
+// group's `limit` rows (w's rows from group_row on; rows past `limit` zero), each row of w
+// holding `taps` taps of a group's channels. The writes reach the MMAs through the async proxy.
+// (Backward-data's filter rows, a block of its reduction, ran 0.99-1.04x the time of the packed
+// filter this way on ResNeXt's layers on the H100, where forward ran 0.93-0.99x.)
+__device__ __forceinline__ void fill_block(const Pipeline& pl, int it, int lane, const FilterBlocks& blocks, long long group_row, int first, int limit, int taps, int tap) {
+    fill_t v[FILL_AHEAD][FILL_PIECES];
+    auto load = [&](int from) {
+#pragma unroll
+        for (int i = 0; i < FILL_AHEAD; ++i) {
+            const int local = first + lane + (from + i) * 32;
+            if (local < limit) {
+                const fill_t* run = (const fill_t*)(blocks.w + ((group_row + local) * taps + tap) * FILL_FILTER);
+#pragma unroll
+                for (int k = 0; k < FILL_PIECES; ++k) v[i][k] = __ldg(run + k);
+            }
+        }
+    };
+    const unsigned stage = pl.stage(it % STAGES) + A_BYTES;
+    auto store = [&](int from) {
+#pragma unroll
+        for (int i = 0; i < FILL_AHEAD; ++i) {
+            const int row = lane + (from + i) * 32, local = first + row;
+            const int at = local < limit ? local / blocks.group_rows * FILL_ROW_BYTES : ROW_BYTES;
+#pragma unroll
+            for (int q = 0; q < ROW_BYTES / 16; ++q) store_chunk(stage + row * ROW_BYTES + (q ^ row % 8) * 16, row_chunk(v[i], at, q));
+        }
+    };
+    load(0);
+    if (it >= STAGES) mbar_wait(pl.empty(it % STAGES), (it / STAGES - 1) & 1);
+    store(0);
+#pragma unroll 1
+    for (int from = FILL_AHEAD; from < FILL_ROWS_PER_LANE; from += FILL_AHEAD) {
+        load(from);
+        store(from);
+    }
+    asm volatile("fence.proxy.async.shared::cta;\nmbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(pl.full(it % STAGES)) : "memory");
+}
+#endif
+
 extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     igemm_wgmma(PRODUCT_PARAMETERS, elem_t* dst, float* ws, int split_arg, int mode, int slice_elements, int dst_tiled, FilterBlocks blocks) {
     // Unsplit builds fold the slice arithmetic away: with one block per unit (1x1 layers of 64
@@ -1242,8 +1346,9 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     // A slice's reduction blocks (of its product's) run from its first block to the next slice's.
     auto first_block = [&](const ConvParams& p, int slice) { return p.fil[0] * p.fil[1] * p.fil[2] * chunks * slice / slices; };
     // The producer's filter loads for unit t's block at tap (at position f) and channel c0, into
-    // stage s.
+    // stage s (FILL_FILTER: none, the helper warps write the filter).
     auto load_filter = [&](const Unit& t, int tap, const int* f, int c0, int s) {
+#if !FILL_FILTER
         const ConvParams& p = PRODUCT(t.product);
         const TensorMap* filter = PRODUCT_FILTER(t.product);
         // How far back a box of rows from `row` on starts: a run-time division, only where the
@@ -1267,6 +1372,7 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
             const int n = t.n0 + share + r;
             load_tile<true>(pl.stage(s) + A_BYTES + (share + r) * ROW_BYTES, filter, c0 - skip(n), tap, t.g * p.kg + n, pl.full(s));
         }
+#endif
 #endif
     };
     const int wg = threadIdx.x / 128;
@@ -1350,6 +1456,27 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
             }
 #endif
         }
+#if FILL_FILTER
+        else if (threadIdx.x >= 32) {
+            // The blocks in the producer's order (see above), each the column tile's output
+            // channels at the block's tap.
+            const int warp = threadIdx.x / 32 - 1, lane = threadIdx.x % 32;
+            const ConvParams& p = PRODUCT(0);
+            auto fill = [&](const Unit& t, int tap, int it) { fill_block(pl, it, lane, blocks, (long long)t.g * p.kg, t.n0, p.kg, p.fil[0] * p.fil[1] * p.fil[2], tap); };
+            int it = 0;
+            FOR_EACH_UNIT(u, units) {
+                const Unit t = unit_at(u);
+#if HALO
+                for (int chunk = 0; chunk < chunks; ++chunk)
+                    for (int tap = 0; tap < p.fil[1] * p.fil[2]; ++tap, ++it)
+                        if (it % HELPER_WARPS == warp) fill(t, tap, it);
+#else
+                for (int block = first_block(p, t.slice); block < first_block(p, t.slice + 1); ++block, ++it)
+                    if (it % HELPER_WARPS == warp) fill(t, block / chunks, it);
+#endif
+            }
+        }
+#endif
         producer_joins_sums();
     } else {
         float d[ACCUMULATORS];

@@ -8,9 +8,10 @@
 //! MMAs that skipped the zeros ran ResNeXt's layers no faster).
 //! Forward and backward-data read the blocked filter from w itself where two groups make a
 //! block (the kernel's FilterBlocks: boxes of one group's rows, shifted so that the other
-//! group's columns fall outside w's rows and load as zeros); else they run on it packed into
-//! the workspace by a kernel before them (3.5-4.4 us under Nsight Compute on the H100, beside
-//! ResNeXt layers that take cuDNN 9-50 us). Backward-weight computes the blocked filter's
+//! group's columns fall outside w's rows and load as zeros); forward with more groups a block
+//! has the kernel's helper warps write it from w into its stages (FILL_FILTER); else they run
+//! on it packed into the workspace by a kernel before them (3.5-4.4 us under Nsight Compute on
+//! the H100, beside ResNeXt layers that take cuDNN 9-50 us). Backward-weight computes the blocked filter's
 //! gradient and keeps only its diagonal blocks, which the products' epilogue stores straight
 //! into the user's filter.
 
@@ -26,6 +27,9 @@ const THREADS: u32 = 256;
 const ALIGN: u64 = 256;
 /// The most groups blocked into one: the MMAs' work grows by as much.
 const MAX_BLOCKED: u32 = 16;
+/// The fewest groups in a block whose filter the products' helper warps write (see
+/// fills_filter).
+const FILLED_FROM: u32 = 4;
 
 /// The pack kernel's source.
 pub(super) fn source(dtype: DataType) -> KernelSource {
@@ -69,14 +73,24 @@ impl GroupPacking {
     }
 
     /// Whether the products read the blocked filter from w itself (forward; backward-data in
-    /// 16-bit types, which reads w in place): where two groups make a block, so that a block
-    /// of filter rows takes two boxes. On the H100, ResNeXt's layers of 32 channels a group ran
-    /// 0.85-0.91x the time of the packed filter, but those of 16 and 8 (four and eight boxes of
-    /// 16 and 8 rows) 1.01-1.08x and 1.13-1.61x.
+    /// 16-bit types, which reads w in place): by TMA boxes where two groups make a block, so
+    /// that a block of filter rows takes two boxes (on the H100, ResNeXt's layers of 32
+    /// channels a group ran 0.85-0.91x the time of the packed filter, but those of 16 and 8 as
+    /// four and eight boxes of 16 and 8 rows 1.01-1.08x and 1.13-1.61x), or written by the
+    /// kernel's helper warps (`fills_filter`).
     pub fn reads_user_filter(&self) -> bool {
         let p = &self.packed;
         let reads_w = p.direction == Direction::Forward || p.direction == Direction::BackwardData && p.dtype != DataType::Tf32;
-        reads_w && self.blocked == 2
+        reads_w && self.blocked == 2 || self.fills_filter()
+    }
+
+    /// Whether the products' helper warps write the blocked filter from w into their stages
+    /// (the kernel's FILL_FILTER: forward in 16-bit types, from four groups a block on). On the
+    /// H100, ResNeXt's forward layers of 16, 8 and 4 channels a group ran 0.93-0.99x the time of
+    /// the packed filter, their backward-data 0.99-1.04x.
+    pub fn fills_filter(&self) -> bool {
+        let p = &self.packed;
+        p.direction == Direction::Forward && p.dtype != DataType::Tf32 && self.blocked >= FILLED_FROM
     }
 
     /// The filter's taps (its rows are K x taps).

@@ -458,6 +458,15 @@ impl Packed {
     }
 }
 
+/// A group's channels where `user`'s blocked filter is written by the products' helper warps
+/// (the kernel's FILL_FILTER).
+fn filled_filter(user: &ConvProblem) -> Option<u32> {
+    match Packed::of(user)? {
+        Packed::Groups(packing) if packing.fills_filter() => Some(user.c_per_group()),
+        _ => None,
+    }
+}
+
 /// The layer the products run: `p`, or its packed layer.
 fn lowered(p: &ConvProblem) -> Cow<'_, ConvProblem> {
     Packed::of(p).map_or(Cow::Borrowed(p), |packed| Cow::Owned(packed.layer().clone()))
@@ -622,11 +631,17 @@ impl WgmmaConfig {
         StreamK::new(self.work(p).1, pixel_blocks(p), sms)
     }
 
-    /// The tile's kernels; they compile the epilogue of a split through the workspace only
-    /// where they split so (it would slow every other build; backward-weight's builds compile
-    /// only the epilogue of their own output mode: a third to half the NVRTC time of a build).
-    fn source(self, p: &ConvProblem) -> KernelSource {
+    /// The tile's kernels for `p`, run for `user` (see IgemmWgmma::products); they compile the
+    /// epilogue of a split through the workspace only where they split so (it would slow every
+    /// other build; backward-weight's builds compile only the epilogue of their own output
+    /// mode: a third to half the NVRTC time of a build).
+    fn source(self, p: &ConvProblem, user: &ConvProblem) -> KernelSource {
         let source = self.tile.source(p).define("KSPLIT", self.split.cluster_slices()).define("SPLIT", self.split.mode());
+        // Defined only where set, so that other builds keep their keys.
+        let source = match filled_filter(user) {
+            Some(channels) => source.define("FILL_FILTER", channels),
+            None => source,
+        };
         match p.direction {
             Direction::BackwardWeight => source.define("TAPS", self.tile.taps).define("SRC_TILED", u32::from(reads_source_tiled(p))),
             _ => {
@@ -1375,7 +1390,7 @@ impl BuiltFrom for IgemmWgmma {
     fn kernels(&self, p: &ConvProblem, config: &Config) -> Result<Vec<KernelSource>> {
         let packed = Packed::of(p);
         let layer = packed.as_ref().map_or(p, Packed::layer);
-        let products = WgmmaConfig::from_config(layer, config)?.source(layer);
+        let products = WgmmaConfig::from_config(layer, config)?.source(layer, p);
         let around = packed.filter(|packed| !packed.in_place()).map(|packed| packed.source(p.dtype));
         Ok(std::iter::once(products).chain(around).collect())
     }
@@ -1413,7 +1428,7 @@ impl IgemmWgmma {
     /// (backward-weight).
     fn products(&self, p: &ConvProblem, config: &Config, user: &ConvProblem) -> Result<Box<dyn Invoker<Cuda>>> {
         let config = WgmmaConfig::from_config(p, config)?;
-        let (WgmmaConfig { tile, split }, source) = (config, config.source(p));
+        let (WgmmaConfig { tile, split }, source) = (config, config.source(p, user));
         let shared = tile.shared_bytes(p.dtype);
         let block_dim = (128 * (tile.wg + 1), 1, 1);
         let sms = self.device.sm_count;
@@ -1457,9 +1472,10 @@ impl IgemmWgmma {
         // grouped self) in boxes of a group's rows of w.
         let share = if direct { 64 / tile.cl } else { tile.bn / tile.cl };
         let blocked = (user.g != p.g).then(|| (user.k / user.g, user.c_per_group()));
+        let filled = filled_filter(user);
         let blocks = match blocked {
-            Some((kg, cg)) => FilterBlocks { rows: gcd(i64::from(share), i64::from(kg)) as u32, group_rows: kg as i32, channels: cg as i32 },
-            None => FilterBlocks { rows: share, group_rows: 1, channels: 0 },
+            Some((kg, cg)) => FilterBlocks { rows: gcd(i64::from(share), i64::from(kg)) as u32, group_rows: kg as i32, channels: cg as i32, w: 0 },
+            None => FilterBlocks { rows: share, group_rows: 1, channels: 0, w: 0 },
         };
         let filter_box = [if direct { 64 } else { row_elements(p.dtype) }, 1, blocks.rows];
         let one_product = all.len() == 1;
@@ -1485,7 +1501,7 @@ impl IgemmWgmma {
                         if let Some((_, cg)) = blocked {
                             extents[0] = u64::from(cg);
                         }
-                        let filter = (offset, extents);
+                        let filter = filled.is_none().then_some((offset, extents));
                         ProductLaunch { params: product.params, tap_map: product.tap_map, source, filter, dst_offset: product.dst_offset }
                     })
                     .collect();
@@ -1554,8 +1570,9 @@ struct ProductLaunch {
     /// The source's map; none where no tap reaches (the kernel reads nothing and stores
     /// zeros, handed the first product's maps).
     source: Option<SourceMap>,
-    /// The filter: its offset in elements, and extents.
-    filter: (u64, [u64; 3]),
+    /// The filter: its offset in elements, and extents; none where the kernel's helper warps
+    /// write it from w (FILL_FILTER: a group's channels may be too few for a map's rows).
+    filter: Option<(u64, [u64; 3])>,
     dst_offset: u64,
 }
 
@@ -1571,7 +1588,8 @@ struct WgmmaInvoker {
     destination: Option<([u64; 3], [u32; 3])>,
     direction: Direction,
     dtype: DataType,
-    /// The filter box a CTA loads, `blocks.rows` rows of it at a time (see `products`).
+    /// The filter box a CTA loads, `blocks.rows` rows of it at a time (see `products`); w's
+    /// address is the run's.
     filter_box: [u32; 3],
     blocks: FilterBlocks,
     flip: Option<Flip>,
@@ -1607,13 +1625,19 @@ impl Invoker<Cuda> for WgmmaInvoker {
             None => b.w,
         };
         let elem = self.dtype.size_bytes() as u64;
+        let blocks = FilterBlocks { w: filter.ptr, ..self.blocks };
         let dst = b.output(self.direction);
         // Tensor maps hold the buffers' addresses, so they are made per run (a few microseconds
         // of host time; a captured graph keeps the ones it was captured with).
         let maps = |product: &ProductLaunch| -> Result<Option<(TensorMap, TensorMap)>> {
             let Some(source) = &product.source else { return Ok(None) };
-            let (offset, extents) = product.filter;
-            Ok(Some((source.map(src, self.dtype)?, TensorMap::tiled(filter.from_byte(offset * elem), self.dtype, extents, self.filter_box)?)))
+            let source = source.map(src, self.dtype)?;
+            let filter = match product.filter {
+                Some((offset, extents)) => TensorMap::tiled(filter.from_byte(offset * elem), self.dtype, extents, self.filter_box)?,
+                // A map the kernel does not read.
+                None => source,
+            };
+            Ok(Some((source, filter)))
         };
         // Products without taps come after those with them: they take the first one's maps.
         let mut first = None;
@@ -1650,7 +1674,7 @@ impl Invoker<Cuda> for WgmmaInvoker {
                 vec![Arg::Products(&products)]
             };
             let dst_tiled = i32::from(self.destination.is_some());
-            args.extend([Arg::Buffer(dst), Arg::Buffer(b.workspace), Arg::Int(split.slices), Arg::Int(split.mode), Arg::Int(split.elements), Arg::Int(dst_tiled), Arg::Blocks(&self.blocks)]);
+            args.extend([Arg::Buffer(dst), Arg::Buffer(b.workspace), Arg::Int(split.slices), Arg::Int(split.mode), Arg::Int(split.elements), Arg::Int(dst_tiled), Arg::Blocks(&blocks)]);
             launch::kernel(b, &self.function, launch.launch, &args, "launch cuda.igemm_wgmma")?;
         }
         match &split.reduce {
