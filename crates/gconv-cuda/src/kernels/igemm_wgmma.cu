@@ -1214,12 +1214,12 @@ __device__ __forceinline__ Destination destination(const ConvParams& p) {
 }
 
 #if FILL_FILTER
-// FILL_FILTER: the producer warpgroup's warps 1 to 3 take the blocks in turn (one warp's chain
-// of loads, waits and writes per block ran slower than the MMAs), each lane whole rows of the
-// block's filter: a group's channels from w (FILL_ROW_BYTES, in FILL_PIECES pieces of 16 bytes,
-// or one of 8 for groups of 4 channels) in the row's group's columns, zeros in the others (the
-// group, and so the columns, of a stage's row differ between blocks where a group's filter
-// rows span more than a block).
+// FILL_FILTER: the producer warpgroup's warps 1 to 3 take the blocks in turn (all three on
+// every block ran behind the MMAs: a block's loads, wait and writes take longer than its
+// MMAs, so three go at once), each lane whole rows of the block's filter: a group's channels
+// from w (FILL_ROW_BYTES, in FILL_PIECES pieces of 16 bytes, or one of 8 for groups of 4
+// channels) in the row's group's columns, zeros in the others (the group, and so the columns,
+// of a stage's row differ between blocks where a group's filter rows span more than a block).
 #if FILL_FILTER == 4
 typedef uint2 fill_t;
 #else

@@ -8,12 +8,12 @@
 //! MMAs that skipped the zeros ran ResNeXt's layers no faster).
 //! Forward and backward-data read the blocked filter from w itself where two groups make a
 //! block (the kernel's FilterBlocks: boxes of one group's rows, shifted so that the other
-//! group's columns fall outside w's rows and load as zeros); forward with more groups a block
-//! has the kernel's helper warps write it from w into its stages (FILL_FILTER); else they run
-//! on it packed into the workspace by a kernel before them (3.5-4.4 us under Nsight Compute on
-//! the H100, beside ResNeXt layers that take cuDNN 9-50 us). Backward-weight computes the blocked filter's
-//! gradient and keeps only its diagonal blocks, which the products' epilogue stores straight
-//! into the user's filter.
+//! group's columns fall outside w's rows and load as zeros); 16-bit forward with more groups a
+//! block has the kernel's helper warps write it from w into its stages (FILL_FILTER); else
+//! they run on it packed into the workspace by a kernel before them (3.5-4.4 us under Nsight
+//! Compute on the H100, beside ResNeXt layers that take cuDNN 9-50 us). Backward-weight
+//! computes the blocked filter's gradient and keeps only its diagonal blocks, which the
+//! products' epilogue stores straight into the user's filter.
 
 use cudarc::driver::CudaFunction;
 use gconv_core::{ConvProblem, DataType, Direction, Invoker, Layout, Result};
