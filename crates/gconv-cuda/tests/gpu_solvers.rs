@@ -369,8 +369,12 @@ fn gpu_wgmma_implicit_gemm_on_medium_problems() {
         "n1:c64:k32:i9x9:f3x3:s2x2:p1x1:d1x1:g4",
         "n1:c64:k64:i9x9:f3x3:s2x2:p1x1:d1x1:g4",
         "n2:c64:k64:i7x7:f3x3:s1x1:p1x1:d1x1:g8",
+        // More units than SMs, so that a CTA's run of units crosses groups (`hl 1` at 9 stages
+        // loads a group's filter once a run).
+        "n32:c64:k64:i28x28:f3x3:s1x1:p1x1:d1x1:g8",
     ];
-    // Every tile shape without clusters or a persistent grid, and with them at three stages;
+    // Every tile shape without clusters or a persistent grid, and with them at three stages
+    // (and `hl 1`'s nine);
     // the splits (backward-weight's 17, the others' up to 11) on the smallest tile shape, sums
     // in the cluster on two consumers in pairs of CTAs (clusters of 4 and 8), and stream-K on
     // every tile shape at three stages.
@@ -378,7 +382,7 @@ fn gpu_wgmma_implicit_gemm_on_medium_problems() {
         let plain = c.get("cl") == Some(1) && c.get("ps") == Some(0) && c.get("red") != Some(3);
         let smallest = [c.get("bn"), c.get("wg"), c.get("st")] == [Some(64), Some(1), Some(3)];
         let paired_cluster_sums = c.get("red") == Some(2) && [c.get("bn"), c.get("wg"), c.get("st"), c.get("cl")] == [Some(128), Some(2), Some(3), Some(2)];
-        (plain || c.get("st") == Some(3)) && (c.get("ks").is_none_or(|ks| ks == 1) || smallest || paired_cluster_sums)
+        (plain || c.get("st") == Some(3) || c.get("st") == Some(9)) && (c.get("ks").is_none_or(|ks| ks == 1) || smallest || paired_cluster_sums)
     };
     list_misses(&*rt, "cuda.igemm_wgmma", &shapes, |solver, p| solver.configs(p).filter(sampled).collect());
     let grouped = ConvProblem::from_key("v1:fwd:bf16:NHWC:n1:c48:k48:i8x8:f3x3:s1x1:p1x1:d1x1:g2").unwrap();

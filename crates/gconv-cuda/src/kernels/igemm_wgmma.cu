@@ -69,16 +69,16 @@
 // the filter (FILL_FILTER).
 #define HELPER_WARPS 3
 // FILL_FILTER (16-bit forward of a layer whose groups run blocked four or more to a block of
-// 64 channels, see group_packing; its value: a group's channels): the helper warps write each
-// stage's block-diagonal filter from w (see fill_block), the producer loading the source only.
-// Packing the filter by a kernel before the products cost ResNeXt's layers 3.5-4.4 us under
-// Nsight Compute on the H100, TMA boxes of one group's rows (FilterBlocks) more than that from
-// four groups a block on.
+// 64 channels, see group_packing, and its backward-data with HALO's stages held; its value: a
+// group's channels): the helper warps write each stage's block-diagonal filter from w (see
+// fill_block), the producer loading the source only. Packing the filter by a kernel before
+// the products cost ResNeXt's layers 3.5-4.4 us under Nsight Compute on the H100, TMA boxes of
+// one group's rows (FilterBlocks) more than that from four groups a block on.
 #ifndef FILL_FILTER
 #define FILL_FILTER 0
 #endif
-#if FILL_FILTER && (WEIGHT || FILTER_MN || defined(GCONV_TF32))
-#error "FILL_FILTER takes 16-bit forward"
+#if FILL_FILTER && (WEIGHT || defined(GCONV_TF32))
+#error "FILL_FILTER takes 16-bit forward and backward-data"
 #endif
 // HALO (forward, and backward-data at unit stride: one product; 2D, 16-bit types, persistent,
 // one CTA a cluster, unsplit): a unit is a block of whole destination rows of one image, its
@@ -88,9 +88,13 @@
 // 128-byte row of channels, TMA's zeros in the padding) into one of two halo buffers, and the
 // stages carry the filter only: im2col reads each source pixel once per tap from L2 (ResNeXt's
 // c128 g32 56x56 forward: 289 MB into the SMs for 26 MB of x; 106 MB with HALO, in about the
-// same time: see Tile::halo in the solver).
+// same time, until the filter's stages were held across a CTA's units (HeldFilter) and the MMAs
+// skipped the blocked filter's zeros (DIAGONAL): 0.84x).
 #ifndef HALO
 #define HALO 0
+#endif
+#if FILL_FILTER && FILTER_MN && (!HALO || BN != 64)
+#error "backward-data's filter is written with HALO, on 64-column tiles"
 #endif
 #if HALO && (WEIGHT || SPATIAL != 2 || !PERSISTENT || CLUSTER != 1 || KSPLIT != 1 || SPLIT || SRC_TILED || PRODUCTS != 1 || defined(GCONV_TF32))
 #error "HALO takes 16-bit 2D forward or unit-stride backward-data, persistent, one CTA a cluster, unsplit"
@@ -302,13 +306,13 @@ __device__ __forceinline__ unsigned long long smem_desc_mn(unsigned addr) {
 #define WGMMA_TYPES "k16.f32.bf16.bf16"
 #define WGMMA_TRANSPOSE(TA, TB) ", " #TA ", " #TB
 #endif
-#define WGMMA(TA, TB)                                                                                                \
-    asm volatile(                                                                                                    \
-        "{ .reg .pred p; setp.ne.b32 p, " WGMMA_FLAG ", 0;\n"                                                       \
-        "wgmma.mma_async.sync.aligned.m64n" STR(BN) WGMMA_TYPES " {" WGMMA_D "}, " WGMMA_AB ", p, 1, 1" WGMMA_TRANSPOSE( \
-            TA, TB) "; }"                                                                                            \
-        : WGMMA_ACC                                                                                                  \
-        : "l"(a), "l"(b), "r"(accumulate))
+// wgmma m64nN on accumulators D (the operand list above), descriptors AB and the flag.
+#define WGMMA_SHAPE(N, D, AB, FLAG, ACC, TA, TB)                                                                      \
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, " FLAG ", 0;\n"                                                     \
+                 "wgmma.mma_async.sync.aligned.m64n" STR(N) WGMMA_TYPES " {" D "}, " AB ", p, 1, 1" WGMMA_TRANSPOSE(TA, TB) "; }" \
+                 : ACC                                                                                                \
+                 : "l"(a), "l"(b), "r"(accumulate))
+#define WGMMA(TA, TB) WGMMA_SHAPE(BN, WGMMA_D, WGMMA_AB, WGMMA_FLAG, WGMMA_ACC, TA, TB)
 
 template <bool A_MN, bool B_MN>
 __device__ __forceinline__ void wgmma(float* d, unsigned long long a, unsigned long long b, int accumulate) {
@@ -321,6 +325,42 @@ __device__ __forceinline__ void wgmma(float* d, unsigned long long a, unsigned l
         WGMMA(0, 0);
     }
 }
+
+// DIAGONAL (forward and backward-data of a layer whose groups run blocked, as many output as
+// input channels a group, 16-bit types; 0 otherwise): the filter tile is block-diagonal in
+// blocks of DIAGONAL channels, so an MMA's 16 reduction channels reach DIAG_N of the tile's
+// columns and it multiplies only those (m64n16 for blocks of 4 to 16, m64n32 for 32), not the
+// whole tile's zeros.
+#ifndef DIAGONAL
+#define DIAGONAL 0
+#endif
+#if DIAGONAL
+#if defined(GCONV_TF32) || WEIGHT || BN != 64 || 64 % DIAGONAL != 0 || DIAGONAL > 32
+#error "DIAGONAL takes 16-bit forward or backward-data on 64-column tiles, blocks of 4 to 32 channels"
+#endif
+#if DIAGONAL <= 16
+#define DIAG_N 16
+#define DIAG_D "%0, %1, %2, %3, %4, %5, %6, %7"
+#define DIAG_AB "%8, %9"
+#define DIAG_FLAG "%10"
+#define DIAG_ACC ACC8(0)
+#else
+#define DIAG_N 32
+#define DIAG_D P10() "%10, %11, %12, %13, %14, %15"
+#define DIAG_AB "%16, %17"
+#define DIAG_FLAG "%18"
+#define DIAG_ACC ACC8(0), ACC8(8)
+#endif
+
+template <bool B_MN>
+__device__ __forceinline__ void wgmma_diagonal(float* d, unsigned long long a, unsigned long long b, int accumulate) {
+    if constexpr (B_MN) {
+        WGMMA_SHAPE(DIAG_N, DIAG_D, DIAG_AB, DIAG_FLAG, DIAG_ACC, 0, 1);
+    } else {
+        WGMMA_SHAPE(DIAG_N, DIAG_D, DIAG_AB, DIAG_FLAG, DIAG_ACC, 0, 0);
+    }
+}
+#endif
 
 // Shared memory: STAGES stages of a BM-row A tile and a BN-row B tile (rows of 128 bytes,
 // 1024-byte aligned as the 128-byte swizzle wants), then a full and an empty barrier per
@@ -397,9 +437,33 @@ __device__ __forceinline__ unsigned produce(const Pipeline& pl, int it) {
     return s;
 }
 
+// A turn at block `it` whose stage still holds the tile it needs (HALO with a stage per block
+// of a unit: the unit before had the same filter tiles): wait until the consumers release it,
+// then arrive on its full barrier as a load would, with nothing to load.
+__device__ __forceinline__ void hold_stage(const Pipeline& pl, int it) {
+    const int s = it % STAGES;
+    mbar_wait(pl.empty(s), (it / STAGES - 1) & 1);
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(pl.full(s)) : "memory");
+}
+
 __device__ __forceinline__ void zero(float* d) {
 #pragma unroll
     for (int i = 0; i < ACCUMULATORS; ++i) d[i] = 0.0f;
+}
+
+// Step kk (16 elements along K) of a 64-row slice's A against the B tile at b: the whole tile,
+// or (DIAGONAL) the columns the step's channels reach. `first`: the unit's first block, whose
+// first MMA on each column overwrites the accumulators.
+template <bool A_MN, bool B_MN>
+__device__ __forceinline__ void mma_step(float* d, unsigned long long a_desc, unsigned b, int kk, bool first) {
+#if DIAGONAL
+    const int n0 = kk * MMA_K / DIAG_N * DIAG_N;
+    const unsigned long long b_desc = B_MN ? smem_desc_mn(b + kk * 16 * ROW_BYTES + n0 * sizeof(elem_t)) : smem_desc_k(b + n0 * ROW_BYTES + kk * 32);
+    wgmma_diagonal<B_MN>(d + n0 / 2, a_desc, b_desc, !first || kk * MMA_K % DIAG_N != 0);
+#else
+    const unsigned long long b_desc = B_MN ? smem_desc_mn(b + kk * 16 * ROW_BYTES) : smem_desc_k(b + kk * 32);
+    wgmma<A_MN, B_MN>(d, a_desc, b_desc, !first || kk > 0);
+#endif
 }
 
 // A consumer warpgroup's main loop over one unit's `blocks` reduction blocks, the pipeline's
@@ -423,12 +487,11 @@ __device__ __forceinline__ void consume(const Pipeline& pl, int first, int block
             const unsigned b = pl.stage(s) + A_BYTES + t * B_BYTES;
 #pragma unroll
             for (int kk = 0; kk < BK / MMA_K; ++kk) {
-                const unsigned long long b_desc = B_MN ? smem_desc_mn(b + kk * 16 * ROW_BYTES) : smem_desc_k(b + kk * 32);
 #pragma unroll
                 for (int mr = 0; mr < MR; ++mr) {
                     const unsigned a = pl.stage(s) + (slice * MR + mr) * TILE64_BYTES;
                     const unsigned long long a_desc = A_MN ? smem_desc_mn(a + kk * 16 * ROW_BYTES) : smem_desc_k(a + kk * 32);
-                    wgmma<A_MN, B_MN>(d + (t * MR + mr) * (BN / 2), a_desc, b_desc, i > 0 || kk > 0);
+                    mma_step<A_MN, B_MN>(d + (t * MR + mr) * (BN / 2), a_desc, b, kk, i == 0);
                 }
             }
         }
@@ -486,7 +549,6 @@ __device__ __forceinline__ void consume_halo(const Pipeline& pl, int& it, int& h
             const unsigned b = pl.stage(s);
 #pragma unroll
             for (int kk = 0; kk < BK / MMA_K; ++kk) {
-                const unsigned long long b_desc = FILTER_MN ? smem_desc_mn(b + kk * 16 * ROW_BYTES) : smem_desc_k(b + kk * 32);
 #pragma unroll
                 for (int mr = 0; mr < MR; ++mr) {
                     // Every slice multiplies, rows past the unit's too: a branch among the
@@ -495,7 +557,7 @@ __device__ __forceinline__ void consume_halo(const Pipeline& pl, int& it, int& h
                     // From any row: the swizzle follows the address's bits, as the TMA wrote it
                     // (as for the 32-byte steps along K).
                     const unsigned long long a_desc = smem_desc_k(pl.halo_buffer(h) + (row + shift) * ROW_BYTES + kk * 32);
-                    wgmma<false, FILTER_MN>(d + mr * (BN / 2), a_desc, b_desc, chunk > 0 || tap > 0 || kk > 0);
+                    mma_step<false, FILTER_MN>(d + mr * (BN / 2), a_desc, b, kk, chunk == 0 && tap == 0);
                 }
             }
             asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
@@ -690,7 +752,12 @@ __device__ __forceinline__ unsigned staged_at(int row, int column) {
 
 // The units a cluster takes: the one its place in the grid names, and (PERSISTENT) every one a
 // grid's worth of clusters on from there. Without PERSISTENT the grid has a cluster per unit.
-#if PERSISTENT
+#if PERSISTENT && HALO
+// HALO: a run of consecutive units a CTA (u_end past its last), so that a unit's filter tiles
+// are mostly its predecessor's (see hold_stage).
+__device__ __forceinline__ int run_start(int units, int cta) { return (int)((long long)units * cta / gridDim.x); }
+#define FOR_EACH_UNIT(u, units) for (int u = run_start(units, blockIdx.x), u##_end = run_start(units, blockIdx.x + 1); u < u##_end; ++u)
+#elif PERSISTENT
 #define FOR_EACH_UNIT(u, units) for (int u = blockIdx.x / CLUSTER_CTAS; u < (units); u += gridDim.x / CLUSTER_CTAS)
 #else
 #define FOR_EACH_UNIT(u, units) if (const int u = blockIdx.x / CLUSTER_CTAS; u < (units))
@@ -1133,6 +1200,21 @@ struct Unit {
     int product, m0, n0, slice, g;
 };
 
+#if HALO
+// Whether a CTA's stages still hold a unit's filter tiles: where the unit has a block per stage
+// and the CTA's unit before had the same group and column tile (stage s then always holds the
+// same tap's tile), on layers of one chunk of channels a group as ResNeXt's blocked ones.
+struct HeldFilter {
+    int g = -1, n0 = -1;
+    __device__ __forceinline__ bool next(const Unit& t, int blocks) {
+        const bool same = blocks == STAGES && t.g == g && t.n0 == n0;
+        g = t.g;
+        n0 = t.n0;
+        return same;
+    }
+};
+#endif
+
 // How the producer loads the filter's rows of a block: `rows` at a time (the box of its map).
 // A layer whose groups run blocked (see group_packing) reads its block-diagonal filter from w
 // itself: each box holds rows of one group, `group_rows` output channels of `channels` each,
@@ -1151,6 +1233,11 @@ struct FilterBlocks {
 struct TapMap {
     int origin[3], step[3], fil[3];
 };
+
+// The filter tap (of w's) that a product's tap at position f reads.
+__device__ __forceinline__ int filter_tap(const TapMap& taps, const int* f) {
+    return ((taps.origin[0] + taps.step[0] * f[0]) * taps.fil[1] + taps.origin[1] + taps.step[1] * f[1]) * taps.fil[2] + taps.origin[2] + taps.step[2] * f[2];
+}
 
 #if FILTER_MN && defined(GCONV_TF32)
 #error "tf32 wgmma takes K-major operands only"
@@ -1355,15 +1442,14 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // groups run blocked (the producer's per-block work stays as it was elsewhere).
         auto skip = [&](int row) { return blocks.channels == 0 ? 0 : row / blocks.group_rows * blocks.channels; };
 #if FILTER_MN
-        const TapMap& taps = PRODUCT_TAPS(t.product);
-        const int filter_tap = ((taps.origin[0] + taps.step[0] * f[0]) * taps.fil[1] + taps.origin[1] + taps.step[1] * f[1]) * taps.fil[2] + taps.origin[2] + taps.step[2] * f[2];
+        const int w_tap = filter_tap(PRODUCT_TAPS(t.product), f);
         const unsigned share = rank * (64 / CLUSTER);
         for (unsigned r = 0; r < 64 / CLUSTER; r += blocks.rows) {
             const int k = c0 + share + r;
 #pragma unroll
             for (int j = 0; j < BN / 64; ++j) {
                 const unsigned at = pl.stage(s) + A_BYTES + j * TILE64_BYTES + (share + r) * ROW_BYTES;
-                load_tile<true>(at, filter, t.n0 + 64 * j - skip(k), filter_tap, t.g * p.cg + k, pl.full(s));
+                load_tile<true>(at, filter, t.n0 + 64 * j - skip(k), w_tap, t.g * p.cg + k, pl.full(s));
             }
         }
 #else
@@ -1397,19 +1483,25 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
             };
             int it = 0, hit = 0;
             const int taps = PRODUCT(0).fil[1] * PRODUCT(0).fil[2], ahead = min(taps, STAGES) - 1;
+            HeldFilter held;
             FOR_EACH_UNIT(u, units) {
                 const Unit t = unit_at(u);
+                const bool holds = held.next(t, taps * chunks);
                 for (int chunk = 0; chunk < chunks; ++chunk, ++hit) {
                     if (hit == 0) load_halo(u, chunk, hit);
                     int f[3] = {0, 0, 0};
                     for (int tap = 0; tap < taps; ++tap, ++it) {
-                        load_filter(t, tap, f, chunk * BK, produce(pl, it));
+                        if (holds) {
+                            hold_stage(pl, it);
+                        } else {
+                            load_filter(t, tap, f, chunk * BK, produce(pl, it));
+                        }
                         next_tap(PRODUCT(0), f);
                         if (tap != ahead) continue;
                         if (chunk + 1 < chunks) {
                             load_halo(u, chunk + 1, hit + 1);
-                        } else if (u + (int)(gridDim.x / CLUSTER_CTAS) < units) {
-                            load_halo(u + gridDim.x / CLUSTER_CTAS, 0, hit + 1);
+                        } else if (u + 1 < u_end) {
+                            load_halo(u + 1, 0, hit + 1);
                         }
                     }
                 }
@@ -1462,17 +1554,33 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
             // channels at the block's tap.
             const int warp = threadIdx.x / 32 - 1, lane = threadIdx.x % 32;
             const ConvParams& p = PRODUCT(0);
-            auto fill = [&](const Unit& t, int tap, int it) { fill_block(pl, it, lane, blocks, (long long)t.g * p.kg, t.n0, p.kg, p.fil[0] * p.fil[1] * p.fil[2], tap); };
+            const int volume = p.fil[0] * p.fil[1] * p.fil[2];
             int it = 0;
+#if HALO
+            HeldFilter held;
+#endif
             FOR_EACH_UNIT(u, units) {
                 const Unit t = unit_at(u);
 #if HALO
-                for (int chunk = 0; chunk < chunks; ++chunk)
-                    for (int tap = 0; tap < p.fil[1] * p.fil[2]; ++tap, ++it)
-                        if (it % HELPER_WARPS == warp) fill(t, tap, it);
+                const bool holds = held.next(t, p.fil[1] * p.fil[2] * chunks);
+                for (int chunk = 0; chunk < chunks; ++chunk) {
+                    int f[3] = {0, 0, 0};
+                    for (int tap = 0; tap < p.fil[1] * p.fil[2]; ++tap, ++it, next_tap(p, f)) {
+                        if (it % HELPER_WARPS != warp) continue;
+                        if (holds) {
+                            hold_stage(pl, it);
+                        } else if (FILTER_MN) {
+                            // Backward-data: the block's rows are its reduction's (w's output
+                            // channels), at the tap of w the product's tap reads.
+                            fill_block(pl, it, lane, blocks, (long long)t.g * p.cg, chunk * BK, p.cg, volume, filter_tap(PRODUCT_TAPS(0), f));
+                        } else {
+                            fill_block(pl, it, lane, blocks, (long long)t.g * p.kg, t.n0, p.kg, volume, tap);
+                        }
+                    }
+                }
 #else
                 for (int block = first_block(p, t.slice); block < first_block(p, t.slice + 1); ++block, ++it)
-                    if (it % HELPER_WARPS == warp) fill(t, block / chunks, it);
+                    if (it % HELPER_WARPS == warp) fill_block(pl, it, lane, blocks, (long long)t.g * p.kg, t.n0, p.kg, volume, block / chunks);
 #endif
             }
         }

@@ -3,15 +3,17 @@
 //! or 32 tf32 elements), such as ResNeXt's 32 groups of 4 to 32 channels: `blocked` consecutive
 //! groups become one of a row's channels whose filter is block-diagonal (an output channel's
 //! taps hold its own group's channels and zeros in the others'). The products then read whole
-//! rows per tap and multiply the zeros too: `blocked` times the layer's MMA work, bounded by
-//! MAX_BLOCKED, on layers whose time goes mostly to moving their activations (on the H100,
-//! MMAs that skipped the zeros ran ResNeXt's layers no faster).
+//! rows per tap; forward's and backward-data's MMAs skip the zeros where groups are square
+//! (`diagonal`), backward-weight's multiply them too (`blocked` times its MMA work, bounded by
+//! MAX_BLOCKED). Skipping them pays only where the source is staged with its halo: with
+//! im2col's loads ResNeXt's layers ran no faster on the H100.
 //! Forward and backward-data read the blocked filter from w itself where two groups make a
 //! block (the kernel's FilterBlocks: boxes of one group's rows, shifted so that the other
 //! group's columns fall outside w's rows and load as zeros); 16-bit forward with more groups a
-//! block has the kernel's helper warps write it from w into its stages (FILL_FILTER); else
-//! they run on it packed into the workspace by a kernel before them (3.5-4.4 us under Nsight
-//! Compute on the H100, beside ResNeXt layers that take cuDNN 9-50 us). Backward-weight
+//! block, and backward-data where the tile holds the filter's stages across its units, have the
+//! kernel's helper warps write it from w into the stages (FILL_FILTER); else they run on it
+//! packed into the workspace by a kernel before them (3.5-4.4 us under Nsight Compute on the
+//! H100, beside ResNeXt layers that take cuDNN 9-50 us). Backward-weight
 //! computes the blocked filter's gradient and keeps only its diagonal blocks, which the
 //! products' epilogue stores straight into the user's filter.
 
@@ -77,20 +79,31 @@ impl GroupPacking {
     /// that a block of filter rows takes two boxes (on the H100, ResNeXt's layers of 32
     /// channels a group ran 0.85-0.91x the time of the packed filter, but those of 16 and 8 as
     /// four and eight boxes of 16 and 8 rows 1.01-1.08x and 1.13-1.61x), or written by the
-    /// kernel's helper warps (`fills_filter`).
-    pub fn reads_user_filter(&self) -> bool {
+    /// kernel's helper warps (`fills_filter`; `held`: the products' tile holds the filter's
+    /// stages across units).
+    pub fn reads_user_filter(&self, held: bool) -> bool {
         let p = &self.packed;
         let reads_w = p.direction == Direction::Forward || p.direction == Direction::BackwardData && p.dtype != DataType::Tf32;
-        reads_w && self.blocked == 2 || self.fills_filter()
+        reads_w && self.blocked == 2 || self.fills_filter(held)
     }
 
     /// Whether the products' helper warps write the blocked filter from w into their stages
-    /// (the kernel's FILL_FILTER: forward in 16-bit types, from four groups a block on). On the
-    /// H100, ResNeXt's forward layers of 16, 8 and 4 channels a group ran 0.93-0.99x the time of
-    /// the packed filter, their backward-data 0.99-1.04x.
-    pub fn fills_filter(&self) -> bool {
+    /// (the kernel's FILL_FILTER: 16-bit types, from four groups a block on; forward, and
+    /// backward-data where the tile holds the filter's stages across units, `held`). On the
+    /// H100, ResNeXt's forward layers of 16, 8 and 4 channels a group ran 0.93-0.99x the time
+    /// of the packed filter; their backward-data 0.99-1.04x where every unit writes it again.
+    pub fn fills_filter(&self, held: bool) -> bool {
         let p = &self.packed;
-        p.direction == Direction::Forward && p.dtype != DataType::Tf32 && self.blocked >= FILLED_FROM
+        let direction = p.direction == Direction::Forward || p.direction == Direction::BackwardData && held;
+        direction && p.dtype != DataType::Tf32 && self.blocked >= FILLED_FROM
+    }
+
+    /// The channels of a group whose block-diagonal filter tile forward's and backward-data's
+    /// MMAs multiply only where it is not zero (the kernel's DIAGONAL: 16-bit types, as many
+    /// output as input channels a group), or None: they multiply the whole tile.
+    pub fn diagonal(&self) -> Option<u32> {
+        let p = &self.packed;
+        (self.cg == self.kg && p.dtype != DataType::Tf32 && p.direction != Direction::BackwardWeight).then_some(self.cg)
     }
 
     /// The filter's taps (its rows are K x taps).

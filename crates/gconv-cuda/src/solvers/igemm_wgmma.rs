@@ -61,6 +61,13 @@ const CONSUMERS: [u32; 2] = [1, 2];
 /// 64-row slices per consumer warpgroup (forward and backward-data).
 const ROW_SLICES: [u32; 2] = [1, 2];
 const STAGES: [u32; 3] = [3, 4, 5];
+/// `hl 1` may also take a stage per block of a 3x3 filter's unit of one chunk of channels
+/// (ResNeXt's blocked groups): each stage then holds one tap's filter tile, loaded again only
+/// where a CTA's next unit changes group (the kernel's HeldFilter).
+const HELD_STAGES: u32 = 9;
+/// The least share of a halo unit's rows that are the layer's pixels for the blocked layers'
+/// default to stage its source with its halo (see WgmmaConfig::held_halo).
+const MIN_HALO_USE: f64 = 0.5;
 /// CTAs per cluster.
 const CLUSTERS: [u32; 2] = [1, 2];
 /// Backward-weight's taps per unit: each block of dy loaded once for them all.
@@ -114,9 +121,11 @@ struct Tile {
     taps: u32,
     mr: u32,
     /// Forward and backward-data: the source staged as a rectangle with its halo (the kernel's
-    /// HALO), not loaded per tap by im2col. Tunable, not a default: on the H100 it took 0.89x
-    /// im2col's time on ResNeXt's c512 g32 14x14 3x3, 0.98-1.09x on other 3x3 layers of 14x14
-    /// to 56x56, and 2.5x at 7x7 on 256-row tiles (7 of 64 rows a slice in use).
+    /// HALO), not loaded per tap by im2col. The default only for blocked grouped layers, at
+    /// HELD_STAGES (see WgmmaConfig::held_halo); elsewhere tunable: on the H100 it took 0.89x
+    /// im2col's time on ResNeXt's c512 g32 14x14 3x3 with the filter reloaded per unit,
+    /// 0.98-1.09x on other 3x3 layers of 14x14 to 56x56, and 2.5x at 7x7 on 256-row tiles (7 of
+    /// 64 rows a slice in use).
     halo: bool,
 }
 
@@ -128,8 +137,8 @@ impl Tile {
         if !CONSUMERS.contains(&self.wg) {
             return Err(format!("wg must be one of {CONSUMERS:?}"));
         }
-        if !STAGES.contains(&self.st) {
-            return Err(format!("st must be one of {STAGES:?}"));
+        if !(STAGES.contains(&self.st) || self.halo && self.st == HELD_STAGES) {
+            return Err(format!("st must be one of {STAGES:?}, or {HELD_STAGES} with hl 1"));
         }
         if !CLUSTERS.contains(&self.cl) {
             return Err(format!("cl must be one of {CLUSTERS:?}"));
@@ -156,6 +165,13 @@ impl Tile {
 
     fn rows(self) -> u32 {
         ROWS_PER_CONSUMER * self.wg * self.mr
+    }
+
+    /// Whether a stage per block of a unit holds the filter's tiles across a CTA's units of one
+    /// group (HELD_STAGES with hl 1; the kernel's HeldFilter), on 64-column tiles: where
+    /// backward-data's helper warps may write a blocked filter, then once per run of units.
+    fn writes_held_filter(self) -> bool {
+        self.halo && self.st == HELD_STAGES && self.bn == 64
     }
 
     /// Every stage's A tile (none with `halo`: see HaloTile) and B tiles, their full and empty
@@ -431,9 +447,10 @@ impl Packed {
     /// Whether the products take the user's tensors themselves, with no kernel around them:
     /// a blocked layer's backward-weight keeps the diagonal blocks of its gradient as it
     /// stores them (see the kernel's group_kg), and its forward and backward-data where they
-    /// read the blocked filter from w (see the kernel's FilterBlocks).
-    fn in_place(&self) -> bool {
-        matches!(self, Packed::Groups(packing) if packing.packed.direction == Direction::BackwardWeight || packing.reads_user_filter())
+    /// read the blocked filter from w (see the kernel's FilterBlocks; `held`: the products'
+    /// tile holds the filter's stages across units).
+    fn in_place(&self, held: bool) -> bool {
+        matches!(self, Packed::Groups(packing) if packing.packed.direction == Direction::BackwardWeight || packing.reads_user_filter(held))
     }
 
     fn workspace_bytes(&self, inner: u64) -> u64 {
@@ -458,13 +475,28 @@ impl Packed {
     }
 }
 
-/// A group's channels where `user`'s blocked filter is written by the products' helper warps
-/// (the kernel's FILL_FILTER).
-fn filled_filter(user: &ConvProblem) -> Option<u32> {
+/// A group's channels where `user`'s blocked filter is written by the helper warps of the
+/// products' `tile` (the kernel's FILL_FILTER).
+fn filled_filter(user: &ConvProblem, tile: Tile) -> Option<u32> {
     match Packed::of(user)? {
-        Packed::Groups(packing) if packing.fills_filter() => Some(user.c_per_group()),
+        Packed::Groups(packing) if packing.fills_filter(tile.writes_held_filter()) => Some(user.c_per_group()),
         _ => None,
     }
+}
+
+/// A group's channels where `user`'s blocked filter's MMAs skip its zeros (the kernel's
+/// DIAGONAL, on 64-column tiles).
+fn diagonal(user: &ConvProblem, tile: Tile) -> Option<u32> {
+    match Packed::of(user)? {
+        Packed::Groups(packing) if tile.bn == 64 => packing.diagonal(),
+        _ => None,
+    }
+}
+
+/// Whether `config` on `layer` may write a blocked filter held across units (see
+/// Tile::writes_held_filter).
+fn writes_held_filter(layer: &ConvProblem, config: &Config) -> bool {
+    WgmmaConfig::from_config(layer, config).is_ok_and(|config| config.tile.writes_held_filter())
 }
 
 /// The layer the products run: `p`, or its packed layer.
@@ -638,8 +670,12 @@ impl WgmmaConfig {
     fn source(self, p: &ConvProblem, user: &ConvProblem) -> KernelSource {
         let source = self.tile.source(p).define("KSPLIT", self.split.cluster_slices()).define("SPLIT", self.split.mode());
         // Defined only where set, so that other builds keep their keys.
-        let source = match filled_filter(user) {
+        let source = match filled_filter(user, self.tile) {
             Some(channels) => source.define("FILL_FILTER", channels),
+            None => source,
+        };
+        let source = match diagonal(user, self.tile) {
+            Some(channels) => source.define("DIAGONAL", channels),
             None => source,
         };
         match p.direction {
@@ -657,7 +693,12 @@ impl WgmmaConfig {
         let splits: Vec<Split> = Split::all().collect();
         let (unit_taps, row_slices): (&[u32], &[u32]) = if p.direction == Direction::BackwardWeight { (&UNIT_TAPS, &[1]) } else { (&[1], &ROW_SLICES) };
         let halos: &[bool] = if p.direction == Direction::BackwardWeight { &[false] } else { &[false, true] };
-        let tiles = Tile::all(p.dtype).flat_map(|tile| unit_taps.iter().flat_map(move |&taps| row_slices.iter().flat_map(move |&mr| halos.iter().map(move |&halo| Tile { taps, mr, halo, ..tile }))));
+        let variants = move |tile: Tile| {
+            let halo = Tile { halo: true, ..tile };
+            let held = (tile.st == STAGES[0]).then_some(Tile { st: HELD_STAGES, ..halo });
+            halos.iter().map(move |&halo| Tile { halo, ..tile }).chain(held.filter(|_| halos.contains(&true)))
+        };
+        let tiles = Tile::all(p.dtype).flat_map(|tile| unit_taps.iter().flat_map(move |&taps| row_slices.iter().flat_map(move |&mr| variants(Tile { taps, mr, ..tile }))));
         tiles.flat_map(|tile| splits.iter().map(move |&split| WgmmaConfig { tile, split })).filter(|c| c.check(p).is_ok()).collect()
     }
 }
@@ -1295,6 +1336,24 @@ impl IgemmWgmma {
 }
 
 impl WgmmaConfig {
+    /// A blocked layer's forward or backward-data staged with its halo, its filter's stages
+    /// held (256 x 64 tiles at 9 stages), where that runs (2D, unit stride, a 3x3 filter of one
+    /// chunk) and a unit's rows are mostly the layer's pixels (MIN_HALO_USE). On the H100,
+    /// ResNeXt's layers at 56x56, 28x28 and 14x14 (4 to 16 channels a group) took 0.82x, 0.91x
+    /// and 0.77x the time of the im2col default forward, 0.81x, 0.88x and 0.75x backward-data;
+    /// at 7x7 (256 rows for 49 pixels) 2x.
+    fn held_halo(layer: &ConvProblem) -> Option<WgmmaConfig> {
+        let tile = Tile { bn: 64, wg: 2, st: HELD_STAGES, cl: 1, persistent: true, taps: 1, mr: 2, halo: true };
+        let held = WgmmaConfig { tile, split: UNSPLIT };
+        held.check(layer).ok()?;
+        let product = Product::all(layer).swap_remove(0);
+        let blocks = product.params.filter.iter().product::<i32>() as u64 * u64::from(layer.c_per_group()).div_ceil(u64::from(row_elements(layer.dtype)));
+        let halo = HaloTile::of(&product.params, tile)?;
+        let pixels = (product.params.output[1] * product.params.output[2]) as f64;
+        let used = pixels / f64::from(halo.per_image * tile.rows());
+        (blocks == u64::from(HELD_STAGES) && used >= MIN_HALO_USE).then_some(held)
+    }
+
     /// The default for the user's `p`: its lowered layer's, except that a blocked layer's
     /// backward-weight splits its pixels only as far as one wave of units fills the SMs. The
     /// H100's five ResNeXt layers blocked so (4 to 16 channels a group) ran fastest there, at
@@ -1303,8 +1362,11 @@ impl WgmmaConfig {
     fn default_for_user(p: &ConvProblem, sms: u64) -> WgmmaConfig {
         let packed = Packed::of(p);
         let layer = packed.as_ref().map_or(p, Packed::layer);
+        if let (Some(Packed::Groups(_)), Some(held)) = (&packed, WgmmaConfig::held_halo(layer)) {
+            return held;
+        }
         let config = WgmmaConfig::default_for(layer, sms);
-        if p.direction != Direction::BackwardWeight || !packed.as_ref().is_some_and(Packed::in_place) {
+        if p.direction != Direction::BackwardWeight || !packed.as_ref().is_some_and(|packed| packed.in_place(config.tile.writes_held_filter())) {
             return config;
         }
         let (_, units) = WgmmaConfig { split: UNSPLIT, ..config }.work(layer);
@@ -1362,7 +1424,7 @@ impl Solver for IgemmWgmma {
         let sms = self.device.sm_count;
         match Packed::of(p) {
             None => products_workspace(p, config, p, sms),
-            Some(packed) if packed.in_place() => products_workspace(packed.layer(), config, p, sms),
+            Some(packed) if packed.in_place(writes_held_filter(packed.layer(), config)) => products_workspace(packed.layer(), config, p, sms),
             Some(packed) => packed.workspace_bytes(products_workspace(packed.layer(), config, packed.layer(), sms)),
         }
     }
@@ -1390,8 +1452,9 @@ impl BuiltFrom for IgemmWgmma {
     fn kernels(&self, p: &ConvProblem, config: &Config) -> Result<Vec<KernelSource>> {
         let packed = Packed::of(p);
         let layer = packed.as_ref().map_or(p, Packed::layer);
-        let products = WgmmaConfig::from_config(layer, config)?.source(layer, p);
-        let around = packed.filter(|packed| !packed.in_place()).map(|packed| packed.source(p.dtype));
+        let wgmma = WgmmaConfig::from_config(layer, config)?;
+        let around = packed.as_ref().filter(|packed| !packed.in_place(wgmma.tile.writes_held_filter())).map(|packed| packed.source(p.dtype));
+        let products = wgmma.source(layer, p);
         Ok(std::iter::once(products).chain(around).collect())
     }
 }
@@ -1400,7 +1463,7 @@ impl Solve<Cuda> for IgemmWgmma {
     fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
         match Packed::of(p) {
             None => self.products(p, config, p),
-            Some(packed) if packed.in_place() => self.products(packed.layer(), config, p),
+            Some(packed) if packed.in_place(writes_held_filter(packed.layer(), config)) => self.products(packed.layer(), config, p),
             Some(packed) => {
                 let layer = packed.layer();
                 let (inner, workspace) = (self.products(layer, config, layer)?, products_workspace(layer, config, layer, self.device.sm_count));
@@ -1472,7 +1535,7 @@ impl IgemmWgmma {
         // grouped self) in boxes of a group's rows of w.
         let share = if direct { 64 / tile.cl } else { tile.bn / tile.cl };
         let blocked = (user.g != p.g).then(|| (user.k / user.g, user.c_per_group()));
-        let filled = filled_filter(user);
+        let filled = filled_filter(user, tile);
         let blocks = match blocked {
             Some((kg, cg)) => FilterBlocks { rows: gcd(i64::from(share), i64::from(kg)) as u32, group_rows: kg as i32, channels: cg as i32, w: 0 },
             None => FilterBlocks { rows: share, group_rows: 1, channels: 0, w: 0 },
@@ -2145,6 +2208,30 @@ mod tests {
     }
 
     #[test]
+    fn blocked_layers_stage_their_source_with_its_halo_where_units_are_mostly_pixels() {
+        let held = "bn64_wg2_st9_cl1_ps1_mr2_hl1";
+        let default_config = |key: &str| {
+            let p = ConvProblem::from_key(key).unwrap();
+            WgmmaConfig::default_for_user(&p, 132).to_config(p.direction).to_string()
+        };
+        for key in [
+            "v1:fwd:bf16:NHWC:n32:c512:k512:i14x14:f3x3:s1x1:p1x1:d1x1:g32",
+            "v1:bwd-data:f16:NHWC:n32:c128:k128:i56x56:f3x3:s1x1:p1x1:d1x1:g32",
+            "v1:bwd-data:bf16:NHWC:n32:c256:k256:i28x28:f3x3:s1x1:p1x1:d1x1:g32",
+        ] {
+            assert_eq!(default_config(key), held, "{key}");
+        }
+        // 49 pixels in 256 rows; a stride; a dense layer.
+        for key in [
+            "v1:fwd:bf16:NHWC:n32:c1024:k1024:i7x7:f3x3:s1x1:p1x1:d1x1:g32",
+            "v1:fwd:bf16:NHWC:n32:c512:k512:i28x28:f3x3:s2x2:p1x1:d1x1:g32",
+            "v1:fwd:bf16:NHWC:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1",
+        ] {
+            assert_ne!(default_config(key), held, "{key}");
+        }
+    }
+
+    #[test]
     fn tf32_defaults_take_the_swept_tiles() {
         // The H100's fastest in session 28's sweep: three taps on 64 columns where 128 cannot
         // hold them beside the transposition, ...
@@ -2198,8 +2285,9 @@ mod tests {
         // two-stage; the 56 tiles without a persistent grid also sum 2 or 4 slices in the
         // cluster, but for 256 rows or columns of two consumers at three stages in 4 (4 tiles);
         // and 27 persistent tiles of lone CTAs, unsplit, also stage the source with its halo
-        // (those where two halo buffers of 18-pixel rows fit beside the stages).
-        assert_eq!(WgmmaConfig::all(&forward).len(), (tiles + two_slice_tiles) * 7 + 2 * 56 - 4 + 27);
+        // (those where two halo buffers of 18-pixel rows fit beside the stages), 7 of them also
+        // at the 9 stages that hold the filter's tiles.
+        assert_eq!(WgmmaConfig::all(&forward).len(), (tiles + two_slice_tiles) * 7 + 2 * 56 - 4 + 27 + 7);
         // Backward-weight's units take one tap or three (3x3: 2 and 4 do not divide 9); three B
         // tiles fit 34 tiles (64 and 128 columns: 192 accumulators at most).
         let three_tap_tiles = 34;
