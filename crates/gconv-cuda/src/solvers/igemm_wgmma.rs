@@ -68,6 +68,9 @@ const HELD_STAGES: u32 = 9;
 /// The least share of a halo unit's rows that are the layer's pixels for the blocked layers'
 /// default to stage its source with its halo (see WgmmaConfig::held_halo).
 const MIN_HALO_USE: f64 = 0.5;
+/// The time of a blocked layer's forward per row on 128-row tiles against 256-row ones at as
+/// many waves' rows (H100, ResNeXt's c256 g32 56x56 stride 2: 33.2 us against 28.2).
+const HALF_TILE_COST: f64 = 1.18;
 /// CTAs per cluster.
 const CLUSTERS: [u32; 2] = [1, 2];
 /// Backward-weight's taps per unit: each block of dy loaded once for them all.
@@ -1354,6 +1357,29 @@ impl WgmmaConfig {
         (blocks == u64::from(HELD_STAGES) && used >= MIN_HALO_USE).then_some(held)
     }
 
+    /// A blocked layer's forward or backward-data default on im2col's loads (one product, the
+    /// wave model's 256 x 64 tiles), fitted to its waves: where the units fit one wave, a CTA
+    /// each (ps 0) at 5 stages (H100, ResNeXt's c1024 g32: 0.96x the time forward at 7x7 and
+    /// 14x14 stride 2, 0.98x backward-data at 7x7); else forward takes 128-row tiles
+    /// (bn64_wg1_st3_cl1_ps1_mr2) where their waves' rows cost less at HALF_TILE_COST (c512 g32
+    /// 28x28 stride 2: 200 units in two waves of 256 rows against 392 in three of 128, 0.88x
+    /// the time).
+    fn blocked_waves(self, layer: &ConvProblem, sms: u64) -> WgmmaConfig {
+        let wide = Tile { bn: 64, wg: 2, st: 4, cl: 1, persistent: true, taps: 1, mr: 2, halo: false };
+        if self != (WgmmaConfig { tile: wide, split: UNSPLIT }) || Product::all(layer).len() != 1 {
+            return self;
+        }
+        let (_, units) = self.work(layer);
+        let lone = WgmmaConfig { tile: Tile { st: 5, persistent: false, ..wide }, split: UNSPLIT };
+        if units <= sms {
+            return if lone.check(layer).is_ok() { lone } else { self };
+        }
+        let narrow = WgmmaConfig { tile: Tile { wg: 1, st: 3, ..wide }, split: UNSPLIT };
+        let rows = |config: WgmmaConfig| (config.work(layer).1.div_ceil(sms) * u64::from(config.tile.rows())) as f64;
+        let narrower = layer.direction == Direction::Forward && rows(narrow) * HALF_TILE_COST < rows(self);
+        if narrower && narrow.check(layer).is_ok() { narrow } else { self }
+    }
+
     /// The default for the user's `p`: its lowered layer's, except that a blocked layer's
     /// backward-weight splits its pixels only as far as one wave of units fills the SMs. The
     /// H100's five ResNeXt layers blocked so (4 to 16 channels a group) ran fastest there, at
@@ -1362,10 +1388,12 @@ impl WgmmaConfig {
     fn default_for_user(p: &ConvProblem, sms: u64) -> WgmmaConfig {
         let packed = Packed::of(p);
         let layer = packed.as_ref().map_or(p, Packed::layer);
-        if let (Some(Packed::Groups(_)), Some(held)) = (&packed, WgmmaConfig::held_halo(layer)) {
-            return held;
-        }
         let config = WgmmaConfig::default_for(layer, sms);
+        if let Some(Packed::Groups(_)) = &packed {
+            if p.direction != Direction::BackwardWeight {
+                return WgmmaConfig::held_halo(layer).unwrap_or_else(|| config.blocked_waves(layer, sms));
+            }
+        }
         if p.direction != Direction::BackwardWeight || !packed.as_ref().is_some_and(|packed| packed.in_place(config.tile.writes_held_filter())) {
             return config;
         }
@@ -2208,7 +2236,7 @@ mod tests {
     }
 
     #[test]
-    fn blocked_layers_stage_their_source_with_its_halo_where_units_are_mostly_pixels() {
+    fn blocked_layers_stage_their_source_with_its_halo_where_units_are_mostly_pixels_else_fit_their_waves() {
         let held = "bn64_wg2_st9_cl1_ps1_mr2_hl1";
         let default_config = |key: &str| {
             let p = ConvProblem::from_key(key).unwrap();
@@ -2221,14 +2249,17 @@ mod tests {
         ] {
             assert_eq!(default_config(key), held, "{key}");
         }
-        // 49 pixels in 256 rows; a stride; a dense layer.
-        for key in [
-            "v1:fwd:bf16:NHWC:n32:c1024:k1024:i7x7:f3x3:s1x1:p1x1:d1x1:g32",
-            "v1:fwd:bf16:NHWC:n32:c512:k512:i28x28:f3x3:s2x2:p1x1:d1x1:g32",
-            "v1:fwd:bf16:NHWC:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1",
+        // 49 pixels in 256 rows (112 units: a CTA each); 200 units of 256 rows in two waves,
+        // 392 of 128 in three; 392 of 256 rows in three waves, 784 of 128 in six.
+        for (key, expected) in [
+            ("v1:fwd:bf16:NHWC:n32:c1024:k1024:i7x7:f3x3:s1x1:p1x1:d1x1:g32", "bn64_wg2_st5_cl1_ps0_mr2"),
+            ("v1:bwd-data:bf16:NHWC:n32:c1024:k1024:i7x7:f3x3:s1x1:p1x1:d1x1:g32", "bn64_wg2_st5_cl1_ps0_mr2"),
+            ("v1:fwd:bf16:NHWC:n32:c512:k512:i28x28:f3x3:s2x2:p1x1:d1x1:g32", "bn64_wg1_st3_cl1_ps1_mr2"),
+            ("v1:fwd:bf16:NHWC:n32:c256:k256:i56x56:f3x3:s2x2:p1x1:d1x1:g32", "bn64_wg2_st4_cl1_ps1_mr2"),
         ] {
-            assert_ne!(default_config(key), held, "{key}");
+            assert_eq!(default_config(key), expected, "{key}");
         }
+        assert_ne!(default_config("v1:fwd:bf16:NHWC:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1"), held);
     }
 
     #[test]
