@@ -1722,6 +1722,13 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     cluster_sync();
 }
 
+// FLIP_FILTER (backward-data in tf32, whose filter is read as a flipped copy: see flip_filter;
+// 0 otherwise): the copy's kernel is compiled only into the builds that launch it (its ptxas
+// time was a tenth of every other build's).
+#ifndef FLIP_FILTER
+#define FLIP_FILTER 0
+#endif
+#if FLIP_FILTER
 // Where backward-data puts tap f of one dimension: dx positions h take the taps whose
 // f * dil = h + pad (mod stride), so the taps fall into phases by f * dil % stride. `before`:
 // the taps of the phases before f's; `count`: the taps of f's phase; `flipped`: f's place in
@@ -1771,4 +1778,5 @@ extern "C" __global__ void flip_filter(const elem_t* w, elem_t* wt, ConvParams p
         if (k < kg && c < cg) wt[phase_start + ((long long)(g * cg + c) * phase_taps + flipped) * kg + k] = tile[threadIdx.x][i];
     }
 }
+#endif
 #endif

@@ -50,7 +50,8 @@ use crate::launch::{self, Arg, Buffer, Im2col, TensorMap};
 use crate::params::{FilterBlocks, ProductArgs, Products, TapMap, MAX_PRODUCTS};
 use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
 
-const SOURCE: &str = concat!(include_str!("../kernels/igemm_wgmma.cu"), include_str!("../kernels/split_reduce.cuh"));
+/// split_reduce only in the builds whose split launches it (the kernel's SPLIT 1 and 2).
+const SOURCE: &str = concat!(include_str!("../kernels/igemm_wgmma.cu"), "#if SPLIT == 1 || SPLIT == 2\n", include_str!("../kernels/split_reduce.cuh"), "#endif\n");
 /// Tiles are rows of 128 bytes (the swizzle's width): a reduction block of forward and
 /// backward-data is one such row of source channels of one tap (64 16-bit values, 32 fp32).
 const ROW_BYTES: u32 = 128;
@@ -686,6 +687,8 @@ impl WgmmaConfig {
             _ => {
                 let products = if Product::all(p).len() == 1 { 1 } else { MAX_PRODUCTS };
                 let source = source.define("FILTER_MN", u32::from(reads_filter_directly(p)));
+                // Defined only where set, so that other builds keep their keys.
+                let source = if p.direction == Direction::BackwardData && !reads_filter_directly(p) { source.define("FLIP_FILTER", 1) } else { source };
                 source.define("MAX_PRODUCTS", MAX_PRODUCTS).define("PRODUCTS", products).define("SRC_TILED", u32::from(reads_source_tiled(p)))
             }
         }
