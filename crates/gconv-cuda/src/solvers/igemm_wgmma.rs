@@ -699,9 +699,9 @@ impl WgmmaConfig {
         let splits: Vec<Split> = Split::all().collect();
         let (unit_taps, row_slices): (&[u32], &[u32]) = if p.direction == Direction::BackwardWeight { (&UNIT_TAPS, &[1]) } else { (&[1], &ROW_SLICES) };
         let halos: &[bool] = if p.direction == Direction::BackwardWeight { &[false] } else { &[false, true] };
+        // Each tile with and without the halo, and the first stage count's twin at HELD_STAGES.
         let variants = move |tile: Tile| {
-            let halo = Tile { halo: true, ..tile };
-            let held = (tile.st == STAGES[0]).then_some(Tile { st: HELD_STAGES, ..halo });
+            let held = (tile.st == STAGES[0]).then_some(Tile { st: HELD_STAGES, halo: true, ..tile });
             halos.iter().map(move |&halo| Tile { halo, ..tile }).chain(held.filter(|_| halos.contains(&true)))
         };
         let tiles = Tile::all(p.dtype).flat_map(|tile| unit_taps.iter().flat_map(move |&taps| row_slices.iter().flat_map(move |&mr| variants(Tile { taps, mr, ..tile }))));
