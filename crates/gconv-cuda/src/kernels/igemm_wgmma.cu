@@ -699,10 +699,14 @@ __device__ __forceinline__ void tap_offsets(const ConvParams& p, const int* f, u
 // (168 at 384 threads), and the consumers can take only what the producer gives up (a
 // setmaxnreg.inc beyond that waits forever): 2 x (208 - 168) <= 168 - 80 where the producer's
 // warpgroup transposes (ptxas spilled its transposition at 72) and two consumers multiply.
+// FILL_FILTER's helpers take as many as the consumers leave (ptxas spilled 4-28 bytes of them
+// at 64).
 #if TRANSPOSE
 #define PRODUCER_REGISTERS 80
+#elif FILL_FILTER && CONSUMERS == 2
+#define PRODUCER_REGISTERS 72
 #elif FILL_FILTER
-#define PRODUCER_REGISTERS 64
+#define PRODUCER_REGISTERS 80
 #else
 #define PRODUCER_REGISTERS 40
 #endif
