@@ -1554,11 +1554,12 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         }
 #if FILL_FILTER
         else if (threadIdx.x >= 32) {
-            // The blocks in the producer's order (see above), each the column tile's output
-            // channels at the block's tap.
+            // The blocks in the producer's order (see above).
             const int warp = threadIdx.x / 32 - 1, lane = threadIdx.x % 32;
             const ConvParams& p = PRODUCT(0);
             const int volume = p.fil[0] * p.fil[1] * p.fil[2];
+            // Forward: the block's rows are the column tile's output channels, at `tap`.
+            auto fill = [&](const Unit& t, int tap, int it) { fill_block(pl, it, lane, blocks, (long long)t.g * p.kg, t.n0, p.kg, volume, tap); };
             int it = 0;
 #if HALO
             HeldFilter held;
@@ -1578,13 +1579,13 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                             // channels), at the tap of w the product's tap reads.
                             fill_block(pl, it, lane, blocks, (long long)t.g * p.cg, chunk * BK, p.cg, volume, filter_tap(PRODUCT_TAPS(0), f));
                         } else {
-                            fill_block(pl, it, lane, blocks, (long long)t.g * p.kg, t.n0, p.kg, volume, tap);
+                            fill(t, tap, it);
                         }
                     }
                 }
 #else
                 for (int block = first_block(p, t.slice); block < first_block(p, t.slice + 1); ++block, ++it)
-                    if (it % HELPER_WARPS == warp) fill_block(pl, it, lane, blocks, (long long)t.g * p.kg, t.n0, p.kg, volume, block / chunks);
+                    if (it % HELPER_WARPS == warp) fill(t, block / chunks, it);
 #endif
             }
         }

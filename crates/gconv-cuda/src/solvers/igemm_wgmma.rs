@@ -1353,11 +1353,10 @@ impl WgmmaConfig {
         let held = WgmmaConfig { tile, split: UNSPLIT };
         held.check(layer).ok()?;
         let product = Product::all(layer).swap_remove(0);
-        let blocks = product.params.filter.iter().product::<i32>() as u64 * u64::from(layer.c_per_group()).div_ceil(u64::from(row_elements(layer.dtype)));
         let halo = HaloTile::of(&product.params, tile)?;
         let pixels = (product.params.output[1] * product.params.output[2]) as f64;
         let used = pixels / f64::from(halo.per_image * tile.rows());
-        (blocks == u64::from(HELD_STAGES) && used >= MIN_HALO_USE).then_some(held)
+        (product.blocks(layer.dtype) == u64::from(HELD_STAGES) && used >= MIN_HALO_USE).then_some(held)
     }
 
     /// A blocked layer's forward or backward-data default on im2col's loads (one product, the
@@ -1391,13 +1390,13 @@ impl WgmmaConfig {
     fn default_for_user(p: &ConvProblem, sms: u64) -> WgmmaConfig {
         let packed = Packed::of(p);
         let layer = packed.as_ref().map_or(p, Packed::layer);
-        let config = WgmmaConfig::default_for(layer, sms);
         if let Some(Packed::Groups(_)) = &packed {
             if p.direction != Direction::BackwardWeight {
-                return WgmmaConfig::held_halo(layer).unwrap_or_else(|| config.blocked_waves(layer, sms));
+                return WgmmaConfig::held_halo(layer).unwrap_or_else(|| WgmmaConfig::default_for(layer, sms).blocked_waves(layer, sms));
             }
         }
-        if p.direction != Direction::BackwardWeight || !packed.as_ref().is_some_and(|packed| packed.in_place(config.tile.writes_held_filter())) {
+        let config = WgmmaConfig::default_for(layer, sms);
+        if !packed.as_ref().is_some_and(|packed| packed.in_place(config.tile.writes_held_filter())) {
             return config;
         }
         let (_, units) = WgmmaConfig { split: UNSPLIT, ..config }.work(layer);
