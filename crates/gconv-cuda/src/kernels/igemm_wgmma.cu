@@ -77,6 +77,14 @@
 #ifndef FILL_FILTER
 #define FILL_FILTER 0
 #endif
+// FILTER_GROUPS (1: a blocked layer's forward or backward-data whose producer reads the
+// block-diagonal filter from w in boxes of a group's rows, see FilterBlocks).
+#ifndef FILTER_GROUPS
+#define FILTER_GROUPS 0
+#endif
+#if FILTER_GROUPS && (FILL_FILTER || WEIGHT)
+#error "FILTER_GROUPS: the producer's filter boxes, where no helper warps write the filter"
+#endif
 #if FILL_FILTER && (WEIGHT || defined(GCONV_TF32))
 #error "FILL_FILTER takes 16-bit forward and backward-data"
 #endif
@@ -1224,8 +1232,9 @@ struct HeldFilter {
 // itself: each box holds rows of one group, `group_rows` output channels of `channels` each,
 // and starts `channels` elements before the last group's for each group it lies past, so
 // that w's channels land in the group's columns and the box's other columns fall outside w's
-// rows, where TMA reads zeros. Unblocked: a box of the CTA's share of the rows, and channels 0.
-// FILL_FILTER: the helper warps read w itself.
+// rows, where TMA reads zeros (FILTER_GROUPS: 1 in the builds that read so, whose loop and
+// division per block cost the others' producer up to 1 us on 5 us layers on the H100).
+// Unblocked: a box of the CTA's share of the rows. FILL_FILTER: the helper warps read w itself.
 struct FilterBlocks {
     unsigned rows;
     int group_rows, channels;
@@ -1442,26 +1451,33 @@ extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 #if !FILL_FILTER
         const ConvParams& p = PRODUCT(t.product);
         const TensorMap* filter = PRODUCT_FILTER(t.product);
-        // How far back a box of rows from `row` on starts: a run-time division, only where the
-        // groups run blocked (the producer's per-block work stays as it was elsewhere).
-        auto skip = [&](int row) { return blocks.channels == 0 ? 0 : row / blocks.group_rows * blocks.channels; };
 #if FILTER_MN
         const int w_tap = filter_tap(PRODUCT_TAPS(t.product), f);
         const unsigned share = rank * (64 / CLUSTER);
+#if FILTER_GROUPS
         for (unsigned r = 0; r < 64 / CLUSTER; r += blocks.rows) {
-            const int k = c0 + share + r;
+            const int k = c0 + share + r, skip = k / blocks.group_rows * blocks.channels;
+#else
+        {
+            constexpr int r = 0, skip = 0;
+            const int k = c0 + share;
+#endif
 #pragma unroll
             for (int j = 0; j < BN / 64; ++j) {
                 const unsigned at = pl.stage(s) + A_BYTES + j * TILE64_BYTES + (share + r) * ROW_BYTES;
-                load_tile<true>(at, filter, t.n0 + 64 * j - skip(k), w_tap, t.g * p.cg + k, pl.full(s));
+                load_tile<true>(at, filter, t.n0 + 64 * j - skip, w_tap, t.g * p.cg + k, pl.full(s));
             }
         }
 #else
         const unsigned share = rank * B_SHARE_ROWS;
+#if FILTER_GROUPS
         for (unsigned r = 0; r < B_SHARE_ROWS; r += blocks.rows) {
             const int n = t.n0 + share + r;
-            load_tile<true>(pl.stage(s) + A_BYTES + (share + r) * ROW_BYTES, filter, c0 - skip(n), tap, t.g * p.kg + n, pl.full(s));
+            load_tile<true>(pl.stage(s) + A_BYTES + (share + r) * ROW_BYTES, filter, c0 - n / blocks.group_rows * blocks.channels, tap, t.g * p.kg + n, pl.full(s));
         }
+#else
+        load_tile<true>(pl.stage(s) + A_BYTES + share * ROW_BYTES, filter, c0, tap, t.g * p.kg + t.n0 + share, pl.full(s));
+#endif
 #endif
 #endif
     };

@@ -682,6 +682,8 @@ impl WgmmaConfig {
             Some(channels) => source.define("DIAGONAL", channels),
             None => source,
         };
+        let reads_filter_groups = p.direction != Direction::BackwardWeight && user.g != p.g && filled_filter(user, self.tile).is_none();
+        let source = if reads_filter_groups { source.define("FILTER_GROUPS", 1) } else { source };
         match p.direction {
             Direction::BackwardWeight => source.define("TAPS", self.tile.taps).define("SRC_TILED", u32::from(reads_source_tiled(p))),
             _ => {
@@ -1483,9 +1485,11 @@ impl BuiltFrom for IgemmWgmma {
         let packed = Packed::of(p);
         let layer = packed.as_ref().map_or(p, Packed::layer);
         let wgmma = WgmmaConfig::from_config(layer, config)?;
-        let around = packed.as_ref().filter(|packed| !packed.in_place(wgmma.tile.writes_held_filter())).map(|packed| packed.source(p.dtype));
-        let products = wgmma.source(layer, p);
-        Ok(std::iter::once(products).chain(around).collect())
+        let around = packed.as_ref().filter(|packed| !packed.in_place(wgmma.tile.writes_held_filter()));
+        // As solution runs them: on the user's tensors in place, else on the packed layer's own.
+        let user = if around.is_some() { layer } else { p };
+        let products = wgmma.source(layer, user);
+        Ok(std::iter::once(products).chain(around.map(|packed| packed.source(p.dtype))).collect())
     }
 }
 
@@ -2262,6 +2266,25 @@ mod tests {
             assert_eq!(default_config(key), expected, "{key}");
         }
         assert_ne!(default_config("v1:fwd:bf16:NHWC:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1"), held);
+    }
+
+    #[test]
+    fn only_builds_reading_a_blocked_filter_from_w_loop_over_its_groups_boxes() {
+        let reads_groups = |key: &str| {
+            let p = ConvProblem::from_key(key).unwrap();
+            let packed = Packed::of(&p);
+            let layer = packed.as_ref().map_or(&p, Packed::layer);
+            let config = WgmmaConfig::default_for_user(&p, 132);
+            let user = if packed.as_ref().is_some_and(|packed| !packed.in_place(config.tile.writes_held_filter())) { layer } else { &p };
+            config.source(layer, user).defines.iter().any(|d| d == "FILTER_GROUPS=1")
+        };
+        // Two groups of 32 channels a block: the producer's boxes of a group's rows.
+        assert!(reads_groups("v1:fwd:bf16:NHWC:n32:c1024:k1024:i7x7:f3x3:s1x1:p1x1:d1x1:g32"));
+        assert!(reads_groups("v1:bwd-data:bf16:NHWC:n32:c1024:k1024:i7x7:f3x3:s1x1:p1x1:d1x1:g32"));
+        // 16 groups a block: the helper warps write the filter; dense and backward-weight: none.
+        assert!(!reads_groups("v1:fwd:bf16:NHWC:n32:c128:k128:i56x56:f3x3:s1x1:p1x1:d1x1:g32"));
+        assert!(!reads_groups("v1:fwd:bf16:NHWC:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1"));
+        assert!(!reads_groups("v1:bwd-weight:bf16:NHWC:n32:c1024:k1024:i7x7:f3x3:s1x1:p1x1:d1x1:g32"));
     }
 
     #[test]
