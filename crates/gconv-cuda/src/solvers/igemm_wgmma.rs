@@ -674,7 +674,8 @@ impl WgmmaConfig {
     fn source(self, p: &ConvProblem, user: &ConvProblem) -> KernelSource {
         let source = self.tile.source(p).define("KSPLIT", self.split.cluster_slices()).define("SPLIT", self.split.mode());
         // Defined only where set, so that other builds keep their keys.
-        let source = match filled_filter(user, self.tile) {
+        let filled = filled_filter(user, self.tile);
+        let source = match filled {
             Some(channels) => source.define("FILL_FILTER", channels),
             None => source,
         };
@@ -682,7 +683,7 @@ impl WgmmaConfig {
             Some(channels) => source.define("DIAGONAL", channels),
             None => source,
         };
-        let reads_filter_groups = p.direction != Direction::BackwardWeight && user.g != p.g && filled_filter(user, self.tile).is_none();
+        let reads_filter_groups = p.direction != Direction::BackwardWeight && user.g != p.g && filled.is_none();
         let source = if reads_filter_groups { source.define("FILTER_GROUPS", 1) } else { source };
         match p.direction {
             Direction::BackwardWeight => source.define("TAPS", self.tile.taps).define("SRC_TILED", u32::from(reads_source_tiled(p))),
@@ -694,6 +695,16 @@ impl WgmmaConfig {
                 source.define("MAX_PRODUCTS", MAX_PRODUCTS).define("PRODUCTS", products).define("SRC_TILED", u32::from(reads_source_tiled(p)))
             }
         }
+    }
+
+    /// `p`'s kernels on this config of its products' layer (`p`, or `packed`'s layer): the
+    /// products', as solution runs them (on `p`'s tensors in place, else on the layer's own),
+    /// and the packing kernel around them where they do not take `p`'s in place.
+    fn sources(self, p: &ConvProblem, packed: Option<&Packed>) -> (KernelSource, Option<KernelSource>) {
+        let layer = packed.map_or(p, Packed::layer);
+        let around = packed.filter(|packed| !packed.in_place(self.tile.writes_held_filter()));
+        let user = if around.is_some() { layer } else { p };
+        (self.source(layer, user), around.map(|packed| packed.source(p.dtype)))
     }
 
     /// Every config for `p`'s direction.
@@ -1484,12 +1495,8 @@ impl BuiltFrom for IgemmWgmma {
     fn kernels(&self, p: &ConvProblem, config: &Config) -> Result<Vec<KernelSource>> {
         let packed = Packed::of(p);
         let layer = packed.as_ref().map_or(p, Packed::layer);
-        let wgmma = WgmmaConfig::from_config(layer, config)?;
-        let around = packed.as_ref().filter(|packed| !packed.in_place(wgmma.tile.writes_held_filter()));
-        // As solution runs them: on the user's tensors in place, else on the packed layer's own.
-        let user = if around.is_some() { layer } else { p };
-        let products = wgmma.source(layer, user);
-        Ok(std::iter::once(products).chain(around.map(|packed| packed.source(p.dtype))).collect())
+        let (products, around) = WgmmaConfig::from_config(layer, config)?.sources(p, packed.as_ref());
+        Ok(std::iter::once(products).chain(around).collect())
     }
 }
 
@@ -2272,11 +2279,8 @@ mod tests {
     fn only_builds_reading_a_blocked_filter_from_w_loop_over_its_groups_boxes() {
         let reads_groups = |key: &str| {
             let p = ConvProblem::from_key(key).unwrap();
-            let packed = Packed::of(&p);
-            let layer = packed.as_ref().map_or(&p, Packed::layer);
-            let config = WgmmaConfig::default_for_user(&p, 132);
-            let user = if packed.as_ref().is_some_and(|packed| !packed.in_place(config.tile.writes_held_filter())) { layer } else { &p };
-            config.source(layer, user).defines.iter().any(|d| d == "FILTER_GROUPS=1")
+            let (products, _) = WgmmaConfig::default_for_user(&p, 132).sources(&p, Packed::of(&p).as_ref());
+            products.defines.iter().any(|d| d == "FILTER_GROUPS=1")
         };
         // Two groups of 32 channels a block: the producer's boxes of a group's rows.
         assert!(reads_groups("v1:fwd:bf16:NHWC:n32:c1024:k1024:i7x7:f3x3:s1x1:p1x1:d1x1:g32"));
