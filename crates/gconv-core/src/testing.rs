@@ -1,12 +1,23 @@
 //! Random problems for property tests of every crate: small enough for the reference to be
 //! quick, wide enough to reach every rank, group shape, stride, padding and dilation.
 
+use std::time::Duration;
+
 use proptest::prelude::*;
 
 use crate::problem::{ConvProblem, DataType, Direction, Layout, SpatialDim};
 use crate::reference::reference;
 use crate::verify::{error_scale_floor, verify};
 use crate::{Config, ConvTensors, Runtime, Solver, Tensor};
+
+mod watchdog;
+pub use watchdog::{watch_for, Watched};
+
+/// The longest a kernel build (many in parallel threads) may take before the watchdog
+/// names it.
+pub const BUILD_LIMIT: Duration = Duration::from_secs(180);
+/// The longest one run of a solution, with its upload, reference and verification, may take.
+pub const RUN_LIMIT: Duration = Duration::from_secs(60);
 
 fn spatial_dim(max_input: u32) -> impl Strategy<Value = SpatialDim> {
     (1..=max_input, 1..=3u32, 1..=3u32, 0..=2u32, 1..=2u32)
@@ -49,6 +60,43 @@ pub fn small_problem() -> impl Strategy<Value = ConvProblem> {
         .prop_filter("output size must be positive", |p| p.validate().is_ok())
 }
 
+/// Shrinking a failing case re-runs every solver on each smaller problem: a few steps find a
+/// smaller one, and a bound keeps a failure from running for many minutes.
+const SHRINK_STEPS: u32 = 32;
+
+/// The every-solver check on `cases` random problems drawn from `seed` (of one direction, or
+/// any): the same seed draws the same problems, so a run can be replayed. A failure names the
+/// seed and the (shrunk) failing problem's key, which replays it alone.
+pub fn check_random_problems(rt: &dyn Runtime, direction: Option<Direction>, seed: u64, cases: u32, sample: usize) -> Result<(), RandomFailure> {
+    use proptest::test_runner::{Config as RunnerConfig, RngAlgorithm, TestError, TestRng, TestRunner};
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let config = RunnerConfig { cases, max_shrink_iters: SHRINK_STEPS, failure_persistence: None, ..RunnerConfig::default() };
+    let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
+    let problems = small_problem().prop_map(move |p| ConvProblem { direction: direction.unwrap_or(p.direction), ..p });
+    runner.run(&problems, |p| check_every_solver(rt, &p, sample).map_err(TestCaseError::fail)).map_err(|e| match e {
+        TestError::Fail(reason, problem) => RandomFailure { seed, key: Some(problem.key()), reason: reason.to_string() },
+        TestError::Abort(reason) => RandomFailure { seed, key: None, reason: reason.to_string() },
+    })
+}
+
+/// A failed random check: its seed, the failing problem's key, and why.
+#[derive(Debug, Clone)]
+pub struct RandomFailure {
+    pub seed: u64,
+    pub key: Option<String>,
+    pub reason: String,
+}
+
+impl std::fmt::Display for RandomFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.key {
+            Some(key) => write!(f, "seed {}: {key} fails: {}", self.seed, self.reason),
+            None => write!(f, "seed {}: {}", self.seed, self.reason),
+        }
+    }
+}
+
 /// One shape (a problem key's fields after the layout, such as `n2:c8:k8:i9x9:f3x3:s1x1:p1x1:d1x1`)
 /// in every direction and data type, channels-last (NHWC, or NDHWC for a 3D shape).
 pub fn channels_last_variants(shape: &str) -> Vec<ConvProblem> {
@@ -83,24 +131,20 @@ pub fn check_solvers(rt: &dyn Runtime, p: &ConvProblem, sample: usize, chosen: i
     let inputs = ConvTensors::random(p, 11);
     let exact = reference(p, &inputs);
     let floor = error_scale_floor(p, &inputs);
-    let mut runs = Vec::new();
-    for solver in rt.solvers().into_iter().filter(|s| chosen(*s) && s.applicable(p).is_ok()) {
-        let space: Vec<Config> = solver.configs(p).collect();
-        let taken = sample.min(space.len());
-        let spread = (0..taken).map(|i| space[(2 * i + 1) * space.len() / (2 * taken)].clone());
-        let default = solver.default_config(p);
-        let others: Vec<Config> = spread.filter(|c| *c != default).collect();
-        runs.extend(std::iter::once(default).chain(others).map(|config| (solver, config)));
-    }
+    let runs = configs_to_check(rt, p, sample, chosen);
     std::thread::scope(|scope| {
         for (solver, config) in &runs {
             // A failed build shows again, in its own words, when the run builds it.
-            scope.spawn(move || solver.prepare(p, config));
+            scope.spawn(move || {
+                let _watched = watch_for(BUILD_LIMIT, format!("building {} {config} for {}", solver.id(), p.key()));
+                solver.prepare(p, config)
+            });
         }
     });
     let mut list_passes: std::collections::HashMap<&str, bool> = std::collections::HashMap::new();
     for (solver, config) in runs {
         let what = || format!("{} {config} on {}", solver.id(), p.key());
+        let _watched = watch_for(RUN_LIMIT, what());
         let solution = match rt.build(solver.id(), p, config.clone()) {
             Ok(solution) => solution,
             // A vendor library may list a config it then fails to plan (cuDNN: "compilation
@@ -129,6 +173,21 @@ pub fn check_solvers(rt: &dyn Runtime, p: &ConvProblem, sample: usize, chosen: i
         Some((id, _)) => Err(format!("no config of {id} tried on {} matches the reference", p.key())),
         None => Ok(()),
     }
+}
+
+/// What [`check_solvers`] runs: each chosen solver that applies, with its default config and
+/// up to `sample` configs spread over its space.
+pub fn configs_to_check<'r>(rt: &'r dyn Runtime, p: &ConvProblem, sample: usize, chosen: impl Fn(&dyn Solver) -> bool) -> Vec<(&'r dyn Solver, Config)> {
+    let mut runs = Vec::new();
+    for solver in rt.solvers().into_iter().filter(|s| chosen(*s) && s.applicable(p).is_ok()) {
+        let space: Vec<Config> = solver.configs(p).collect();
+        let taken = sample.min(space.len());
+        let spread = (0..taken).map(|i| space[(2 * i + 1) * space.len() / (2 * taken)].clone());
+        let default = solver.default_config(p);
+        let others: Vec<Config> = spread.filter(|c| *c != default).collect();
+        runs.extend(std::iter::once(default).chain(others).map(|config| (solver, config)));
+    }
+    runs
 }
 
 /// Runs the every-solver check on each problem and fails unless every registered solver was
