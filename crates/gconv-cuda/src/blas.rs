@@ -1,36 +1,67 @@
-//! A cuBLAS handle on gconv's stream with its workspace set explicitly, so that GEMMs captured
-//! into CUDA graphs never allocate (NVIDIA suggests 32 MiB on Hopper), and its GEMMs on
-//! operands checked to lie in their buffers.
+//! A cuBLAS handle whose GEMMs run on the stream and with the workspace of the buffers they are
+//! given (the workspace set explicitly, so that GEMMs captured into CUDA graphs never allocate,
+//! and never shared by two streams at once), on operands checked to lie in their buffers.
 
 use std::ffi::c_void;
+use std::sync::Mutex;
 
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaSlice, DevicePtr};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use gconv_core::{GconvError, Result};
 
 use crate::device::{backend_error, CudaDevice};
 use crate::Buffer;
 
-const WORKSPACE_BYTES: usize = 32 << 20;
+/// cuBLAS's workspace (NVIDIA suggests 32 MiB on Hopper).
+pub const WORKSPACE_BYTES: u64 = 32 << 20;
 
 pub struct BlasHandle {
     pub blas: CudaBlas,
-    _workspace: CudaSlice<u8>,
+    /// The handle holds a stream and a workspace between calls: a call sets both and runs its
+    /// GEMMs while no other thread's call can change them.
+    turn: Mutex<()>,
+}
+
+fn fail(what: &str, e: &dyn std::fmt::Debug) -> GconvError {
+    GconvError::Backend(format!("cannot {what}: {e:?}"))
 }
 
 impl BlasHandle {
+    /// A handle on this thread's stream.
     pub fn new(device: &CudaDevice) -> Result<Self> {
-        let stream = device.stream()?;
-        let fail = |what: &str, e: &dyn std::fmt::Debug| GconvError::Backend(format!("cannot {what}: {e:?}"));
-        let blas = CudaBlas::new(stream.clone()).map_err(|e| fail("create a cuBLAS handle", &e))?;
-        let workspace = stream.alloc_zeros::<u8>(WORKSPACE_BYTES).map_err(|e| fail("allocate cuBLAS's workspace", &e))?;
-        let (ptr, _) = workspace.device_ptr(stream);
-        // SAFETY: a live handle and a device allocation that lives as long as it.
-        unsafe { cudarc::cublas::sys::cublasSetWorkspace_v2(*blas.handle(), ptr as *mut c_void, WORKSPACE_BYTES) }
+        let blas = CudaBlas::new(device.stream()?).map_err(|e| fail("create a cuBLAS handle", &e))?;
+        Ok(BlasHandle { blas, turn: Mutex::new(()) })
+    }
+
+    /// Points the handle at `workspace`, which must outlive its GEMMs.
+    pub fn set_workspace(&self, workspace: &CudaSlice<u8>) -> Result<()> {
+        let (ptr, _) = workspace.device_ptr(workspace.stream());
+        self.use_workspace(Buffer { ptr, bytes: workspace.len() as u64 })
+    }
+
+    fn use_workspace(&self, workspace: Buffer) -> Result<()> {
+        if workspace.bytes < WORKSPACE_BYTES || !workspace.ptr.is_multiple_of(256) {
+            return Err(GconvError::Backend(format!("cuBLAS's workspace wants {WORKSPACE_BYTES} bytes at 256-byte alignment, got {} at {:#x}", workspace.bytes, workspace.ptr)));
+        }
+        // SAFETY: a live handle and a device range of the given length (checked by the caller's
+        // buffers) that outlives the GEMMs run with it.
+        unsafe { cudarc::cublas::sys::cublasSetWorkspace_v2(*self.blas.handle(), workspace.ptr as *mut c_void, WORKSPACE_BYTES as usize) }
             .result()
-            .map_err(|e| fail("set cuBLAS's workspace", &e))?;
-        Ok(BlasHandle { blas, _workspace: workspace })
+            .map_err(|e| fail("set cuBLAS's workspace", &e))
+    }
+
+    /// Runs `gemms` in order on `stream`, with cuBLAS's workspace the first WORKSPACE_BYTES of
+    /// `workspace`.
+    pub fn run_on(&self, stream: &CudaStream, workspace: Buffer, gemms: &[Gemm]) -> Result<()> {
+        let _turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: a live handle and a live stream of the handle's context. Setting the stream
+        // resets the workspace, so the workspace is set after it.
+        unsafe { cudarc::cublas::sys::cublasSetStream_v2(*self.blas.handle(), stream.cu_stream() as _) }
+            .result()
+            .map_err(|e| fail("set cuBLAS's stream", &e))?;
+        self.use_workspace(workspace)?;
+        gemms.iter().try_for_each(|g| self.gemm(g))
     }
 }
 
@@ -90,7 +121,7 @@ pub struct Gemm {
 
 impl BlasHandle {
     /// Runs `g` on the handle's stream, once each operand is checked to lie in its buffer.
-    pub fn gemm(&self, g: &Gemm) -> Result<()> {
+    fn gemm(&self, g: &Gemm) -> Result<()> {
         let stored = |trans: bool, rows: i32, cols: i32| if trans { (cols, rows) } else { (rows, cols) };
         let (a_rows, a_cols) = stored(g.trans_a, g.m, g.k);
         let (b_rows, b_cols) = stored(g.trans_b, g.k, g.n);

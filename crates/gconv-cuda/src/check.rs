@@ -24,7 +24,7 @@ pub struct Reference {
 impl Reference {
     /// Computes the exact result of the inputs in `buffers`.
     pub fn new(device: &CudaDevice, p: &ConvProblem, buffers: &CudaBuffers<'_>, floor: f64) -> Result<Self> {
-        let stream = device.stream()?;
+        let stream = buffers.stream();
         let alloc = |what| driver_error("allocate the reference", what);
         let exact = stream.alloc_zeros::<f32>(p.result_elements(p.direction) as usize).map_err(alloc)?;
         let target = Buffer { ptr: exact.device_ptr(stream).0, bytes: exact.len() as u64 * 4 };
@@ -36,7 +36,7 @@ impl Reference {
 
     /// Compares the output in `buffers` with the reference, with gconv-core's tolerance.
     pub fn verify(&mut self, device: &CudaDevice, p: &ConvProblem, buffers: &CudaBuffers<'_>) -> Result<Verification> {
-        let stream = device.stream()?;
+        let stream = buffers.stream();
         let function = device.function(&KernelSource::new("verify.cu", SOURCE, p.dtype), "gconv_verify")?;
         stream.memset_zeros(&mut self.worst).map_err(|e| driver_error("clear the verdict", e))?;
         stream.memset_zeros(&mut self.scale).map_err(|e| driver_error("clear the verdict", e))?;

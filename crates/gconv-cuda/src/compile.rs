@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::ffi::{c_char, CString};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 use std::time::Instant;
 
@@ -213,11 +214,15 @@ fn is_elf(bytes: &[u8]) -> bool {
 /// Writes through a unique temporary file and a rename, so readers never see half a file.
 /// A cache that cannot be written only costs a rebuild later.
 fn store_atomically(path: &std::path::Path, bytes: &[u8]) {
+    // Unique within the process too: two runtimes of one process may build the same source
+    // into one cache at once, and a shared name let one truncate the file the other renamed.
+    static WRITES: AtomicU64 = AtomicU64::new(0);
     let Some(dir) = path.parent() else { return };
     if std::fs::create_dir_all(dir).is_err() {
         return;
     }
-    let tmp = dir.join(format!(".{}.{}.tmp", std::process::id(), path.file_name().unwrap_or_default().to_string_lossy()));
+    let write = WRITES.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!(".{}.{write}.{}.tmp", std::process::id(), path.file_name().unwrap_or_default().to_string_lossy()));
     if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, path).is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

@@ -93,16 +93,16 @@ pub fn convert(device: &CudaDevice, c: &Conversion, input: &Tensor) -> Result<Te
     c.check_input(input)?;
     let stream = device.stream()?;
     let kernel = DeviceConversion::new(device, c)?;
-    let (source, mut target) = buffers(stream, c, Some(input))?;
-    kernel.launch(stream, &source, &mut target)?;
+    let (source, mut target) = buffers(&stream, c, Some(input))?;
+    kernel.launch(&stream, &source, &mut target)?;
     let mut out = Tensor::try_zeros(c.to.dtype.storage(), c.elements() as usize)?;
     out.copy_from_bytes(&stream.clone_dtoh(&target).map_err(|e| driver_error("copy from the GPU", e))?)?;
     Ok(out)
 }
 
 pub fn timer<'a>(device: &'a CudaDevice, c: &Conversion, options: TimingOptions) -> Result<Box<dyn Timer + 'a>> {
-    let stream = device.stream()?.clone();
+    let stream = device.stream()?;
     let kernel = DeviceConversion::new(device, c)?;
     let (source, mut target) = buffers(&stream, c, None)?;
-    Ok(Box::new(GpuTimer::new(device, options, move || kernel.launch(&stream, &source, &mut target))?))
+    Ok(Box::new(GpuTimer::new(device, stream.clone(), options, move || kernel.launch(&stream, &source, &mut target))?))
 }

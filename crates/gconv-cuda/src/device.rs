@@ -1,10 +1,11 @@
 //! The GPU: found without creating a context (so `gconv precompile` never touches one), with
-//! the context, stream and loaded modules created on first use.
+//! the context, streams and loaded modules created on first use.
 
 use std::collections::HashMap;
 use std::ffi::c_char;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::ThreadId;
 
 use cudarc::driver::sys as cu;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
@@ -54,9 +55,14 @@ pub struct CudaDevice {
 /// What exists only once the GPU is used.
 struct Gpu {
     ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
+    /// A stream per thread that puts work on the GPU: one thread's work runs in order, and two
+    /// threads never share a stream (a graph captured on one would take in the other's calls).
+    streams: Mutex<HashMap<ThreadId, Arc<CudaStream>>>,
     modules: Mutex<HashMap<blake3::Hash, Arc<CudaModule>>>,
 }
+
+/// Streams of threads beyond this many are dropped once nothing uses them.
+const KEPT_STREAMS: usize = 64;
 
 fn driver(what: &str, r: cu::CUresult) -> std::result::Result<(), String> {
     if r == cu::CUresult::CUDA_SUCCESS {
@@ -171,21 +177,35 @@ impl CudaDevice {
     fn gpu(&self) -> Result<&Gpu> {
         self.gpu
             .get_or_init(|| {
+                // The device's primary context, which other users of the device in this
+                // process (another runtime, a framework) share.
                 let ctx = CudaContext::new(self.ordinal).map_err(|e| format!("cannot create a CUDA context: {e:?}"))?;
-                // One stream, ordered by the caller: cudarc's per-buffer event tracking is
-                // overhead on every launch.
-                // SAFETY: gconv uses a single stream per context.
+                // cudarc's per-buffer event tracking is overhead on every launch.
+                // SAFETY: a buffer is used on the stream it was made on (a workload's), and
+                // work on another stream waits for it explicitly.
                 unsafe { ctx.disable_event_tracking() };
-                // A stream of its own: the legacy default stream cannot be captured into a graph.
-                let stream = ctx.new_stream().map_err(|e| format!("cannot create a CUDA stream: {e:?}"))?;
-                Ok(Gpu { ctx, stream, modules: Mutex::default() })
+                Ok(Gpu { ctx, streams: Mutex::default(), modules: Mutex::default() })
             })
             .as_ref()
             .map_err(|e| GconvError::Backend(e.clone()))
     }
 
-    pub fn stream(&self) -> Result<&Arc<CudaStream>> {
-        Ok(&self.gpu()?.stream)
+    /// This thread's stream on the device, made on first use. A stream of gconv's own: the
+    /// legacy default stream cannot be captured into a graph, and another user's stream must
+    /// not see gconv's captures.
+    pub fn stream(&self) -> Result<Arc<CudaStream>> {
+        let gpu = self.gpu()?;
+        let mut streams = gpu.streams.lock().unwrap_or_else(|p| p.into_inner());
+        let thread = std::thread::current().id();
+        if let Some(stream) = streams.get(&thread) {
+            return Ok(stream.clone());
+        }
+        if streams.len() >= KEPT_STREAMS {
+            streams.retain(|_, s| Arc::strong_count(s) > 1);
+        }
+        let stream = gpu.ctx.new_stream().map_err(|e| driver_error("create a CUDA stream", e))?;
+        streams.insert(thread, stream.clone());
+        Ok(stream)
     }
 
     pub(crate) fn context(&self) -> Result<&Arc<CudaContext>> {

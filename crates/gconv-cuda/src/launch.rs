@@ -241,10 +241,25 @@ pub enum Arg<'a> {
     Blocks(&'a FilterBlocks),
 }
 
+/// How a grid is launched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Residency {
+    /// Blocks start as SMs come free.
+    Any,
+    /// Every block resident at once (a cooperative launch), also beside other streams' kernels:
+    /// for grids whose blocks wait on one another.
+    AllAtOnce,
+}
+
 /// Launches `function` on the buffers' stream. `args` follow the kernel's parameter list as
 /// its `.cu` file declares it; every buffer among them is one of `b`'s, checked to cover the
 /// problem the kernel was built for.
 pub fn kernel(b: &CudaBuffers<'_>, function: &CudaFunction, config: LaunchConfig, args: &[Arg<'_>], what: &str) -> Result<()> {
+    kernel_with(b, function, config, Residency::Any, args, what)
+}
+
+/// [`kernel`], launched with the given residency.
+pub fn kernel_with(b: &CudaBuffers<'_>, function: &CudaFunction, config: LaunchConfig, residency: Residency, args: &[Arg<'_>], what: &str) -> Result<()> {
     let mut launch = b.stream.launch_builder(function);
     for arg in args {
         match arg {
@@ -259,7 +274,13 @@ pub fn kernel(b: &CudaBuffers<'_>, function: &CudaFunction, config: LaunchConfig
     }
     // SAFETY: the arguments are the kernel's parameters in order (above), and the buffers hold
     // what the problem needs (`CudaBuffers::covering`), which is all a kernel of it touches.
-    unsafe { launch.launch(config) }.map_err(|e| backend_error(what, e))?;
+    let launched = unsafe {
+        match residency {
+            Residency::Any => launch.launch(config),
+            Residency::AllAtOnce => launch.launch_cooperative(config),
+        }
+    };
+    launched.map_err(|e| backend_error(what, e))?;
     Ok(())
 }
 

@@ -22,10 +22,12 @@ pub fn measure_peaks(device: &CudaDevice, dtype: DataType) -> Result<Peaks> {
     let stream = device.stream()?;
     let src = filled::<f32>(device, COPY_BYTES / 4)?;
     let mut dst = stream.alloc_zeros::<f32>(COPY_BYTES / 4).map_err(|e| driver_error("allocate", e))?;
-    let timer = GpuTimer::new(device, TimingOptions::default(), || stream.memcpy_dtod(&src, &mut dst).map_err(|e| driver_error("copy", e)))?;
+    let timer = GpuTimer::new(device, stream.clone(), TimingOptions::default(), || stream.memcpy_dtod(&src, &mut dst).map_err(|e| driver_error("copy", e)))?;
     let copy = best(timer)?;
     drop((src, dst));
     let handle = BlasHandle::new(device)?;
+    let workspace = stream.alloc_zeros::<u8>(crate::blas::WORKSPACE_BYTES as usize).map_err(|e| driver_error("allocate cuBLAS's workspace", e))?;
+    handle.set_workspace(&workspace)?;
     let blas = &handle.blas;
     let gemm = match dtype {
         DataType::F32 => best_gemm::<f32>(device, blas)?,
@@ -83,7 +85,7 @@ where
         ldc: n,
     };
     // SAFETY: a, b and c hold n x n elements each.
-    let timer = GpuTimer::new(device, TimingOptions::default(), || unsafe { blas.gemm(cfg, &a, &b, &mut c) }.map_err(|e| backend_error("GEMM", e)))?;
+    let timer = GpuTimer::new(device, stream.clone(), TimingOptions::default(), || unsafe { blas.gemm(cfg, &a, &b, &mut c) }.map_err(|e| backend_error("GEMM", e)))?;
     let seconds = best(timer)?;
     Ok(seconds)
 }

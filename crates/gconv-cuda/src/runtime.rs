@@ -19,8 +19,10 @@ use crate::solvers::*;
 use crate::timing::GpuTimer;
 use crate::{Cuda, CudaBuffers, DeviceTensors};
 
-/// The CUDA backend on one GPU. Its runs, timings and verifications go to one stream: use its
-/// workloads from one thread at a time (building solutions may run in parallel threads).
+/// The CUDA backend on one GPU, in the device's primary context (shared with other runtimes and
+/// libraries of the process). A workload's runs, timings and verifications go to the stream of
+/// the thread that uploaded it, so threads working on workloads of their own never meet; any
+/// number of runtimes may live, work and be dropped side by side.
 pub struct CudaRuntime {
     pub device: Arc<CudaDevice>,
     registry: Registry<Cuda>,
@@ -116,6 +118,7 @@ impl Runtime for CudaRuntime {
     }
 
     fn synchronize(&self) -> Result<()> {
+        // This thread's stream: the one its workloads enqueue on.
         self.device.stream()?.synchronize().map_err(|e| driver_error("run on the GPU", e))
     }
 
@@ -175,40 +178,41 @@ struct CudaWorkload {
 
 /// The buffers `s` runs on: the workload's data `gpu` of `problem`, when `s` was built for that
 /// problem, and a workspace of the size `s` asks for.
-fn buffers_for<'d>(gpu: &mut DeviceTensors, device: &'d CudaDevice, problem: &ConvProblem, s: &Solution) -> Result<CudaBuffers<'d>> {
+fn buffers_for<'g>(gpu: &'g mut DeviceTensors, problem: &ConvProblem, s: &Solution) -> Result<CudaBuffers<'g>> {
     if s.problem != *problem {
         return Err(GconvError::Backend(format!("{} was built for {}, and the data is for {}", s.solver_id, s.problem.key(), problem.key())));
     }
-    gpu.reserve_workspace(device, s.workspace_bytes)?;
-    gpu.buffers(device, problem, s.workspace_bytes)
+    gpu.reserve_workspace(s.workspace_bytes)?;
+    gpu.buffers(problem, s.workspace_bytes)
 }
 
 impl Workload for CudaWorkload {
     fn run(&mut self, s: &Solution) -> Result<()> {
         self.enqueue(s)?;
-        self.device.stream()?.synchronize().map_err(|e| driver_error("run on the GPU", e))
+        self.gpu.stream().synchronize().map_err(|e| driver_error("run on the GPU", e))
     }
 
     fn enqueue(&mut self, s: &Solution) -> Result<()> {
-        s.invoker::<Cuda>()?.run(&mut buffers_for(&mut self.gpu, &self.device, &self.problem, s)?)
+        s.invoker::<Cuda>()?.run(&mut buffers_for(&mut self.gpu, &self.problem, s)?)
     }
 
     fn timer<'a>(&'a mut self, s: &'a Solution, options: TimingOptions) -> Result<Box<dyn Timer + 'a>> {
-        let mut buffers = buffers_for(&mut self.gpu, &self.device, &self.problem, s)?;
+        let stream = self.gpu.stream().clone();
+        let mut buffers = buffers_for(&mut self.gpu, &self.problem, s)?;
         let invoker = s.invoker::<Cuda>()?;
-        Ok(Box::new(GpuTimer::new(&self.device, options, move || invoker.run(&mut buffers))?))
+        Ok(Box::new(GpuTimer::new(&self.device, stream, options, move || invoker.run(&mut buffers))?))
     }
 
     fn output(&self) -> Result<Tensor> {
         let p = &self.problem;
         let mut out = Tensor::try_zeros(p.dtype, p.result_elements(p.direction) as usize)?;
-        self.gpu.download_output(&self.device, p, &mut out)?;
+        self.gpu.download_output(p, &mut out)?;
         Ok(out)
     }
 
     fn prepare_reference(&mut self) -> Result<()> {
         if self.reference.is_none() {
-            let buffers = self.gpu.buffers(&self.device, &self.problem, 0)?;
+            let buffers = self.gpu.buffers(&self.problem, 0)?;
             self.reference = Some(Reference::new(&self.device, &self.problem, &buffers, self.error_floor)?);
         }
         Ok(())
@@ -216,9 +220,9 @@ impl Workload for CudaWorkload {
 
     fn run_checked(&mut self, s: &Solution) -> Result<Verification> {
         self.prepare_reference()?;
-        self.gpu.poison_output(&self.device, self.problem.direction)?;
+        self.gpu.poison_output(self.problem.direction)?;
         self.run(s)?;
-        let buffers = self.gpu.buffers(&self.device, &self.problem, 0)?;
+        let buffers = self.gpu.buffers(&self.problem, 0)?;
         self.reference.as_mut().expect("prepared above").verify(&self.device, &self.problem, &buffers)
     }
 }

@@ -1,12 +1,16 @@
-//! A problem's three tensors and a workspace in GPU memory.
+//! A problem's three tensors and a workspace in GPU memory, and the stream their work runs on.
 
-use cudarc::driver::{CudaSlice, DevicePtr};
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use gconv_core::{ConvProblem, ConvTensors, Direction, Result, Tensor};
 
 use crate::device::{driver_error, CudaDevice};
 use crate::{Buffer, CudaBuffers};
 
 pub struct DeviceTensors {
+    /// The uploading thread's stream: everything done with these tensors is ordered on it.
+    stream: Arc<CudaStream>,
     x: CudaSlice<u8>,
     w: CudaSlice<u8>,
     y: CudaSlice<u8>,
@@ -17,14 +21,18 @@ impl DeviceTensors {
     pub fn upload(device: &CudaDevice, t: &ConvTensors) -> Result<Self> {
         let stream = device.stream()?;
         let copy = |t: &Tensor| stream.clone_htod(t.as_bytes()).map_err(|e| driver_error("copy to the GPU", e));
-        Ok(DeviceTensors { x: copy(&t.x)?, w: copy(&t.w)?, y: copy(&t.y)?, workspace: None })
+        Ok(DeviceTensors { x: copy(&t.x)?, w: copy(&t.w)?, y: copy(&t.y)?, workspace: None, stream })
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
     }
 
     /// Makes sure the workspace holds at least `bytes`.
-    pub fn reserve_workspace(&mut self, device: &CudaDevice, bytes: u64) -> Result<()> {
+    pub fn reserve_workspace(&mut self, bytes: u64) -> Result<()> {
         if bytes > 0 && self.workspace.as_ref().is_none_or(|w| (w.len() as u64) < bytes) {
             self.workspace = None;
-            let stream = device.stream()?;
+            let stream = &self.stream;
             let size = usize::try_from(bytes).map_err(|e| gconv_core::GconvError::Backend(format!("workspace size: {e}")))?;
             self.workspace = Some(stream.alloc_zeros::<u8>(size).map_err(|e| driver_error("allocate a workspace", e))?);
         }
@@ -33,8 +41,8 @@ impl DeviceTensors {
 
     /// Buffers for a solution of `p` with `workspace_bytes` of workspace (reserved before),
     /// checked to cover them. The pointers stay valid while `self` lives.
-    pub fn buffers<'a>(&self, device: &'a CudaDevice, p: &ConvProblem, workspace_bytes: u64) -> Result<CudaBuffers<'a>> {
-        let stream = device.stream()?;
+    pub fn buffers(&self, p: &ConvProblem, workspace_bytes: u64) -> Result<CudaBuffers<'_>> {
+        let stream = &self.stream;
         let buffer = |s: &CudaSlice<u8>| Buffer { ptr: s.device_ptr(stream).0, bytes: s.len() as u64 };
         let workspace = self.workspace.as_ref().map_or(Buffer { ptr: 0, bytes: 0 }, buffer);
         CudaBuffers::covering(p, workspace_bytes, [buffer(&self.x), buffer(&self.w), buffer(&self.y), workspace], stream)
@@ -50,8 +58,8 @@ impl DeviceTensors {
 
     /// Fills the direction's output with all-ones bytes: NaN in fp32, fp16 and bf16. (Takes
     /// `&mut self`: it writes the tensor.)
-    pub fn poison_output(&mut self, device: &CudaDevice, direction: Direction) -> Result<()> {
-        let stream = device.stream()?;
+    pub fn poison_output(&mut self, direction: Direction) -> Result<()> {
+        let stream = &self.stream;
         let out = self.output(direction);
         let bytes = out.len();
         let (ptr, _) = out.device_ptr(stream);
@@ -60,8 +68,8 @@ impl DeviceTensors {
     }
 
     /// Copies the direction's output back into `out`, a host tensor of the same size.
-    pub fn download_output(&self, device: &CudaDevice, p: &ConvProblem, out: &mut Tensor) -> Result<()> {
-        let bytes = device.stream()?.clone_dtoh(self.output(p.direction)).map_err(|e| driver_error("copy from the GPU", e))?;
+    pub fn download_output(&self, p: &ConvProblem, out: &mut Tensor) -> Result<()> {
+        let bytes = self.stream.clone_dtoh(self.output(p.direction)).map_err(|e| driver_error("copy from the GPU", e))?;
         out.copy_from_bytes(&bytes)
     }
 }

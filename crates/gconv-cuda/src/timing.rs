@@ -8,8 +8,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaEvent, CudaFunction, CudaGraph, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::result::{graph as graph_api, stream as stream_api};
+use cudarc::driver::sys::{self as cu, CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use gconv_core::runtime::calls_per_sample;
 use gconv_core::{DataType, Result, Timer, TimingMethod, TimingOptions};
 
@@ -22,6 +23,8 @@ const CALIBRATION_SPIN_NS: u64 = 200_000;
 /// Spins are at least this long: event records and a graph launch cost a few microseconds.
 const MIN_SPIN_NS: u64 = 30_000;
 const MAX_SPIN_NS: u64 = 100_000_000;
+/// Captures tried before calls are queued instead.
+const CAPTURE_TRIES: u32 = 2;
 /// A sample whose enqueueing outlasted its spin (the GPU may have waited) is taken again,
 /// behind a longer spin, this many times at most.
 const RETRIES: u32 = 3;
@@ -31,7 +34,7 @@ const RETRIES: u32 = 3;
 /// the launch closure alive: a closure may own the buffers the captured calls read and write.
 enum Payload<'a> {
     Calibrated(Box<dyn FnMut() -> Result<()> + 'a>),
-    Graph(CudaGraph, Box<dyn FnMut() -> Result<()> + 'a>),
+    Graph(Graph, Box<dyn FnMut() -> Result<()> + 'a>),
     Queued(Box<dyn FnMut() -> Result<()> + 'a>),
 }
 
@@ -50,10 +53,9 @@ pub struct GpuTimer<'a> {
 }
 
 impl<'a> GpuTimer<'a> {
-    /// Calibrates a timer for `launch`, which enqueues one call on the device's stream: the
-    /// calibration call, behind a spin, is the one-call estimate and may be the first call.
-    pub fn new(device: &CudaDevice, options: TimingOptions, mut launch: impl FnMut() -> Result<()> + 'a) -> Result<Self> {
-        let stream = device.stream()?.clone();
+    /// Calibrates a timer for `launch`, which enqueues one call on `stream`: the calibration
+    /// call, behind a spin, is the one-call estimate and may be the first call.
+    pub fn new(device: &CudaDevice, stream: Arc<CudaStream>, options: TimingOptions, mut launch: impl FnMut() -> Result<()> + 'a) -> Result<Self> {
         let ctx = device.context()?;
         let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| driver_error("create an event", e));
         let spin = device.function(&KernelSource::new("spin.cu", SPIN_SOURCE, DataType::F32), "gconv_spin")?;
@@ -95,13 +97,15 @@ impl<'a> GpuTimer<'a> {
         Ok(timer)
     }
 
-    /// Captures the calls of a sample into a graph, or queues them where capture fails.
+    /// Captures the calls of a sample into a graph, or queues them where capture fails. A
+    /// capture is tried again before giving up: another thread of the process may have made a
+    /// call that invalidated it (seen once in many runs beside runtimes made and dropped).
     fn capture(&mut self) {
         let payload = std::mem::replace(&mut self.payload, Payload::Queued(Box::new(|| Ok(()))));
         self.payload = match payload {
-            Payload::Calibrated(mut launch) => match capture(&self.stream, self.calls, &mut launch) {
-                Ok(graph) => Payload::Graph(graph, launch),
-                Err(_) => Payload::Queued(launch),
+            Payload::Calibrated(mut launch) => match (0..CAPTURE_TRIES).find_map(|_| capture(&self.stream, self.calls, &mut launch).ok()) {
+                Some(graph) => Payload::Graph(graph, launch),
+                None => Payload::Queued(launch),
             },
             ready => ready,
         };
@@ -152,7 +156,8 @@ impl<'a> GpuTimer<'a> {
         let payload = std::mem::replace(&mut self.payload, Payload::Queued(Box::new(|| Ok(()))));
         let (payload, seconds) = match payload {
             Payload::Graph(graph, launch) => {
-                let t = self.time(|| graph.launch().map_err(|e| driver_error("launch a graph", e)));
+                let stream = self.stream.clone();
+                let t = self.time(|| graph.launch(&stream));
                 (Payload::Graph(graph, launch), t)
             }
             Payload::Queued(mut launch) => {
@@ -168,18 +173,60 @@ impl<'a> GpuTimer<'a> {
 
 /// `calls` calls captured into a graph, instantiated, uploaded; an error where the calls
 /// cannot be captured (the stream is out of capture mode again either way).
-fn capture(stream: &Arc<CudaStream>, calls: u32, launch: &mut impl FnMut() -> Result<()>) -> Result<CudaGraph> {
-    stream
-        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-        .map_err(|e| driver_error("begin a graph capture", e))?;
+fn capture(stream: &Arc<CudaStream>, calls: u32, launch: &mut impl FnMut() -> Result<()>) -> Result<Graph> {
+    let raw = stream.cu_stream();
+    // SAFETY: a live stream of the current context (the calibration call ran on it). Only this
+    // thread's unsafe calls are checked against the capture, so other threads of the process
+    // (another runtime, a framework) go on.
+    unsafe { stream_api::begin_capture(raw, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }.map_err(|e| driver_error("begin a graph capture", e))?;
     let enqueued = (0..calls).try_for_each(|_| launch());
-    let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+    // Ended here, whatever happened: cudarc's own end_capture first returns any error a drop
+    // recorded on the context, before ending the capture, which left the stream capturing and
+    // every later call on it captured and never run.
+    // SAFETY: the stream began a capture above.
+    let ended = unsafe { stream_api::end_capture(raw) };
     enqueued?;
-    let graph = graph
-        .map_err(|e| driver_error("capture a graph", e))?
-        .ok_or_else(|| gconv_core::GconvError::Backend("the captured graph is empty".into()))?;
-    graph.upload().map_err(|e| driver_error("upload a graph", e))?;
+    let graph = ended.map_err(|e| driver_error("capture a graph", e))?;
+    if graph.is_null() {
+        return Err(gconv_core::GconvError::Backend("the captured graph is empty".into()));
+    }
+    // SAFETY: a graph captured above, instantiated once; on failure destroyed here.
+    let exec = match unsafe { graph_api::instantiate(graph, CUgraphInstantiate_flags(0)) } {
+        Ok(exec) => exec,
+        Err(e) => {
+            // SAFETY: the graph is not used again.
+            let _ = unsafe { graph_api::destroy(graph) };
+            return Err(driver_error("instantiate a graph", e));
+        }
+    };
+    let graph = Graph { graph, exec };
+    // SAFETY: a live instantiated graph and stream of the same context.
+    unsafe { graph_api::upload(graph.exec, raw) }.map_err(|e| driver_error("upload a graph", e))?;
     Ok(graph)
+}
+
+/// A captured and instantiated graph, destroyed on drop.
+struct Graph {
+    graph: cu::CUgraph,
+    exec: cu::CUgraphExec,
+}
+
+impl Graph {
+    fn launch(&self, stream: &CudaStream) -> Result<()> {
+        // SAFETY: a live instantiated graph and stream of the same context; the buffers its
+        // calls use live as long as the timer's launch closure, which outlives the graph.
+        unsafe { graph_api::launch(self.exec, stream.cu_stream()) }.map_err(|e| driver_error("launch a graph", e))
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // SAFETY: made by `capture`, destroyed once; replays were waited for by their samples.
+        unsafe {
+            let _ = graph_api::exec_destroy(self.exec);
+            let _ = graph_api::destroy(self.graph);
+        }
+    }
 }
 
 impl Timer for GpuTimer<'_> {

@@ -155,7 +155,7 @@ impl Drop for Descriptor {
     }
 }
 
-/// A cuDNN handle on gconv's stream.
+/// A cuDNN handle; each execution names its stream.
 pub struct Handle(sys::cudnnHandle_t);
 
 // SAFETY: a handle may move between threads; it is used by one thread at a time (the
@@ -163,22 +163,21 @@ pub struct Handle(sys::cudnnHandle_t);
 unsafe impl Send for Handle {}
 
 impl Handle {
-    pub fn new(stream: sys::cudaStream_t) -> Result<Self> {
+    pub fn new() -> Result<Self> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the caller's context is current on this thread.
         check("create a handle", unsafe { sys::cudnnCreate(&mut raw) })?;
-        let handle = Handle(raw);
-        // SAFETY: a live handle and a stream of the current context.
-        check("set the stream", unsafe { sys::cudnnSetStream(raw, stream) })?;
-        Ok(handle)
+        Ok(Handle(raw))
     }
 
     pub fn raw(&self) -> sys::cudnnHandle_t {
         self.0
     }
 
-    /// Runs a finalized plan with a finalized variant pack on the handle's stream.
-    pub fn execute(&self, plan: &Descriptor, variant_pack: &Descriptor) -> Result<()> {
+    /// Runs a finalized plan with a finalized variant pack on `stream`.
+    pub fn execute(&self, stream: sys::cudaStream_t, plan: &Descriptor, variant_pack: &Descriptor) -> Result<()> {
+        // SAFETY: a live handle and a live stream of the current context.
+        check("set the stream", unsafe { sys::cudnnSetStream(self.0, stream) })?;
         // SAFETY: live descriptors of the right kinds; the variant pack's pointers are valid
         // device buffers sized for the plan's problem (checked by the caller).
         check("execute a plan", unsafe { sys::cudnnBackendExecute(self.0, plan.raw, variant_pack.raw) })

@@ -281,13 +281,13 @@ impl Plan {
     }
 
     /// Runs the plan on x, w, y and a workspace of at least `workspace_bytes`.
-    pub fn execute(&self, handle: &Handle, x: u64, w: u64, y: u64, workspace: u64) -> Result<()> {
+    pub fn execute(&self, handle: &Handle, stream: cudarc::cudnn::sys::cudaStream_t, x: u64, w: u64, y: u64, workspace: u64) -> Result<()> {
         let pointers = [x, w, y].map(|p| p as *mut c_void);
         let pack = Descriptor::new(K::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?
             .set_i64s(A::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, &[X_UID, W_UID, Y_UID])?
             .set_pointers(A::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, &pointers)?
             .set_pointers(A::CUDNN_ATTR_VARIANT_PACK_WORKSPACE, &[workspace as *mut c_void])?
             .finalize()?;
-        handle.execute(&self.plan, &pack)
+        handle.execute(stream, &self.plan, &pack)
     }
 }

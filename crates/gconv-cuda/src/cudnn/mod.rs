@@ -8,9 +8,10 @@ mod descriptor;
 mod graph;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, Weak};
 
 use cudarc::cudnn::sys::cudnnBackendHeurMode_t as Mode;
+use cudarc::driver::CudaStream;
 use gconv_core::{Config, ConvProblem, DataType, GconvError, Result};
 
 use crate::device::CudaDevice;
@@ -45,130 +46,149 @@ pub struct Candidates {
     pub none_because: Option<String>,
 }
 
-/// A problem's operation graph, and its engine configs once listed: a plan needs only the
-/// graph, so a config named by a model is planned without asking cuDNN's heuristics.
-struct Problem {
-    graph: Arc<OpGraph>,
+/// What is known of a problem's engine configs, for every stream: configs are text.
+#[derive(Default)]
+struct Listed {
     candidates: Option<Arc<Candidates>>,
     /// Heuristic mode A's first usable config, asked alone (`None` until asked).
     heuristic: Option<Option<Config>>,
 }
 
+/// One stream's handle with the operation graphs and plans made with it. Fields drop in order:
+/// the graphs and plans go before the handle.
 struct State {
-    handle: Handle,
-    problems: HashMap<ConvProblem, Problem>,
+    graphs: HashMap<ConvProblem, Arc<OpGraph>>,
     plans: HashMap<(ConvProblem, Config), Arc<Plan>>,
+    handle: Handle,
 }
 
-/// The library on one device: a handle on gconv's stream and the per-process caches. A
-/// handle must not be used by two threads at once, so everything goes through one lock.
+/// A stream's state, while the stream lives.
+struct StreamState {
+    stream: Weak<CudaStream>,
+    state: std::result::Result<State, String>,
+}
+
+/// The library on one device. Handles and plans are per stream: shared by two streams they
+/// failed here (a plan run on one stream while another stream's run or graph capture of it was
+/// in flight ended in CUDNN_STATUS_EXECUTION_FAILED or INTERNAL_ERROR and broke the capture),
+/// even with every call taking turns; PyTorch keeps them per thread for the same reason.
+/// Listings are shared.
 pub struct Cudnn {
     device: Arc<CudaDevice>,
-    state: Mutex<Option<std::result::Result<State, String>>>,
+    listed: Mutex<HashMap<ConvProblem, Listed>>,
+    streams: Mutex<HashMap<usize, StreamState>>,
 }
 
 impl Cudnn {
     pub fn new(device: Arc<CudaDevice>) -> Arc<Self> {
-        Arc::new(Cudnn { device, state: Mutex::new(None) })
+        Arc::new(Cudnn { device, listed: Mutex::default(), streams: Mutex::default() })
     }
 
     pub fn version(&self) -> Option<usize> {
         self.device.cudnn_version
     }
 
-    /// The state, created on first use, with the device's context current on this thread.
-    fn lock(&self) -> Result<MutexGuard<'_, Option<std::result::Result<State, String>>>> {
-        let ctx = self.device.context()?;
-        ctx.bind_to_thread().map_err(|e| crate::device::driver_error("bind the CUDA context", e))?;
-        let mut guard = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if guard.is_none() {
-            let made = match self.version() {
-                None => Err("cuDNN (libcudnn) not found".to_string()),
-                Some(_) => self
-                    .device
-                    .stream()
-                    .and_then(|s| Handle::new(s.cu_stream() as _))
-                    .map(|handle| State { handle, problems: HashMap::new(), plans: HashMap::new() })
-                    .map_err(|e| e.to_string()),
-            };
-            *guard = Some(made);
-        }
-        Ok(guard)
-    }
-
-    fn with_state<R>(&self, f: impl FnOnce(&mut State) -> Result<R>) -> Result<R> {
+    /// `f` on `stream`'s state (made on first use), with the device's context current.
+    fn with_state<R>(&self, stream: &Arc<CudaStream>, f: impl FnOnce(&mut State) -> Result<R>) -> Result<R> {
         // Separate handles in separate threads are not enough: with several runtimes of one
         // process calling cuDNN at once (the GPU tests' threads) it raised SIGFPE, and each
         // passed alone. So every call into cuDNN in the process takes turns.
         static CALLS: Mutex<()> = Mutex::new(());
         let _turn = CALLS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut guard = self.lock()?;
-        match guard.as_mut().expect("set by lock") {
+        let ctx = self.device.context()?;
+        ctx.bind_to_thread().map_err(|e| crate::device::driver_error("bind the CUDA context", e))?;
+        let mut streams = self.streams.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let key = stream.cu_stream() as usize;
+        if streams.get(&key).is_none_or(|s| s.stream.strong_count() == 0) {
+            // Streams gone (and a reused address's stale state) take their states with them.
+            streams.retain(|_, s| s.stream.strong_count() > 0);
+            let state = match self.version() {
+                None => Err("cuDNN (libcudnn) not found".to_string()),
+                Some(_) => Handle::new().map(|handle| State { graphs: HashMap::new(), plans: HashMap::new(), handle }).map_err(|e| e.to_string()),
+            };
+            streams.insert(key, StreamState { stream: Arc::downgrade(stream), state });
+        }
+        match &mut streams.get_mut(&key).expect("inserted above").state {
             Ok(state) => f(state),
             Err(reason) => Err(GconvError::Backend(reason.clone())),
         }
     }
 
-    /// Whether cuDNN accepts the problem's operation graph (without listing its engines).
-    pub fn supports(&self, p: &ConvProblem) -> Result<()> {
-        self.with_state(|state| problem(state, p).map(|_| ()))
+    /// `f` on this thread's stream's state.
+    fn with_this_thread<R>(&self, f: impl FnOnce(&mut State) -> Result<R>) -> Result<R> {
+        self.with_state(&self.device.stream()?, f)
     }
 
-    /// The problem's engine configs, listed once per process.
+    /// Whether cuDNN accepts the problem's operation graph (without listing its engines).
+    pub fn supports(&self, p: &ConvProblem) -> Result<()> {
+        self.with_this_thread(|state| graph(state, p).map(|_| ()))
+    }
+
+    /// The problem's engine configs, listed once per runtime.
     pub fn candidates(&self, p: &ConvProblem) -> Result<Arc<Candidates>> {
-        self.with_state(|state| {
-            let entry = problem(state, p)?;
-            let graph = entry.graph.clone();
-            Ok(entry.candidates.get_or_insert_with(|| Arc::new(list(&graph, p))).clone())
-        })
+        if let Some(known) = self.known_candidates(p) {
+            return Ok(known);
+        }
+        let listed = Arc::new(self.with_this_thread(|state| Ok(list(&*graph(state, p)?, p)))?);
+        let mut all = self.listed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        Ok(all.entry(p.clone()).or_default().candidates.get_or_insert(listed).clone())
     }
 
     /// cuDNN's heuristic pick (mode A's first usable config) without listing every engine:
     /// what a guided find adds to a model's candidates, for a fraction of a listing's cost.
     pub fn heuristic_pick(&self, p: &ConvProblem) -> Result<Option<Config>> {
-        self.with_state(|state| {
-            let entry = problem(state, p)?;
-            if let Some(candidates) = &entry.candidates {
-                return Ok(candidates.heuristic.clone());
+        {
+            let all = self.listed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if let Some(listed) = all.get(p) {
+                if let Some(candidates) = &listed.candidates {
+                    return Ok(candidates.heuristic.clone());
+                }
+                if let Some(pick) = &listed.heuristic {
+                    return Ok(pick.clone());
+                }
             }
-            if entry.heuristic.is_none() {
-                let configs = entry.graph.heuristic(Mode::CUDNN_HEUR_MODE_A).unwrap_or_default();
-                let usable = configs.into_iter().filter_map(|c| EngineConfig::from_heuristic(c).ok());
-                let pick = usable.filter(|c| p.dtype != DataType::F32 || c.exact_fp32()).find_map(|c| c.tag.to_config().ok());
-                entry.heuristic = Some(pick);
-            }
-            Ok(entry.heuristic.clone().flatten())
-        })
+        }
+        let pick = self.with_this_thread(|state| {
+            let configs = graph(state, p)?.heuristic(Mode::CUDNN_HEUR_MODE_A).unwrap_or_default();
+            let usable = configs.into_iter().filter_map(|c| EngineConfig::from_heuristic(c).ok());
+            Ok(usable.filter(|c| p.dtype != DataType::F32 || c.exact_fp32()).find_map(|c| c.tag.to_config().ok()))
+        })?;
+        self.listed.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).entry(p.clone()).or_default().heuristic = Some(pick.clone());
+        Ok(pick)
     }
 
     /// The candidates when they are already listed, without asking cuDNN.
     pub fn known_candidates(&self, p: &ConvProblem) -> Option<Arc<Candidates>> {
-        let guard = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        guard.as_ref()?.as_ref().ok()?.problems.get(p)?.candidates.clone()
+        self.listed.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(p)?.candidates.clone()
     }
 
-    /// The plan of a config, built once per process.
+    /// The plan of a config on this thread's stream, built once.
     pub fn plan(&self, p: &ConvProblem, config: &Config) -> Result<Arc<Plan>> {
-        self.with_state(|state| plan(state, p, config))
+        self.with_this_thread(|state| plan(state, p, config))
     }
 
+    /// Whether this thread's stream has the config's plan.
     pub fn is_planned(&self, p: &ConvProblem, config: &Config) -> bool {
-        let guard = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        guard.as_ref().and_then(|s| s.as_ref().ok()).is_some_and(|s| s.plans.contains_key(&(p.clone(), config.clone())))
+        let Ok(stream) = self.device.stream() else { return false };
+        let streams = self.streams.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let state = streams.get(&(stream.cu_stream() as usize)).and_then(|s| s.state.as_ref().ok());
+        state.is_some_and(|s| s.plans.contains_key(&(p.clone(), config.clone())))
     }
 
-    /// Runs a plan on the device buffers (under the lock: one thread uses the handle).
-    pub fn execute(&self, plan: &Plan, x: u64, w: u64, y: u64, workspace: u64) -> Result<()> {
-        self.with_state(|state| plan.execute(&state.handle, x, w, y, workspace))
+    /// Runs the config's plan on the device buffers x, w, y and the workspace on `stream`, with
+    /// the stream's own handle and plan (made on its first run there).
+    pub fn execute(&self, p: &ConvProblem, config: &Config, stream: &Arc<CudaStream>, [x, w, y, workspace]: [u64; 4]) -> Result<()> {
+        self.with_state(stream, |state| plan(state, p, config)?.execute(&state.handle, stream.cu_stream() as _, x, w, y, workspace))
     }
 }
 
-fn problem<'s>(state: &'s mut State, p: &ConvProblem) -> Result<&'s mut Problem> {
-    if !state.problems.contains_key(p) {
-        let graph = OpGraph::new(&state.handle, p)?;
-        state.problems.insert(p.clone(), Problem { graph, candidates: None, heuristic: None });
+fn graph(state: &mut State, p: &ConvProblem) -> Result<Arc<OpGraph>> {
+    if let Some(graph) = state.graphs.get(p) {
+        return Ok(graph.clone());
     }
-    Ok(state.problems.get_mut(p).expect("inserted"))
+    let graph = OpGraph::new(&state.handle, p)?;
+    state.graphs.insert(p.clone(), graph.clone());
+    Ok(graph)
 }
 
 fn plan(state: &mut State, p: &ConvProblem, config: &Config) -> Result<Arc<Plan>> {
@@ -177,7 +197,7 @@ fn plan(state: &mut State, p: &ConvProblem, config: &Config) -> Result<Arc<Plan>
         return Ok(plan.clone());
     }
     let tag = Tag::from_config(config)?;
-    let graph = problem(state, p)?.graph.clone();
+    let graph = graph(state, p)?;
     let engine_config = EngineConfig::from_tag(&graph, &tag)?;
     if p.dtype == DataType::F32 && !engine_config.exact_fp32() {
         return Err(GconvError::BadConfig { text: config.to_string(), reason: "the engine is not exact fp32 (tensor cores or down-converted inputs)".into() });

@@ -974,8 +974,9 @@ __device__ __forceinline__ void transpose_block(const Pipeline& pl, int it, int 
 // their start (a CTA's first segment is the only one that can lack a unit's head), so the
 // finisher seldom waits. The workspace: a flag per CTA and consumer warpgroup (zeroed before
 // the launch), then each one's partial sums, a thread's accumulators as float4s with a
-// warpgroup's 128 threads contiguous. The grid never exceeds what the GPU holds at once, so
-// the waits cannot deadlock.
+// warpgroup's 128 threads contiguous. The grid never exceeds what the GPU holds at once and is
+// launched cooperatively, so all its CTAs are resident together even beside other streams'
+// kernels, and the waits cannot deadlock.
 #if SPLIT == 3
 #if CLUSTER_CTAS != 1 || PERSISTENT
 #error "stream-K runs lone CTAs on a grid of its own"

@@ -91,17 +91,20 @@ impl Solver for CudnnSolver {
 
 impl Solve<Cuda> for CudnnSolver {
     fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
-        Ok(Box::new(CudnnInvoker { library: self.library.clone(), plan: self.library.plan(p, config)? }))
+        // Planned here to fail early; each stream that runs it plans it for itself.
+        self.library.plan(p, config)?;
+        Ok(Box::new(CudnnInvoker { problem: p.clone(), config: config.clone(), library: self.library.clone() }))
     }
 }
 
 struct CudnnInvoker {
+    problem: ConvProblem,
+    config: Config,
     library: Arc<Cudnn>,
-    plan: Arc<crate::cudnn::Plan>,
 }
 
 impl Invoker<Cuda> for CudnnInvoker {
     fn run(&self, b: &mut CudaBuffers<'_>) -> Result<()> {
-        self.library.execute(&self.plan, b.x.ptr, b.w.ptr, b.y.ptr, b.workspace.ptr)
+        self.library.execute(&self.problem, &self.config, b.stream(), [b.x.ptr, b.w.ptr, b.y.ptr, b.workspace.ptr])
     }
 }

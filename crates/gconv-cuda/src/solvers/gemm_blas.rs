@@ -15,7 +15,7 @@ use cudarc::driver::CudaFunction;
 use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver, SolverKind};
 
 use super::{builds_from_kernel, BuiltFrom};
-use crate::blas::{BlasHandle, Gemm as BlasGemm, Matrix};
+use crate::blas::{BlasHandle, Gemm as BlasGemm, Matrix, WORKSPACE_BYTES as BLAS_WORKSPACE_BYTES};
 use crate::device::CudaDevice;
 use crate::launch::{self, Arg};
 use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
@@ -33,7 +33,7 @@ impl GemmBlas {
         GemmBlas { device, handle: OnceLock::new() }
     }
 
-    /// One cuBLAS handle on gconv's stream, created on first use.
+    /// One cuBLAS handle, created on first use; each call sets its stream and workspace.
     fn blas(&self) -> Result<Arc<BlasHandle>> {
         self.handle
             .get_or_init(|| BlasHandle::new(&self.device).map(Arc::new).map_err(|e| e.to_string()))
@@ -188,12 +188,9 @@ impl Solver for GemmBlas {
         Ok(())
     }
 
+    /// cuBLAS's own workspace, then the column matrix where there is one.
     fn workspace_bytes(&self, p: &ConvProblem, _config: &Config) -> u64 {
-        if explicit(p) {
-            col_elements(p) * col_bytes(p)
-        } else {
-            0
-        }
+        BLAS_WORKSPACE_BYTES + if explicit(p) { col_elements(p) * col_bytes(p) } else { 0 }
     }
 
     builds_from_kernel!();
@@ -246,7 +243,8 @@ struct Columns {
 
 impl Columns {
     fn launch(&self, b: &CudaBuffers<'_>) -> Result<()> {
-        let (src, dst) = if self.after_gemm { (b.workspace, b.x) } else { (b.x, b.workspace) };
+        let columns = b.workspace.from_byte(BLAS_WORKSPACE_BYTES);
+        let (src, dst) = if self.after_gemm { (columns, b.x) } else { (b.x, columns) };
         let args = [Arg::Params(&self.params), Arg::Buffer(src), Arg::Buffer(dst)];
         launch::kernel(b, &self.function, launch::flat(self.blocks, THREADS), &args, "launch the im2col of cuda.gemm_blas")
     }
@@ -267,16 +265,17 @@ impl Invoker<Cuda> for BlasInvoker {
                 Role::X => b.x,
                 Role::W => b.w,
                 Role::Y => b.y,
-                Role::Col => b.workspace,
+                Role::Col => b.workspace.from_byte(BLAS_WORKSPACE_BYTES),
             };
             Matrix { buffer, offset: o.offset, ld: o.ld, stride: o.stride, data }
         };
         if let Some(columns) = self.columns.as_ref().filter(|c| !c.after_gemm) {
             columns.launch(b)?;
         }
-        for (g, beta) in &self.gemms {
-            let c_data = if g.c_fp32 { cudaDataType::CUDA_R_32F } else { self.data };
-            self.blas.gemm(&BlasGemm {
+        let gemms: Vec<BlasGemm> = self
+            .gemms
+            .iter()
+            .map(|(g, beta)| BlasGemm {
                 trans_a: g.trans_a,
                 trans_b: g.trans_b,
                 m: g.m,
@@ -284,12 +283,13 @@ impl Invoker<Cuda> for BlasInvoker {
                 k: g.k,
                 a: matrix(&g.a, self.data),
                 b: matrix(&g.b, self.data),
-                c: matrix(&g.c, c_data),
+                c: matrix(&g.c, if g.c_fp32 { cudaDataType::CUDA_R_32F } else { self.data }),
                 batch: g.batch,
                 beta: *beta,
                 compute: self.compute,
-            })?;
-        }
+            })
+            .collect();
+        self.blas.run_on(b.stream(), b.workspace, &gemms)?;
         if let Some(columns) = self.columns.as_ref().filter(|c| c.after_gemm) {
             columns.launch(b)?;
         }

@@ -46,7 +46,7 @@ use super::group_packing::{self, GroupPacking};
 use super::tap_packing::{self, Packing};
 use super::{builds_from_kernel, BuiltFrom};
 use crate::device::CudaDevice;
-use crate::launch::{self, Arg, Buffer, Im2col, TensorMap};
+use crate::launch::{self, Arg, Buffer, Im2col, Residency, TensorMap};
 use crate::params::{FilterBlocks, ProductArgs, Products, TapMap, MAX_PRODUCTS};
 use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
 
@@ -1852,7 +1852,9 @@ impl Invoker<Cuda> for WeightInvoker {
             Arg::Int(self.groups.0),
             Arg::Int(self.groups.1),
         ];
-        launch::kernel(b, &self.function, self.launch, &args, "launch cuda.igemm_wgmma")?;
+        // Stream-K's CTAs wait on later ones' partial sums: all must be resident at once.
+        let residency = if self.stream_flag_bytes > 0 { Residency::AllAtOnce } else { Residency::Any };
+        launch::kernel_with(b, &self.function, self.launch, residency, &args, "launch cuda.igemm_wgmma")?;
         match &self.reduce {
             Some(reduce) => reduce.run(b, b.w),
             None => Ok(()),
