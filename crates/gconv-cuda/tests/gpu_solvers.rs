@@ -1,53 +1,61 @@
 //! Every CUDA solver against the CPU reference, through the CUDA runtime and the every-solver
-//! body of gconv-core's testing module, plus the build cache and the timing path. Needs a GPU,
-//! so the tests are ignored in CI; run them on a GPU machine (`cargo test --workspace --
-//! --include-ignored`, or `.device/run-tests gpu`).
+//! body of gconv-core's testing module, plus the build cache, the timing path, and runtimes
+//! and threads sharing the GPU. Needs a GPU, so the tests are ignored in CI; run them on a GPU
+//! machine (`cargo test --workspace -- --include-ignored`, or `.device/run-tests gpu`). The
+//! tests share one runtime and run at once, as threads of an application would; a hang is
+//! named by the watchdog and ends the process.
 
-use gconv_core::testing::{channels_last_variants, check_conversions, check_every_solver, check_every_solver_is_reached, check_solvers, small_problem};
-use gconv_core::reference::reference;
-use gconv_core::verify::{error_scale_floor, verify};
+mod support;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use gconv_core::testing::{channels_last_variants, check_conversions, check_every_solver, check_every_solver_is_reached, check_random_problems, check_solvers, watch_for, RUN_LIMIT};
 use gconv_core::{Config, ConvProblem, ConvTensors, Direction, Runtime, Solver, TimingMethod, TimingOptions};
 use gconv_cuda::CudaRuntime;
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use support::{list_misses, persist_regression, prebuild_checks, quiet_gpu, regressions, runtime, sample_configs, shared_gpu, Stopwatch, SEED};
 
-use proptest::prelude::*;
-use proptest::test_runner::{Config as ProptestConfig, TestRunner};
+/// Random problems per direction and run, drawn from [`SEED`]; proptest's PROPTEST_CASES sets
+/// fewer (a run under compute-sanitizer) or more.
+const RANDOM_CASES: u32 = 100;
+/// Configs of a large space run on each medium problem beside its default and those that bring
+/// a config value not yet run (`support::sample_configs`).
+const SAMPLED_EXTRA: usize = 3;
 
-/// One runtime for the whole test process, as an application has one per device, used by one
-/// test at a time: its work runs on one stream, and a test capturing a graph on it while
-/// another enqueued there broke both (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED). With a runtime
-/// per test, the tests' streams ran cuDNN plans at once and one run ended in
-/// CUDA_ERROR_MISALIGNED_ADDRESS, while each test passed in a process of its own.
-fn runtime() -> MutexGuard<'static, CudaRuntime> {
-    static RUNTIME: OnceLock<Mutex<CudaRuntime>> = OnceLock::new();
-    let runtime = RUNTIME.get_or_init(|| Mutex::new(CudaRuntime::probe(None).expect("a usable CUDA GPU")));
-    // A test that failed while holding it does not stop the others.
-    runtime.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// 100 random problems of one direction; one test per direction, so that a failure names it.
+/// The problems of the regressions file, then random ones from the run's seed; one test per
+/// direction, so that a failure names it. A failing random problem is printed with its seed and
+/// added to the regressions file.
 fn every_solver_matches_the_reference(direction: Direction) {
+    let _gpu = shared_gpu();
     let rt = runtime();
-    let mut runner = TestRunner::new(ProptestConfig { cases: 100, ..ProptestConfig::default() });
-    let problems = small_problem().prop_map(move |p| ConvProblem { direction, ..p });
-    runner.run(&problems, |p| check_every_solver(&*rt, &p, 3).map_err(TestCaseError::fail)).unwrap();
+    for p in regressions(direction) {
+        check_every_solver(rt, &p, 3).unwrap_or_else(|e| panic!("regression {}: {e}", p.key()));
+    }
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(RANDOM_CASES);
+    if let Err(failure) = check_random_problems(rt, Some(direction), SEED, cases, 3) {
+        let persisted = failure.key.as_deref().map(persist_regression).unwrap_or_default();
+        panic!("{failure}\n{persisted}");
+    }
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_forward_solvers_match_the_reference() {
+    let _time = Stopwatch::start("forward random");
     every_solver_matches_the_reference(Direction::Forward);
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_backward_data_solvers_match_the_reference() {
+    let _time = Stopwatch::start("backward-data random");
     every_solver_matches_the_reference(Direction::BackwardData);
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_backward_weight_solvers_match_the_reference() {
+    let _time = Stopwatch::start("backward-weight random");
     every_solver_matches_the_reference(Direction::BackwardWeight);
 }
 
@@ -59,7 +67,7 @@ fn gpu_backward_weight_solvers_match_the_reference() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_cudnn_matches_the_reference_in_every_direction_dtype_and_layout() {
-    let rt = runtime();
+    let (_time, _gpu, rt) = (Stopwatch::start("cudnn"), shared_gpu(), runtime());
     let shapes = [
         ("n2:c8:k12:i9x9:f3x3:s1x1:p1x1:d1x1", "dense 2D"),
         ("n2:c16:k16:i9x7:f3x3:s2x2:p1x1:d1x1:g4", "grouped 2D"),
@@ -74,7 +82,7 @@ fn gpu_cudnn_matches_the_reference_in_every_direction_dtype_and_layout() {
                 for dtype in ["f32", "tf32", "f16", "bf16"] {
                     let p = ConvProblem::from_key(&format!("v1:{direction}:{dtype}:{layout}:{shape}")).unwrap();
                     rt.solver("cuda.cudnn").unwrap().applicable(&p).unwrap_or_else(|r| panic!("{what}: cuda.cudnn cannot run {}: {r}", p.key()));
-                    check_solvers(&*rt, &p, 8, |s| s.id() == "cuda.cudnn").unwrap_or_else(|e| panic!("{what}: {e}"));
+                    check_solvers(rt, &p, 8, |s| s.id() == "cuda.cudnn").unwrap_or_else(|e| panic!("{what}: {e}"));
                 }
             }
         }
@@ -84,8 +92,8 @@ fn gpu_cudnn_matches_the_reference_in_every_direction_dtype_and_layout() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_kernels_build_once_and_load_from_the_disk_cache() {
-    // Its runtimes of their own wait for the other tests.
-    let _one_at_a_time = runtime();
+    // Runtimes of its own, beside the other tests' shared one.
+    let (_time, _gpu) = (Stopwatch::start("kernel cache"), shared_gpu());
     let dir = std::env::temp_dir().join(format!("gconv-kernel-cache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let p = ConvProblem::from_key("v1:fwd:bf16:NHWC:n2:c8:k8:i9x9:f3x3:s1x1:p1x1:d1x1:g2").unwrap();
@@ -150,7 +158,8 @@ fn gpu_every_registered_solver_is_reached() {
         "v1:bwd-weight:f16:NHWC:n2:c32:k32:i9x7:f3x3:s1x1:p1x1:d1x1:g4",
         "v1:bwd-data:bf16:NHWC:n3:c16:k24:i5x7:f1x1:s1x1:p0x0:d1x1",
     ];
-    check_every_solver_is_reached(&*runtime(), &keys, 3).unwrap();
+    let (_time, _gpu) = (Stopwatch::start("every solver reached"), shared_gpu());
+    check_every_solver_is_reached(runtime(), &keys, 3).unwrap();
 }
 
 /// Every kind of solver (NVRTC kernels, cuBLAS, cuDNN) is timed by graph replay, with several
@@ -160,7 +169,8 @@ fn gpu_every_registered_solver_is_reached() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_every_solver_kind_is_timed_by_graph_replay() {
-    let rt = runtime();
+    // Alone on the GPU: other tests' kernels would slow one sample and not the other.
+    let (_time, _gpu, rt) = (Stopwatch::start("graph timing"), quiet_gpu(), runtime());
     let cases = [
         ("cuda.igemm_tc", "v1:fwd:bf16:NHWC:n8:c64:k64:i28x28:f3x3:s1x1:p1x1:d1x1"),
         ("cuda.gemm_blas", "v1:fwd:f16:NHWC:n8:c64:k64:i28x28:f1x1:s1x1:p0x0:d1x1"),
@@ -169,6 +179,7 @@ fn gpu_every_solver_kind_is_timed_by_graph_replay() {
     ];
     for (id, key) in cases {
         let p = ConvProblem::from_key(key).unwrap();
+        let _watched = watch_for(RUN_LIMIT, format!("timing {id} on {key}"));
         let solution = rt.build(id, &p, rt.solver(id).unwrap().default_config(&p)).unwrap();
         let mut data = rt.upload(&p, &ConvTensors::random(&p, 3)).unwrap();
         data.run(&solution).unwrap();
@@ -195,7 +206,7 @@ fn gpu_every_solver_kind_is_timed_by_graph_replay() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_depthwise_tiles_on_medium_problems() {
-    let rt = runtime();
+    let (_time, _gpu, rt) = (Stopwatch::start("depthwise_tiled medium"), shared_gpu(), runtime());
     let shapes = [
         "n2:c72:k72:i19x23:f3x3:s1x1:p1x1:d1x1:g72",
         "n2:c40:k40:i17x17:f5x5:s2x2:p2x2:d1x1:g40",
@@ -211,13 +222,15 @@ fn gpu_depthwise_tiles_on_medium_problems() {
         "n1:c32:k32:i7x9x9:f3x3x3:s2x2x2:p1x1x1:d1x1x1:g32",
         "n2:c64:k64:i10x11:f1x1:s2x2:p0x0:d1x1:g64",
     ];
-    for p in shapes.into_iter().flat_map(channels_last_variants) {
-        check_solvers(&*rt, &p, 6, |s| s.id() == "cuda.depthwise_tiled").unwrap();
+    let problems: Vec<ConvProblem> = shapes.into_iter().flat_map(channels_last_variants).collect();
+    prebuild_checks(rt, &problems, 6, |s| s.id() == "cuda.depthwise_tiled");
+    for p in &problems {
+        check_solvers(rt, p, 6, |s| s.id() == "cuda.depthwise_tiled").unwrap();
     }
     // Backward-weight with a warp per row of taps or two staging buffers, and strided
     // backward-data (its phases fall differently on each tile's rows), at every tile.
     let strided_backward_data = |p: &ConvProblem| p.direction == Direction::BackwardData && p.dims.iter().any(|d| d.stride > 1);
-    list_misses(&*rt, "cuda.depthwise_tiled", &shapes, |solver, p| {
+    list_misses(rt, "cuda.depthwise_tiled", &shapes, |solver, p| {
         solver.configs(p).filter(|c| c.get("tr") == Some(1) || c.get("db") == Some(1) || strided_backward_data(p)).collect()
     });
 }
@@ -229,7 +242,7 @@ fn gpu_depthwise_tiles_on_medium_problems() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_pointwise_on_medium_problems() {
-    let rt = runtime();
+    let (_time, _gpu, rt) = (Stopwatch::start("pointwise medium"), shared_gpu(), runtime());
     let shapes = [
         "n2:c32:k16:i19x23:f1x1:s1x1:p0x0:d1x1",
         "n3:c24:k144:i9x7:f1x1:s1x1:p0x0:d1x1",
@@ -239,7 +252,7 @@ fn gpu_pointwise_on_medium_problems() {
         "n2:c256:k8:i5x6:f1x1:s1x1:p0x0:d1x1",
         "n8:c16:k16:i128x160:f1x1:s1x1:p0x0:d1x1",
     ];
-    list_misses(&*rt, "cuda.pointwise", &shapes, |solver, p| solver.configs(p).collect());
+    list_misses(rt, "cuda.pointwise", &shapes, |solver, p| solver.configs(p).collect());
 }
 
 /// cuda.grouped_mma in every direction, up to 64 configs spread over each space, on grouped
@@ -251,7 +264,7 @@ fn gpu_pointwise_on_medium_problems() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_grouped_mma_on_medium_problems() {
-    let rt = runtime();
+    let (_time, _gpu, rt) = (Stopwatch::start("grouped_mma medium"), shared_gpu(), runtime());
     let shapes = [
         "n2:c64:k64:i15x13:f3x3:s1x1:p1x1:d1x1:g8",
         "n2:c128:k128:i14x14:f3x3:s2x2:p1x1:d1x1:g8",
@@ -262,60 +275,15 @@ fn gpu_grouped_mma_on_medium_problems() {
         "n2:c48:k48:i40:f3:s3:p1:d1:g6",
         "n2:c32:k32:i6x7x7:f3x3x3:s1x2x2:p1x1x1:d1x1x1:g4",
     ];
-    // The default config and a spread of up to 48 over the space (backward-weight's is the widest).
+    // A spread of up to 48 over the space (backward-weight's is the widest), sampled.
+    let mut covered = HashSet::new();
     let configs = |solver: &dyn Solver, p: &ConvProblem| {
         let space: Vec<Config> = solver.configs(p).collect();
         let taken = space.len().min(48);
-        let spread = (0..taken).map(|i| space[(2 * i + 1) * space.len() / (2 * taken)].clone());
-        std::iter::once(solver.default_config(p)).chain(spread).collect()
+        let spread = (0..taken).map(|i| space[(2 * i + 1) * space.len() / (2 * taken)].clone()).collect();
+        sample_configs(solver, p, spread, &mut covered, SAMPLED_EXTRA)
     };
-    list_misses(&*rt, "cuda.grouped_mma", &shapes, configs);
-}
-
-/// Where a solution's output misses the reference, by destination channel and pixel
-/// (channels-last): whole pixels wrong point at the source tile, whole channels at the filter
-/// tile or the epilogue, everything at the MMA's operand layout. `None` when it matches.
-fn misses(rt: &dyn Runtime, p: &ConvProblem, (inputs, exact): (&ConvTensors, &[f64]), config: &Config, solver: &str) -> Result<Option<String>, String> {
-    let solution = rt.build(solver, p, config.clone()).map_err(|e| e.to_string())?;
-    let mut data = rt.upload(p, inputs).map_err(|e| e.to_string())?;
-    data.run(&solution).map_err(|e| e.to_string())?;
-    let got = data.output().map_err(|e| e.to_string())?;
-    let check = verify(p, &got, exact, error_scale_floor(p, inputs));
-    if check.passed {
-        return Ok(None);
-    }
-    let channels = match p.direction {
-        Direction::Forward => p.k,
-        Direction::BackwardData => p.c,
-        Direction::BackwardWeight => p.c / p.g,
-    } as usize;
-    let scale = exact.iter().fold(error_scale_floor(p, inputs), |m, r| m.max(r.abs()));
-    let error = |g: f32, r: f64| if g.is_finite() { (f64::from(g) - r).abs() / scale } else { f64::INFINITY };
-    let wrong: Vec<usize> = got.to_f32().iter().zip(exact).enumerate().filter(|(_, (&g, &r))| error(g, r) > check.tolerance).map(|(i, _)| i).collect();
-    let ranges = |mut v: Vec<usize>| {
-        v.sort_unstable();
-        v.dedup();
-        let mut text = Vec::new();
-        let mut i = 0;
-        while i < v.len() && text.len() < 12 {
-            let start = v[i];
-            while i + 1 < v.len() && v[i + 1] == v[i] + 1 {
-                i += 1;
-            }
-            text.push(if v[i] == start { start.to_string() } else { format!("{start}-{}", v[i]) });
-            i += 1;
-        }
-        text.join(",")
-    };
-    Ok(Some(format!(
-        "{} of {} wrong (error {:e} > {:e}); channels {}; pixels {}",
-        wrong.len(),
-        exact.len(),
-        check.max_error,
-        check.tolerance,
-        ranges(wrong.iter().map(|i| i % channels).collect()),
-        ranges(wrong.iter().map(|i| i / channels).collect())
-    )))
+    list_misses(rt, "cuda.grouped_mma", &shapes, configs);
 }
 
 /// cuda.igemm_wgmma (sm_90 only), a sample of its configs, on problems its channel rules admit: row
@@ -330,7 +298,7 @@ fn misses(rt: &dyn Runtime, p: &ConvProblem, (inputs, exact): (&ConvTensors, &[f
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_wgmma_implicit_gemm_on_medium_problems() {
-    let rt = runtime();
+    let (_time, _gpu, rt) = (Stopwatch::start("igemm_wgmma medium"), shared_gpu(), runtime());
     let shapes = [
         "n2:c64:k64:i9x11:f3x3:s1x1:p1x1:d1x1",
         "n1:c128:k72:i15x13:f3x3:s2x2:p1x1:d1x1",
@@ -373,49 +341,22 @@ fn gpu_wgmma_implicit_gemm_on_medium_problems() {
         // loads a group's filter once a run).
         "n32:c64:k64:i28x28:f3x3:s1x1:p1x1:d1x1:g8",
     ];
-    // Every tile shape without clusters or a persistent grid, and with them at three stages
-    // (and `hl 1`'s nine);
-    // the splits (backward-weight's 17, the others' up to 11) on the smallest tile shape, sums
-    // in the cluster on two consumers in pairs of CTAs (clusters of 4 and 8), and stream-K on
-    // every tile shape at three stages.
+    // From every tile shape without clusters or a persistent grid, and with them at three
+    // stages (and `hl 1`'s nine); the splits (backward-weight's 17, the others' up to 11) on the
+    // smallest tile shape, sums in the cluster on two consumers in pairs of CTAs (clusters of 4
+    // and 8), and stream-K on every tile shape at three stages: a sample in which every value
+    // of every field runs in each direction and type.
     let sampled = |c: &Config| {
         let plain = c.get("cl") == Some(1) && c.get("ps") == Some(0) && c.get("red") != Some(3);
         let smallest = [c.get("bn"), c.get("wg"), c.get("st")] == [Some(64), Some(1), Some(3)];
         let paired_cluster_sums = c.get("red") == Some(2) && [c.get("bn"), c.get("wg"), c.get("st"), c.get("cl")] == [Some(128), Some(2), Some(3), Some(2)];
         (plain || c.get("st") == Some(3) || c.get("st") == Some(9)) && (c.get("ks").is_none_or(|ks| ks == 1) || smallest || paired_cluster_sums)
     };
-    list_misses(&*rt, "cuda.igemm_wgmma", &shapes, |solver, p| solver.configs(p).filter(sampled).collect());
+    let mut covered = HashSet::new();
+    list_misses(rt, "cuda.igemm_wgmma", &shapes, |solver, p| sample_configs(solver, p, solver.configs(p).filter(sampled).collect(), &mut covered, SAMPLED_EXTRA));
     let grouped = ConvProblem::from_key("v1:fwd:bf16:NHWC:n1:c48:k48:i8x8:f3x3:s1x1:p1x1:d1x1:g2").unwrap();
     let reason = rt.solver("cuda.igemm_wgmma").unwrap().applicable(&grouped).unwrap_err().to_string();
     assert!(reason.contains("grouped layer"), "{reason}");
-}
-
-/// Runs `solver` with the `configs` it lists for each variant of `shapes` it applies to and
-/// fails listing every run that misses the reference, with where it misses.
-fn list_misses(rt: &dyn Runtime, solver: &str, shapes: &[&str], configs: impl Fn(&dyn Solver, &ConvProblem) -> Vec<Config>) {
-    let solver = rt.solver(solver).unwrap();
-    let (mut failures, mut runs) = (Vec::new(), 0);
-    for p in shapes.iter().flat_map(|shape| channels_last_variants(shape)).filter(|p| solver.applicable(p).is_ok()) {
-        let inputs = ConvTensors::random(&p, 11);
-        let exact = reference(&p, &inputs);
-        let configs = configs(solver, &p);
-        // Builds in parallel first: a failed one shows again, in its own words, below.
-        std::thread::scope(|scope| {
-            for config in &configs {
-                scope.spawn(|| solver.prepare(&p, config));
-            }
-        });
-        for config in configs {
-            runs += 1;
-            match misses(rt, &p, (&inputs, &exact), &config, solver.id()) {
-                Ok(None) => {}
-                Ok(Some(miss)) => failures.push(format!("{config} on {}: {miss}", p.key())),
-                Err(e) => failures.push(format!("{config} on {}: {e}", p.key())),
-            }
-        }
-    }
-    assert!(runs > 0, "{} applied to none of the problems", solver.id());
-    assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
 }
 
 /// cuda.igemm_tc and cuda.igemm_simt on problems with many reduction tiles, several row and column
@@ -423,7 +364,7 @@ fn list_misses(rt: &dyn Runtime, solver: &str, shapes: &[&str], configs: impl Fn
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_implicit_gemm_on_medium_problems() {
-    let rt = runtime();
+    let (_time, _gpu, rt) = (Stopwatch::start("igemm_tc/simt medium"), shared_gpu(), runtime());
     let shapes = [
         "n2:c64:k96:i20x20:f3x3:s1x1:p1x1:d1x1",
         "n3:c48:k64:i17x15:f3x3:s2x2:p1x1:d1x1",
@@ -435,13 +376,104 @@ fn gpu_implicit_gemm_on_medium_problems() {
         "n2:c16:k16:i6x8x8:f3x3x3:s1x2x2:p1x1x1:d1x1x1",
         "n1:c40:k24:i15x15:f3x3:s3x3:p2x2:d2x2",
     ];
-    for p in shapes.into_iter().flat_map(channels_last_variants) {
-        check_solvers(&*rt, &p, 3, |s| s.id().starts_with("cuda.igemm")).unwrap();
+    let problems: Vec<ConvProblem> = shapes.into_iter().flat_map(channels_last_variants).collect();
+    prebuild_checks(rt, &problems, 3, |s| s.id().starts_with("cuda.igemm"));
+    for p in &problems {
+        check_solvers(rt, p, 3, |s| s.id().starts_with("cuda.igemm")).unwrap();
     }
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_conversions_between_layer_formats_match_the_host() {
-    check_conversions(&*runtime()).unwrap();
+    let (_time, _gpu) = (Stopwatch::start("conversions"), shared_gpu());
+    check_conversions(runtime()).unwrap();
+}
+
+/// The solvers the sharing tests run: a vendor library of each kind and own kernels with and
+/// without clusters, stream-K's waiting CTAs among them.
+const SHARING_SOLVERS: [&str; 4] = ["cuda.cudnn", "cuda.gemm_blas", "cuda.igemm_wgmma", "cuda.igemm_tc"];
+
+/// Each sharing solver that applies to `key`, verified against the reference (its default and
+/// one more config; stream-K's too where it has one), then timed by graph replay.
+fn verified_and_timed(rt: &dyn Runtime, key: &str) -> Result<(), String> {
+    let p = ConvProblem::from_key(key).map_err(|e| e.to_string())?;
+    check_solvers(rt, &p, 1, |s| SHARING_SOLVERS.contains(&s.id()))?;
+    for solver in rt.solvers().into_iter().filter(|s| SHARING_SOLVERS.contains(&s.id()) && s.applicable(&p).is_ok()) {
+        let what = |config: &Config| format!("{} {config} on {key}", solver.id());
+        let stream_k = solver.configs(&p).find(|c| c.get("red") == Some(3));
+        for config in std::iter::once(solver.default_config(&p)).chain(stream_k) {
+            let _watched = watch_for(RUN_LIMIT, what(&config));
+            let solution = rt.build(solver.id(), &p, config.clone()).map_err(|e| format!("{}: {e}", what(&config)))?;
+            let mut data = rt.upload(&p, &ConvTensors::random(&p, 5)).map_err(|e| format!("{}: {e}", what(&config)))?;
+            let checked = data.run_checked(&solution).map_err(|e| format!("{}: {e}", what(&config)))?;
+            if !checked.passed && !solver.find_times_every_config() {
+                return Err(format!("{}: error {:e} > {:e}", what(&config), checked.max_error, checked.tolerance));
+            }
+            let mut timer = data.timer(&solution, TimingOptions::default()).map_err(|e| format!("{}: {e}", what(&config)))?;
+            let seconds = timer.sample().map_err(|e| format!("{}: {e}", what(&config)))?;
+            if timer.method() != TimingMethod::GraphReplay || !(seconds.is_finite() && seconds > 0.0) {
+                return Err(format!("{}: timed {seconds} s by {:?}", what(&config), timer.method()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Problems for the sharing tests: dense, grouped and 1x1 layers in 16-bit types and tf32, and
+/// backward-weight on few tiles over many pixels (where stream-K runs).
+const SHARED_PROBLEMS: [&str; 6] = [
+    "v1:fwd:bf16:NHWC:n4:c64:k64:i28x28:f3x3:s1x1:p1x1:d1x1",
+    "v1:bwd-weight:bf16:NHWC:n16:c64:k64:i7x7:f1x1:s1x1:p0x0:d1x1",
+    "v1:fwd:f16:NHWC:n4:c64:k128:i14x14:f1x1:s1x1:p0x0:d1x1",
+    "v1:bwd-data:bf16:NHWC:n2:c128:k128:i14x14:f3x3:s1x1:p1x1:d1x1:g2",
+    "v1:bwd-weight:f16:NHWC:n8:c128:k128:i14x14:f3x3:s1x1:p1x1:d1x1",
+    "v1:fwd:tf32:NHWC:n2:c64:k64:i14x14:f3x3:s2x2:p1x1:d1x1",
+];
+
+/// Runtimes made, used and dropped while the process's shared runtime keeps running verified
+/// and timed work in another thread: neither disturbs the other (the primary context, the
+/// vendor handles, the kernel cache on disk and graph captures are shared or side by side).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_runtimes_come_and_go_beside_verified_work() {
+    let (_time, _gpu) = (Stopwatch::start("runtimes come and go"), shared_gpu());
+    let (stop, rounds) = (AtomicBool::new(false), AtomicUsize::new(0));
+    std::thread::scope(|scope| {
+        let steady = scope.spawn(|| -> Result<(), String> {
+            while !stop.load(Ordering::Relaxed) {
+                SHARED_PROBLEMS.iter().try_for_each(|key| verified_and_timed(runtime(), key))?;
+                rounds.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        });
+        for round in 0..3 {
+            let other = CudaRuntime::probe(Some(std::env::temp_dir().join("gconv-test-kernels"))).unwrap();
+            for key in SHARED_PROBLEMS.iter().skip(round).step_by(2) {
+                verified_and_timed(&other, key).unwrap_or_else(|e| panic!("a runtime of its own, round {round}: {e}"));
+            }
+            drop(other);
+        }
+        stop.store(true, Ordering::Relaxed);
+        steady.join().unwrap().unwrap_or_else(|e| panic!("the shared runtime beside them: {e}"));
+    });
+    assert!(rounds.load(Ordering::Relaxed) >= 1);
+}
+
+/// Threads of one runtime run solvers at once, each on workloads of its own (its own stream):
+/// verified runs and graph captures side by side, stream-K's grids among them.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_solvers_run_from_several_threads() {
+    let (_time, _gpu) = (Stopwatch::start("several threads"), shared_gpu());
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let key = SHARED_PROBLEMS[t % SHARED_PROBLEMS.len()];
+                scope.spawn(move || (0..2).try_for_each(|_| verified_and_timed(runtime(), key)).map_err(|e| format!("thread {t}: {e}")))
+            })
+            .collect();
+        let failures: Vec<String> = threads.into_iter().filter_map(|t| t.join().unwrap().err()).collect();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    });
 }
