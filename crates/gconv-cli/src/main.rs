@@ -1,6 +1,7 @@
 //! `gconv`: select, run, time, verify, find and tune grouped convolutions.
 
 mod bench;
+mod check;
 mod driver;
 mod explain;
 mod learn;
@@ -89,6 +90,9 @@ enum Command {
     /// run from it, report it
     #[command(subcommand)]
     Net(net::NetCmd),
+    /// Check every solver against the reference on random problems from seeds (a stress run
+    /// of the tests' check) or on given keys; failures print the seed and the problem's key
+    Check(check::CheckCmd),
     /// Inspect and maintain the user database
     Db(DbCmd),
 }
@@ -580,6 +584,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let code = learn::validate(&args)?;
             Ok(if parsed == ExitCode::SUCCESS { code } else { parsed })
         }
+        Command::Check(cmd) => check::check(rt, &device_line, &cmd),
         Command::Net(cmd) => net::net(net::NetContext { rt, device_line: &device_line, timing, models }, cmd),
         Command::Db(DbCmd { action: DbAction::Export { rows: Some(path), .. }, db }) => learn::export_rows(rt, &open_db(&db)?, &path),
         Command::Db(cmd) => {

@@ -219,3 +219,15 @@ fn sweep_refuses_a_csv_that_is_not_its_own() {
     assert_eq!(std::fs::read_to_string(&other).unwrap(), "key,time\nx,1\n", "left as it was");
     assert_rejected(&["sweep", "--problems", problems.to_str().unwrap(), "--out", "x.csv", "--timeout-s", "0"], "--timeout-s must be a positive");
 }
+
+#[test]
+fn check_runs_every_solver_on_seeded_random_problems_and_on_keys() {
+    let o = run(&["check", "--backend", "cpu", "--seed", "7", "--seeds", "2", "--cases", "4", "--direction", "bwd-data", "--sample", "1"]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    assert!(out.contains("seed 7: 4 random problems (bwd-data) match the reference") && out.contains("seed 8:"), "{out}");
+    let key = "v1:fwd:bf16:NHWC:n2:c8:k8:i9x9:f3x3:s1x1:p1x1:d1x1:g2";
+    let o = run(&["check", "--backend", "cpu", "--key", key, "--sample", "1"]);
+    assert!(o.status.success() && stdout(&o).contains(&format!("{key}: every solver matches the reference")), "{}{}", stdout(&o), stderr(&o));
+    assert_rejected(&["check", "--backend", "cpu", "--key", "v1:fwd:f32:NCHW:n0"], "--key v1:fwd:f32:NCHW:n0");
+}
