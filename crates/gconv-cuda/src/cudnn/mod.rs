@@ -1,6 +1,6 @@
 //! cuDNN through its graph (backend) API, as PyTorch uses it: per problem an operation graph,
 //! engine configs from heuristic modes A, B and FALLBACK plus every engine with its default
-//! knobs (deduplicated by tag), plans built before anything is timed and cached in the process.
+//! knobs (deduplicated by tag), plans built before anything is timed and kept per stream.
 //! `cuda.cudnn` (solvers/cudnn.rs) is the solver over these configs; `gconv bench` reads
 //! cuDNN's own heuristic and find lists from here.
 
@@ -58,7 +58,8 @@ struct Listed {
 /// the graphs and plans go before the handle.
 struct State {
     graphs: HashMap<ConvProblem, Arc<OpGraph>>,
-    plans: HashMap<(ConvProblem, Config), Arc<Plan>>,
+    /// By problem, then config: a run looks its plan up without copying either.
+    plans: HashMap<ConvProblem, HashMap<Config, Arc<Plan>>>,
     handle: Handle,
 }
 
@@ -172,7 +173,7 @@ impl Cudnn {
         let Ok(stream) = self.device.stream() else { return false };
         let streams = self.streams.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let state = streams.get(&(stream.cu_stream() as usize)).and_then(|s| s.state.as_ref().ok());
-        state.is_some_and(|s| s.plans.contains_key(&(p.clone(), config.clone())))
+        state.is_some_and(|s| s.plans.get(p).is_some_and(|plans| plans.contains_key(config)))
     }
 
     /// Runs the config's plan on the device buffers x, w, y and the workspace on `stream`, with
@@ -192,8 +193,7 @@ fn graph(state: &mut State, p: &ConvProblem) -> Result<Arc<OpGraph>> {
 }
 
 fn plan(state: &mut State, p: &ConvProblem, config: &Config) -> Result<Arc<Plan>> {
-    let key = (p.clone(), config.clone());
-    if let Some(plan) = state.plans.get(&key) {
+    if let Some(plan) = state.plans.get(p).and_then(|plans| plans.get(config)) {
         return Ok(plan.clone());
     }
     let tag = Tag::from_config(config)?;
@@ -203,7 +203,7 @@ fn plan(state: &mut State, p: &ConvProblem, config: &Config) -> Result<Arc<Plan>
         return Err(GconvError::BadConfig { text: config.to_string(), reason: "the engine is not exact fp32 (tensor cores or down-converted inputs)".into() });
     }
     let plan = Arc::new(Plan::new(&state.handle, &graph, engine_config)?);
-    state.plans.insert(key, plan.clone());
+    state.plans.entry(p.clone()).or_default().insert(config.clone(), plan.clone());
     Ok(plan)
 }
 
