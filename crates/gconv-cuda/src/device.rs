@@ -181,8 +181,8 @@ impl CudaDevice {
                 // process (another runtime, a framework) share.
                 let ctx = CudaContext::new(self.ordinal).map_err(|e| format!("cannot create a CUDA context: {e:?}"))?;
                 // cudarc's per-buffer event tracking is overhead on every launch.
-                // SAFETY: a buffer is used on the stream it was made on (a workload's), and
-                // work on another stream waits for it explicitly.
+                // SAFETY: gconv uses each buffer only on the stream it was made on (its
+                // workload's, or the thread's for a timer's or conversion's own buffers).
                 unsafe { ctx.disable_event_tracking() };
                 Ok(Gpu { ctx, streams: Mutex::default(), modules: Mutex::default() })
             })
