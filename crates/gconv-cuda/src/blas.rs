@@ -53,7 +53,7 @@ impl BlasHandle {
 
     /// Runs `gemms` in order on `stream`, with cuBLAS's workspace the first WORKSPACE_BYTES of
     /// `workspace`.
-    pub fn run_on(&self, stream: &CudaStream, workspace: Buffer, gemms: &[Gemm]) -> Result<()> {
+    pub fn run_on(&self, stream: &CudaStream, workspace: Buffer, gemms: impl IntoIterator<Item = Gemm>) -> Result<()> {
         let _turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: a live handle and a live stream of the handle's context. Setting the stream
         // resets the workspace, so the workspace is set after it.
@@ -61,7 +61,7 @@ impl BlasHandle {
             .result()
             .map_err(|e| fail("set cuBLAS's stream", &e))?;
         self.use_workspace(workspace)?;
-        gemms.iter().try_for_each(|g| self.gemm(g))
+        gemms.into_iter().try_for_each(|g| self.gemm(&g))
     }
 }
 

@@ -272,24 +272,20 @@ impl Invoker<Cuda> for BlasInvoker {
         if let Some(columns) = self.columns.as_ref().filter(|c| !c.after_gemm) {
             columns.launch(b)?;
         }
-        let gemms: Vec<BlasGemm> = self
-            .gemms
-            .iter()
-            .map(|(g, beta)| BlasGemm {
-                trans_a: g.trans_a,
-                trans_b: g.trans_b,
-                m: g.m,
-                n: g.n,
-                k: g.k,
-                a: matrix(&g.a, self.data),
-                b: matrix(&g.b, self.data),
-                c: matrix(&g.c, if g.c_fp32 { cudaDataType::CUDA_R_32F } else { self.data }),
-                batch: g.batch,
-                beta: *beta,
-                compute: self.compute,
-            })
-            .collect();
-        self.blas.run_on(b.stream(), b.workspace, &gemms)?;
+        let gemms = self.gemms.iter().map(|(g, beta)| BlasGemm {
+            trans_a: g.trans_a,
+            trans_b: g.trans_b,
+            m: g.m,
+            n: g.n,
+            k: g.k,
+            a: matrix(&g.a, self.data),
+            b: matrix(&g.b, self.data),
+            c: matrix(&g.c, if g.c_fp32 { cudaDataType::CUDA_R_32F } else { self.data }),
+            batch: g.batch,
+            beta: *beta,
+            compute: self.compute,
+        });
+        self.blas.run_on(b.stream(), b.workspace, gemms)?;
         if let Some(columns) = self.columns.as_ref().filter(|c| c.after_gemm) {
             columns.launch(b)?;
         }

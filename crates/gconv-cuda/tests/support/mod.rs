@@ -119,30 +119,30 @@ pub fn sample_configs(solver: &dyn Solver, p: &ConvProblem, candidates: Vec<Conf
     taken
 }
 
-/// Calls `f` on every item from as many threads as the machine has cores.
-pub fn in_parallel<T: Sync>(items: &[T], f: impl Fn(&T) + Sync) {
+/// Builds the kernels of `runs` ahead, from as many threads as the machine has cores, each
+/// build watched on its own (gconv-tune's `prepare_in_parallel` would watch only the batch). A
+/// failed build shows again, in its own words, when the run builds it.
+fn build_ahead(runs: &[(&ConvProblem, &dyn Solver, Config)]) {
     let next = AtomicUsize::new(0);
     let threads = std::thread::available_parallelism().map_or(4, |n| n.get());
     std::thread::scope(|scope| {
-        for _ in 0..threads.min(items.len()) {
+        for _ in 0..threads.min(runs.len()) {
             scope.spawn(|| {
-                while let Some(item) = items.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    f(item);
+                while let Some((p, solver, config)) = runs.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let _watched = watch_for(BUILD_LIMIT, format!("building {} {config} for {}", solver.id(), p.key()));
+                    let _ = solver.prepare(p, config);
                 }
             });
         }
     });
 }
 
-/// Builds in parallel, ahead, every kernel [`check_solvers`] will run on `problems`, so that
-/// the builds of all of them share the machine's cores.
+/// Builds ahead every kernel [`check_solvers`] will run on `problems`, so that the builds of
+/// all of them share the machine's cores.
 pub fn prebuild_checks(rt: &dyn Runtime, problems: &[ConvProblem], sample: usize, chosen: impl Fn(&dyn Solver) -> bool) {
     let runs: Vec<(&ConvProblem, &dyn Solver, Config)> =
         problems.iter().flat_map(|p| configs_to_check(rt, p, sample, &chosen).into_iter().map(move |(s, c)| (p, s, c))).collect();
-    in_parallel(&runs, |(p, solver, config)| {
-        let _watched = watch_for(BUILD_LIMIT, format!("building {} {config} for {}", solver.id(), p.key()));
-        let _ = solver.prepare(p, config);
-    });
+    build_ahead(&runs);
 }
 
 /// Where a solution's output misses the reference, by destination channel and pixel
@@ -197,18 +197,14 @@ fn misses(rt: &dyn Runtime, p: &ConvProblem, (inputs, exact): (&ConvTensors, &[f
 pub fn list_misses(rt: &dyn Runtime, solver: &str, shapes: &[&str], mut configs: impl FnMut(&dyn Solver, &ConvProblem) -> Vec<Config>) {
     let solver = rt.solver(solver).unwrap();
     let problems: Vec<ConvProblem> = shapes.iter().flat_map(|shape| channels_last_variants(shape)).filter(|p| solver.applicable(p).is_ok()).collect();
-    let runs: Vec<(&ConvProblem, Config)> = problems.iter().flat_map(|p| configs(solver, p).into_iter().map(move |c| (p, c))).collect();
+    let runs: Vec<(&ConvProblem, &dyn Solver, Config)> = problems.iter().flat_map(|p| configs(solver, p).into_iter().map(move |c| (p, solver, c))).collect();
     assert!(!runs.is_empty(), "{} applied to none of the problems", solver.id());
-    in_parallel(&runs, |(p, config)| {
-        let _watched = watch_for(BUILD_LIMIT, format!("building {} {config} for {}", solver.id(), p.key()));
-        // A failed build shows again, in its own words, below.
-        let _ = solver.prepare(p, config);
-    });
+    build_ahead(&runs);
     let mut failures = Vec::new();
     for p in &problems {
         let inputs = ConvTensors::random(p, 11);
         let exact = reference(p, &inputs);
-        for (_, config) in runs.iter().filter(|(q, _)| *q == p) {
+        for (_, _, config) in runs.iter().filter(|(q, _, _)| *q == p) {
             let _watched = watch_for(RUN_LIMIT, format!("{} {config} on {}", solver.id(), p.key()));
             match misses(rt, p, (&inputs, &exact), config, solver.id()) {
                 Ok(None) => {}
