@@ -9,12 +9,11 @@ use std::process::ExitCode;
 use anyhow::Context;
 use gconv_core::{ConvProblem, Runtime};
 use gconv_heuristic::measured::{self, Measured};
-use gconv_heuristic::model::{device_folder, ModelSet};
+use gconv_heuristic::model::{user_models_dir, ModelSet};
 use gconv_heuristic::problems::{is_validation, shape_key, synthetic, Limits};
 use gconv_heuristic::rank::ModelHeuristic;
 use gconv_heuristic::train::{train, TrainOptions};
 use gconv_heuristic::validate::{by_class, by_direction_and_dtype, evaluate, summarize, Outcome, Summary};
-use gconv_tune::db::default_cache_dir;
 
 /// A problem as a driver line (all three directions: `-F 0`).
 pub fn driver_line(p: &ConvProblem) -> String {
@@ -77,11 +76,6 @@ pub struct TrainArgs {
     pub options: TrainOptions,
 }
 
-/// Where a device's own trained models go by default.
-pub fn user_models_dir(device: &str) -> PathBuf {
-    default_cache_dir().join("models").join(device_folder(device))
-}
-
 pub fn train_models(rt: &dyn Runtime, args: &TrainArgs) -> anyhow::Result<ExitCode> {
     let mut sources: Vec<PathBuf> = args.csv.clone();
     if !args.append.is_empty() {
@@ -131,18 +125,9 @@ pub fn train_models(rt: &dyn Runtime, args: &TrainArgs) -> anyhow::Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-/// The model set selection uses on `rt`: the folder named, else this device's trained models
-/// in the user's cache, else the built-in models of this device or its kind.
+/// The model set selection uses on `rt` ([`gconv_heuristic::model::models_for`]).
 pub fn models_for(rt: &dyn Runtime, dir: Option<&Path>) -> anyhow::Result<Option<ModelSet>> {
-    if let Some(dir) = dir {
-        return Ok(Some(ModelSet::read_dir(dir)?));
-    }
-    let user = user_models_dir(rt.device_key());
-    if user.is_dir() {
-        return Ok(Some(ModelSet::read_dir(&user)?));
-    }
-    let sets: Vec<ModelSet> = ModelSet::embedded()?.into_iter().filter(|s| s.models.iter().all(|m| rt.owns_device_key(&m.device))).collect();
-    Ok(ModelSet::for_device(sets, rt.device_key()))
+    Ok(gconv_heuristic::model::models_for(rt, dir)?)
 }
 
 /// The heuristic of [`models_for`], if any.

@@ -123,6 +123,21 @@ pub struct DeviceFacts {
     pub clock_mhz: u32,
 }
 
+/// Memory the caller owns, where a solution runs without gconv allocating, copying or waiting:
+/// device addresses of the runtime's GPU and the caller's stream (`0`, the legacy default
+/// stream), or host addresses on the CPU (where `stream` is unused). The tensors are packed
+/// in the problem's layout; x, w and y are read or written as the problem's direction says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CallerBuffers {
+    pub x: u64,
+    pub w: u64,
+    pub y: u64,
+    pub workspace: u64,
+    /// At least the solution's [`Solution::workspace_bytes`].
+    pub workspace_bytes: u64,
+    pub stream: u64,
+}
+
 /// A backend on one device.
 pub trait Runtime: Send + Sync {
     /// `cpu`, `cuda`: the name `--backend` takes.
@@ -153,6 +168,18 @@ pub trait Runtime: Send + Sync {
     fn build(&self, id: &str, p: &ConvProblem, config: Config) -> Result<Solution>;
     /// Places the host tensors where the backend's solutions read them.
     fn upload(&self, p: &ConvProblem, tensors: &ConvTensors) -> Result<Box<dyn Workload>>;
+    /// Runs `s` on the caller's memory, enqueued on the caller's stream: no allocation, no
+    /// synchronisation and no host round trip on a GPU, so the call can be captured in a CUDA
+    /// graph. The sizes are checked against the problem; the addresses cannot be.
+    ///
+    /// # Safety
+    /// Each address must point to memory of this runtime's device (host memory on the CPU)
+    /// holding at least the problem's tensor (the workspace: `workspace_bytes`), live until
+    /// the work is done, and a GPU stream must belong to the device's primary context. The
+    /// output must not overlap the inputs.
+    unsafe fn run_on(&self, s: &Solution, _buffers: &CallerBuffers) -> Result<()> {
+        Err(GconvError::Backend(format!("the {} backend cannot run {} on caller memory", self.backend(), s.solver_id)))
+    }
     /// Waits for everything enqueued on the device ([`Workload::enqueue`]).
     fn synchronize(&self) -> Result<()> {
         Ok(())

@@ -1,5 +1,40 @@
 //! gconv-cpu: the CPU backend. Solvers compute in fp32 (16-bit tensors are widened on the way in
 //! and rounded once on the way out) and use every core through rayon.
+//!
+//! # Running a convolution on your own memory
+//!
+//! Build the solution once (here a named solver; find and the learned pick live in
+//! `gconv-tune`), then run it on your tensors as often as you like. On the GPU the same call
+//! takes device addresses and your stream.
+//!
+//! ```
+//! use gconv_core::{CallerBuffers, Config, ConvProblem, Runtime};
+//! use gconv_cpu::CpuRuntime;
+//!
+//! let rt = CpuRuntime::detect();
+//! // 2 images of 8 channels, 6x6, into 8 channels by 3x3 filters in 4 groups, padding 1.
+//! let p = ConvProblem::from_key("v1:fwd:f32:NCHW:n2:c8:k8:i6x6:f3x3:s1x1:p1x1:d1x1:g4")?;
+//! let solution = rt.build("cpu.im2col_gemm", &p, Config::empty())?;
+//!
+//! let x = vec![1.0f32; p.input_elements() as usize];
+//! let w = vec![0.5f32; p.weight_elements() as usize];
+//! let mut y = vec![0.0f32; p.output_elements() as usize];
+//! let mut workspace = vec![0u8; solution.workspace_bytes as usize];
+//! let buffers = CallerBuffers {
+//!     x: x.as_ptr() as u64,
+//!     w: w.as_ptr() as u64,
+//!     y: y.as_mut_ptr() as u64,
+//!     workspace: workspace.as_mut_ptr() as u64,
+//!     workspace_bytes: workspace.len() as u64,
+//!     stream: 0,
+//! };
+//! // SAFETY: each address holds the problem's tensor (or the workspace) and outlives the call.
+//! unsafe { rt.run_on(&solution, &buffers)? };
+//!
+//! // Pixel (2, 2) of image 0, channel 0 sees 3x3 taps of its group's 2 input channels.
+//! assert_eq!(y[2 * 6 + 2], 2.0 * 9.0 * 0.5);
+//! # Ok::<(), gconv_core::GconvError>(())
+//! ```
 
 mod matmul;
 pub mod solvers;

@@ -8,7 +8,7 @@ use gconv_core::reference::reference;
 use gconv_core::runtime::calls_per_sample;
 use gconv_core::verify::{error_scale_floor, verify, Verification};
 use gconv_core::{
-    Config, Conversion, ConvProblem, ConvTensors, GconvError, Registry, Result, Runtime, Solution, Solver, Tensor, Timer, TimingMethod,
+    CallerBuffers, Config, Conversion, ConvProblem, ConvTensors, Direction, GconvError, Registry, Result, Runtime, Solution, Solver, Tensor, Timer, TimingMethod,
     TimingOptions, Workload,
 };
 
@@ -65,6 +65,39 @@ impl Runtime for CpuRuntime {
         Ok(Box::new(CpuWorkload { problem: p.clone(), tensors: tensors.clone(), workspace: Vec::new(), exact: None }))
     }
 
+    /// Runs through tensors of its own: the inputs are copied in and the output copied out
+    /// (the CPU solvers widen every tensor to fp32 anyway).
+    unsafe fn run_on(&self, s: &Solution, b: &CallerBuffers) -> Result<()> {
+        let p = &s.problem;
+        let dtype = p.dtype.storage();
+        let elem = dtype.size_bytes();
+        let tensor = |address: u64, elements: u64| -> Result<Tensor> {
+            let mut t = Tensor::try_zeros(dtype, elements as usize)?;
+            if address == 0 {
+                return Err(GconvError::TensorMismatch("a null address for a tensor".into()));
+            }
+            // SAFETY: the caller promises `elements` values of the problem's type at `address`.
+            t.copy_from_bytes(unsafe { std::slice::from_raw_parts(address as *const u8, elements as usize * elem) })?;
+            Ok(t)
+        };
+        let mut tensors = ConvTensors {
+            x: tensor(b.x, p.input_elements())?,
+            w: tensor(b.w, p.weight_elements())?,
+            y: tensor(b.y, p.output_elements())?,
+        };
+        let mut workspace = Vec::new();
+        run_solution(s, &mut tensors, &mut workspace)?;
+        let out = tensors.output(p.direction).as_bytes();
+        let address = match p.direction {
+            Direction::Forward => b.y,
+            Direction::BackwardData => b.x,
+            Direction::BackwardWeight => b.w,
+        };
+        // SAFETY: the caller promises the output tensor's bytes at `address`, apart from the inputs.
+        unsafe { std::ptr::copy_nonoverlapping(out.as_ptr(), address as *mut u8, out.len()) };
+        Ok(())
+    }
+
     fn convert(&self, c: &Conversion, input: &Tensor) -> Result<Tensor> {
         convert_on_host(c, input)
     }
@@ -86,15 +119,7 @@ struct CpuWorkload {
 
 impl Workload for CpuWorkload {
     fn run(&mut self, s: &Solution) -> Result<()> {
-        let needed = usize::try_from(s.workspace_bytes.div_ceil(4)).unwrap_or(usize::MAX);
-        if self.workspace.len() < needed {
-            self.workspace.clear();
-            self.workspace
-                .try_reserve_exact(needed)
-                .map_err(|_| GconvError::Backend(format!("cannot allocate a workspace of {} bytes", s.workspace_bytes)))?;
-            self.workspace.resize(needed, 0.0);
-        }
-        s.invoker::<Host>()?.run(&mut HostBuffers { tensors: &mut self.tensors, workspace: &mut self.workspace })
+        run_solution(s, &mut self.tensors, &mut self.workspace)
     }
 
     fn timer<'a>(&'a mut self, s: &'a Solution, _options: TimingOptions) -> Result<Box<dyn Timer + 'a>> {
@@ -121,6 +146,19 @@ impl Workload for CpuWorkload {
         let (exact, floor) = self.exact.as_ref().expect("prepared above");
         Ok(verify(&self.problem, self.tensors.output(self.problem.direction), exact, *floor))
     }
+}
+
+/// Runs `s` on `tensors`, growing `workspace` to what it needs.
+fn run_solution(s: &Solution, tensors: &mut ConvTensors, workspace: &mut Vec<f32>) -> Result<()> {
+    let needed = usize::try_from(s.workspace_bytes.div_ceil(4)).unwrap_or(usize::MAX);
+    if workspace.len() < needed {
+        workspace.clear();
+        workspace
+            .try_reserve_exact(needed)
+            .map_err(|_| GconvError::Backend(format!("cannot allocate a workspace of {} bytes", s.workspace_bytes)))?;
+        workspace.resize(needed, 0.0);
+    }
+    s.invoker::<Host>()?.run(&mut HostBuffers { tensors, workspace })
 }
 
 /// Back-to-back calls timed by the wall clock.

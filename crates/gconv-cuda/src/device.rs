@@ -58,6 +58,9 @@ struct Gpu {
     /// A stream per thread that puts work on the GPU: one thread's work runs in order, and two
     /// threads never share a stream (a graph captured on one would take in the other's calls).
     streams: Mutex<HashMap<ThreadId, Arc<CudaStream>>>,
+    /// Wrappers of callers' streams ([`CudaDevice::borrowed_stream`]), by handle: kept, so that
+    /// what is cached per stream outlives one call.
+    borrowed: Mutex<HashMap<u64, Arc<CudaStream>>>,
     modules: Mutex<HashMap<blake3::Hash, Arc<CudaModule>>>,
 }
 
@@ -76,6 +79,11 @@ impl CudaDevice {
     /// The first GPU, or why there is none usable. Never panics: libraries are checked for
     /// before cudarc touches them.
     pub fn probe(kernel_cache: Option<PathBuf>) -> std::result::Result<Arc<CudaDevice>, String> {
+        Self::probe_ordinal(0, kernel_cache)
+    }
+
+    /// GPU `ordinal` of those this process sees (as CUDA numbers them, and PyTorch).
+    pub fn probe_ordinal(ordinal: usize, kernel_cache: Option<PathBuf>) -> std::result::Result<Arc<CudaDevice>, String> {
         // SAFETY: these only try to open the shared libraries.
         if !unsafe { cu::is_culib_present() } {
             return Err("no CUDA driver (libcuda) found".into());
@@ -83,7 +91,6 @@ impl CudaDevice {
         if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
             return Err("the CUDA driver is present but NVRTC (libnvrtc) is not".into());
         }
-        let ordinal = 0;
         // SAFETY: plain driver queries with valid out-pointers; no context is created.
         let (visible_devices, name, capability, sm_count, clock_mhz, sm, l2_bytes, driver_version) = unsafe {
             driver("cuInit", cu::cuInit(0))?;
@@ -91,6 +98,9 @@ impl CudaDevice {
             driver("cuDeviceGetCount", cu::cuDeviceGetCount(&mut count))?;
             if count == 0 {
                 return Err("the CUDA driver sees no GPU".into());
+            }
+            if ordinal >= count as usize {
+                return Err(format!("there is no GPU {ordinal}: the CUDA driver sees {count}"));
             }
             let mut dev = 0;
             driver("cuDeviceGet", cu::cuDeviceGet(&mut dev, ordinal as i32))?;
@@ -184,7 +194,7 @@ impl CudaDevice {
                 // SAFETY: gconv uses each buffer only on the stream it was made on (its
                 // workload's, or the thread's for a timer's or conversion's own buffers).
                 unsafe { ctx.disable_event_tracking() };
-                Ok(Gpu { ctx, streams: Mutex::default(), modules: Mutex::default() })
+                Ok(Gpu { ctx, streams: Mutex::default(), borrowed: Mutex::default(), modules: Mutex::default() })
             })
             .as_ref()
             .map_err(|e| GconvError::Backend(e.clone()))
@@ -206,6 +216,30 @@ impl CudaDevice {
         let stream = gpu.ctx.new_stream().map_err(|e| driver_error("create a CUDA stream", e))?;
         streams.insert(thread, stream.clone());
         Ok(stream)
+    }
+
+    /// A caller's stream (its `CUstream` handle; 0 is the legacy default stream) to enqueue on.
+    ///
+    /// # Safety
+    /// The handle must name a live stream of this device's primary context, and stay live
+    /// while work is enqueued on it.
+    pub unsafe fn borrowed_stream(&self, handle: u64) -> Result<Arc<CudaStream>> {
+        let gpu = self.gpu()?;
+        let mut borrowed = gpu.borrowed.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(stream) = borrowed.get(&handle) {
+            return Ok(stream.clone());
+        }
+        // SAFETY: as promised by the caller.
+        let stream = unsafe { gpu.ctx.wrap_borrowed_stream(handle as cu::CUstream) };
+        borrowed.insert(handle, stream.clone());
+        Ok(stream)
+    }
+
+    /// Whether `stream` is a caller's ([`CudaDevice::borrowed_stream`]), not one of gconv's own.
+    pub fn is_borrowed(&self, stream: &CudaStream) -> bool {
+        let Ok(gpu) = self.gpu() else { return false };
+        let borrowed = gpu.borrowed.lock().unwrap_or_else(|p| p.into_inner());
+        borrowed.get(&(stream.cu_stream() as u64)).is_some_and(|s| **s == *stream)
     }
 
     pub(crate) fn context(&self) -> Result<&Arc<CudaContext>> {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use gconv_core::verify::{error_scale_floor, Verification};
 use gconv_core::{
-    BuildStats, Config, Conversion, ConvProblem, ConvTensors, DataType, GconvError, Peaks, Registry, Result, Runtime, Solution, Solver, Tensor, Timer, TimingOptions,
+    BuildStats, CallerBuffers, Config, Conversion, ConvProblem, ConvTensors, DataType, GconvError, Peaks, Registry, Result, Runtime, Solution, Solver, Tensor, Timer, TimingOptions,
     Workload, Yardstick,
 };
 
@@ -17,7 +17,7 @@ use crate::cudnn::Cudnn;
 use crate::device::{driver_error, CudaDevice};
 use crate::solvers::*;
 use crate::timing::GpuTimer;
-use crate::{Cuda, CudaBuffers, DeviceTensors};
+use crate::{Buffer, Cuda, CudaBuffers, DeviceTensors};
 
 /// The CUDA backend on one GPU, in the device's primary context (shared with other runtimes and
 /// libraries of the process). A workload's runs, timings and verifications go to the stream of
@@ -57,6 +57,11 @@ impl CudaRuntime {
     /// The first GPU, kernels cached under `kernel_cache`; or why there is none usable.
     pub fn probe(kernel_cache: Option<PathBuf>) -> std::result::Result<Self, String> {
         CudaDevice::probe(kernel_cache).map(Self::new)
+    }
+
+    /// GPU `ordinal`, as [`CudaRuntime::probe`].
+    pub fn probe_ordinal(ordinal: usize, kernel_cache: Option<PathBuf>) -> std::result::Result<Self, String> {
+        CudaDevice::probe_ordinal(ordinal, kernel_cache).map(Self::new)
     }
 }
 
@@ -115,6 +120,25 @@ impl Runtime for CudaRuntime {
 
     fn build(&self, id: &str, p: &ConvProblem, config: Config) -> Result<Solution> {
         self.registry.build(id, p, config)
+    }
+
+    unsafe fn run_on(&self, s: &Solution, b: &CallerBuffers) -> Result<()> {
+        // SAFETY: the caller promises a live stream of the device's primary context.
+        let stream = unsafe { self.device.borrowed_stream(b.stream)? };
+        let p = &s.problem;
+        let elem = p.dtype.size_bytes() as u64;
+        let buffer = |ptr, bytes| Buffer { ptr, bytes };
+        let given = [
+            buffer(b.x, p.input_elements() * elem),
+            buffer(b.w, p.weight_elements() * elem),
+            buffer(b.y, p.output_elements() * elem),
+            buffer(b.workspace, b.workspace_bytes),
+        ];
+        if given[..3].iter().any(|b| b.ptr == 0) {
+            return Err(GconvError::TensorMismatch("a null address for a tensor".into()));
+        }
+        let mut buffers = CudaBuffers::covering(p, s.workspace_bytes, given, &stream)?;
+        s.invoker::<Cuda>()?.run(&mut buffers)
     }
 
     fn synchronize(&self) -> Result<()> {

@@ -212,3 +212,22 @@ pub fn device_folder(device: &str) -> String {
     }
     out.trim_matches('-').to_string()
 }
+
+/// Where a device's own trained models go by default: the user's cache.
+pub fn user_models_dir(device: &str) -> std::path::PathBuf {
+    gconv_tune::db::default_cache_dir().join("models").join(device_folder(device))
+}
+
+/// The model set selection uses on `rt`: the folder named, else this device's trained models
+/// in the user's cache, else the built-in models of this device or its kind.
+pub fn models_for(rt: &dyn gconv_core::Runtime, dir: Option<&Path>) -> Result<Option<ModelSet>> {
+    if let Some(dir) = dir {
+        return Ok(Some(ModelSet::read_dir(dir)?));
+    }
+    let user = user_models_dir(rt.device_key());
+    if user.is_dir() {
+        return Ok(Some(ModelSet::read_dir(&user)?));
+    }
+    let sets: Vec<ModelSet> = ModelSet::embedded()?.into_iter().filter(|s| s.models.iter().all(|m| rt.owns_device_key(&m.device))).collect();
+    Ok(ModelSet::for_device(sets, rt.device_key()))
+}

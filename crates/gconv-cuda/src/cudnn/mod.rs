@@ -177,9 +177,13 @@ impl Cudnn {
     }
 
     /// Runs the config's plan on the device buffers x, w, y and the workspace on `stream`, with
-    /// the stream's own handle and plan (made on its first run there).
+    /// the stream's own handle and plan (made on its first run there). On a caller's stream it
+    /// uses this thread's, as PyTorch keeps its plans per thread: a framework moves one thread's
+    /// work between streams (a graph is captured on a stream of its own), and the plans made
+    /// before the capture must serve in it, where making a handle is not allowed.
     pub fn execute(&self, p: &ConvProblem, config: &Config, stream: &Arc<CudaStream>, [x, w, y, workspace]: [u64; 4]) -> Result<()> {
-        self.with_state(stream, |state| plan(state, p, config)?.execute(&state.handle, stream.cu_stream() as _, x, w, y, workspace))
+        let owner = if self.device.is_borrowed(stream) { self.device.stream()? } else { stream.clone() };
+        self.with_state(&owner, |state| plan(state, p, config)?.execute(&state.handle, stream.cu_stream() as _, x, w, y, workspace))
     }
 }
 
