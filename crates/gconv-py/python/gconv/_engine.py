@@ -1,0 +1,140 @@
+"""Engines per device, the selection mode, and plans per problem: the path every call takes.
+
+A call looks its plan up by a tuple of the problem's facts (a dict hit); only a miss builds the
+problem key and asks the engine, which answers from the databases, the learned model or a find.
+"""
+
+import contextlib
+import threading
+import warnings
+
+import torch
+
+from . import _native
+from ._key import problem_key
+
+MODES = ("find", "fast")
+_state = threading.local()
+_default_mode = "find"
+_engines = {}
+_plans = {}
+_lock = threading.Lock()
+_db_path = None
+
+
+def get_mode():
+    """The selection mode of this thread: `find` or `fast` (see `set_mode`)."""
+    return getattr(_state, "mode", _default_mode)
+
+
+def set_mode(mode):
+    """Sets the default selection mode for shapes seen for the first time.
+
+    `find` benchmarks gconv's candidates on first sight of a shape (as `cudnn.benchmark` does)
+    and stores the ranking in gconv's user database, so no later process benchmarks it again;
+    `fast` takes the database's answer, else the learned model's pick, and never benchmarks.
+    """
+    global _default_mode
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r} (expected one of {', '.join(MODES)})")
+    _default_mode = mode
+
+
+@contextlib.contextmanager
+def mode(name):
+    """Selects by `name` (`find` or `fast`) in this thread inside the block."""
+    if name not in MODES:
+        raise ValueError(f"unknown mode {name!r} (expected one of {', '.join(MODES)})")
+    before = getattr(_state, "mode", None)
+    _state.mode = name
+    try:
+        yield
+    finally:
+        if before is None:
+            del _state.mode
+        else:
+            _state.mode = before
+
+
+def set_database(path):
+    """Uses the user database at `path` (gconv's default, shared with the CLI, otherwise).
+    Takes effect for devices not used yet."""
+    global _db_path
+    _db_path = None if path is None else str(path)
+
+
+def engine(device):
+    """The engine of a torch device (`cpu` or `cuda:N`), made on first use."""
+    key = (device.type, device.index or 0)
+    found = _engines.get(key)
+    if found is None:
+        with _lock:
+            found = _engines.get(key)
+            if found is None:
+                if device.type not in ("cpu", "cuda"):
+                    raise _native.Error(f"gconv runs on cpu and cuda tensors, not {device.type}")
+                found = _native.Engine(device.type, key[1], _db_path)
+                _engines[key] = found
+    return found
+
+
+def stats():
+    """Selections made in this process per device, by where the answer came from: `find-db`
+    (stored), `find` (benchmarked now), `model` (learned pick) or `rule`."""
+    return {f"{kind}:{index}": e.counts() for (kind, index), e in _engines.items()}
+
+
+def _dtype_token(t):
+    if t.dtype == torch.float32:
+        if t.is_cuda and torch.backends.cudnn.allow_tf32:
+            return "tf32"
+        return "f32"
+    if t.dtype == torch.float16:
+        return "f16"
+    if t.dtype == torch.bfloat16:
+        return "bf16"
+    raise TypeError(f"gconv convolves float32, float16 and bfloat16 tensors, not {t.dtype}")
+
+
+def plan(direction, x_shape, w_shape, channels_last, t, stride, padding, dilation, groups):
+    """The plan of one problem on `t`'s device and dtype, selected on first sight."""
+    dtype = _dtype_token(t)
+    device = t.device
+    cache_key = (direction, dtype, channels_last, device.index, device.type, x_shape, w_shape, stride, padding, dilation, groups)
+    found = _plans.get(cache_key)
+    if found is not None:
+        return found
+    return _select(cache_key, direction, dtype, channels_last, device, x_shape, w_shape, stride, padding, dilation, groups)
+
+
+def _select(cache_key, direction, dtype, channels_last, device, x_shape, w_shape, stride, padding, dilation, groups):
+    key = problem_key(direction, dtype, channels_last, x_shape[0], x_shape[1], w_shape[0], groups, x_shape[2:], w_shape[2:], stride, padding, dilation)
+    selecting = get_mode()
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        if selecting == "find":
+            raise _native.Error(
+                f"{key} is first seen while a CUDA graph is being captured, where gconv cannot benchmark: "
+                "run the model once before capturing (as torch.cuda.graph's warm-up does), or call gconv.tune first"
+            )
+    e = engine(device)
+    found = e.plan(key, selecting)
+    for note in e.take_notes():
+        warnings.warn(f"gconv: {note}", stacklevel=3)
+    _plans[cache_key] = found
+    return found
+
+
+def run(found, x, w, y):
+    """Enqueues `found` on torch's current stream of the tensors' device, with a workspace from
+    torch's caching allocator."""
+    workspace_bytes = found.workspace_bytes
+    if workspace_bytes:
+        workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=x.device)
+        workspace_address = workspace.data_ptr()
+    else:
+        workspace_address = 0
+    if x.is_cuda:
+        stream = torch._C._cuda_getCurrentRawStream(x.device.index)
+    else:
+        stream = 0
+    found.run(x.data_ptr(), w.data_ptr(), y.data_ptr(), workspace_address, workspace_bytes, stream)
