@@ -1,5 +1,5 @@
-"""gconv's convolutions as torch operators: `torch.ops.gconv.conv` and its two backward
-operators, registered straight with `torch.library.Library` (cheaper per call than
+"""gconv's convolutions as torch operators: `torch.ops.gconv.conv` (with the bias, as
+`aten::convolution` has it) and its backward operators (data, weight, bias), registered straight with `torch.library.Library` (cheaper per call than
 `custom_op`'s wrapper), each with a fake implementation for `torch.compile` and the forward with
 an autograd formula that runs only the gradients asked for.
 
@@ -16,13 +16,14 @@ import torch
 from . import _engine
 
 _lib = torch.library.Library("gconv", "DEF")
-_lib.define("conv(Tensor x, Tensor w, int[] stride, int[] padding, int[] dilation, int groups) -> Tensor")
+_lib.define("conv(Tensor x, Tensor w, Tensor? bias, int[] stride, int[] padding, int[] dilation, int groups) -> Tensor")
 _lib.define(
     "conv_backward_data(Tensor dy, Tensor w, SymInt[] x_size, int[] stride, int[] padding, int[] dilation, int groups) -> Tensor"
 )
 _lib.define(
     "conv_backward_weight(Tensor x, Tensor dy, SymInt[] w_size, int[] stride, int[] padding, int[] dilation, int groups) -> Tensor"
 )
+_lib.define("conv_backward_bias(Tensor dy) -> Tensor")
 
 _warned_copy = False
 
@@ -91,13 +92,15 @@ def output_size(x_size, w_size, stride, padding, dilation):
     return out
 
 
-def _conv(x, w, stride, padding, dilation, groups):
+def _conv(x, w, bias, stride, padding, dilation, groups):
     channels_last = _layout_of(x)
     x = _packed(x, channels_last)
     w = _packed(w, channels_last)
     y = _empty(output_size(x.shape, w.shape, stride, padding, dilation), x, channels_last)
     found = _engine.plan("fwd", tuple(x.shape), tuple(w.shape), channels_last, x, tuple(stride), tuple(padding), tuple(dilation), groups)
     _engine.run(found, x, w, y)
+    if bias is not None:
+        y.add_(bias.view((1, -1) + (1,) * (x.dim() - 2)))
     return y
 
 
@@ -121,14 +124,19 @@ def _conv_backward_weight(x, dy, w_size, stride, padding, dilation, groups):
     return dw
 
 
+def _conv_backward_bias(dy):
+    return dy.sum([0] + list(range(2, dy.dim())))
+
+
 for _device in ("CPU", "CUDA"):
     _lib.impl("conv", _conv, _device)
     _lib.impl("conv_backward_data", _conv_backward_data, _device)
     _lib.impl("conv_backward_weight", _conv_backward_weight, _device)
+    _lib.impl("conv_backward_bias", _conv_backward_bias, _device)
 
 
 @torch.library.register_fake("gconv::conv")
-def _conv_fake(x, w, stride, padding, dilation, groups):
+def _conv_fake(x, w, bias, stride, padding, dilation, groups):
     return _empty(output_size(x.shape, w.shape, stride, padding, dilation), x, _channels_last(x))
 
 
@@ -142,8 +150,13 @@ def _conv_backward_weight_fake(x, dy, w_size, stride, padding, dilation, groups)
     return _empty(w_size, x, _channels_last(x))
 
 
+@torch.library.register_fake("gconv::conv_backward_bias")
+def _conv_backward_bias_fake(dy):
+    return dy.new_empty(dy.shape[1])
+
+
 def _setup_context(ctx, inputs, output):
-    x, w, stride, padding, dilation, groups = inputs
+    x, w, bias, stride, padding, dilation, groups = inputs
     ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, w if ctx.needs_input_grad[0] else None)
     ctx.x_size = list(x.shape)
     ctx.w_size = list(w.shape)
@@ -152,12 +165,14 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, dy):
     x, w = ctx.saved_tensors
-    dx = dw = None
+    dx = dw = db = None
     if ctx.needs_input_grad[0]:
         dx = torch.ops.gconv.conv_backward_data(dy, w, ctx.x_size, *ctx.geometry)
     if ctx.needs_input_grad[1]:
         dw = torch.ops.gconv.conv_backward_weight(x, dy, ctx.w_size, *ctx.geometry)
-    return dx, dw, None, None, None, None
+    if ctx.needs_input_grad[2]:
+        db = torch.ops.gconv.conv_backward_bias(dy)
+    return dx, dw, db, None, None, None, None
 
 
 torch.library.register_autograd("gconv::conv", _backward, setup_context=_setup_context)

@@ -66,10 +66,7 @@ def _conv(rank, x, w, bias, stride, padding, dilation, groups):
     dilation = _per_dim(dilation, rank, "dilation")
     padding = _padding(padding, w, stride, dilation, rank)
     _check(x, w, bias, rank, stride, padding, dilation, groups)
-    y = torch.ops.gconv.conv(x, w, stride, padding, dilation, groups)
-    if bias is not None:
-        y = y.add_(bias.view((1, -1) + (1,) * rank))
-    return y
+    return torch.ops.gconv.conv(x, w, bias, stride, padding, dilation, groups)
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):

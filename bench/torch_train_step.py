@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""A full training step (forward, backward, optimizer step) of torchvision networks with
+PyTorch's convolutions against the same model after `gconv.patch`, in one process.
+
+    python3 bench/torch_train_step.py --out results.json [--nets resnet50,mobilenet_v2] [--select tune]
+
+Each network is built with random weights (same seed for both sides), bf16 weights and
+channels-last activations, batch 32, SGD with momentum, cuDNN's benchmark mode on. For each side,
+in the order PyTorch then gconv:
+
+- first step: wall time of the first step after the model is made (for gconv, after
+  `gconv.tune` when --select tune; the tune's own time is reported apart);
+- eager: GPU time per step of --steps back-to-back steps between two CUDA events, after
+  warm-up steps, and the peak memory allocated over them;
+- graph: the whole step captured into one CUDA graph, replayed --steps times between events;
+- conv: CUDA time of the convolution kernels per step under torch.profiler (the device time of
+  `aten::convolution` and `aten::convolution_backward`, or of the `gconv::conv*` operators).
+
+--overhead adds the host time of one eager call on a tiny layer (no grad), each side.
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+import torchvision
+
+import gconv
+
+NETS = ["resnet50", "resnext50_32x4d", "mobilenet_v2", "efficientnet_b0", "convnext_tiny", "inception_v3", "squeezenet1_1"]
+CONV_OPS = {
+    "torch": {"aten::convolution", "aten::convolution_backward"},
+    "gconv": {"gconv::conv", "gconv::conv_backward_data", "gconv::conv_backward_weight", "gconv::conv_backward_bias"},
+}
+
+
+def build(name, device):
+    torch.manual_seed(0)
+    kwargs = {"aux_logits": False, "init_weights": True} if name == "inception_v3" else {}
+    model = torchvision.models.get_model(name, weights=None, **kwargs)
+    return model.to(device=device, dtype=torch.bfloat16, memory_format=torch.channels_last)
+
+
+def batch(name, size, device):
+    side = 299 if name == "inception_v3" else 224
+    g = torch.Generator(device="cpu").manual_seed(1)
+    x = torch.randn(size, 3, side, side, generator=g).to(device=device, dtype=torch.bfloat16, memory_format=torch.channels_last)
+    labels = torch.randint(0, 1000, (size,), generator=g).to(device)
+    return x, labels
+
+
+def make_step(model, x, labels):
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x).float(), labels)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return step
+
+
+def gpu_ms(fn, steps):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(steps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / steps
+
+
+def conv_ms(step, side, steps=3):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    total_us = 0.0
+    for event in prof.events():
+        if event.name in CONV_OPS[side]:
+            parent = event.cpu_parent
+            while parent is not None and parent.name not in CONV_OPS[side]:
+                parent = parent.cpu_parent
+            if parent is None:
+                total_us += event.device_time_total
+    return total_us / 1000 / steps
+
+
+def graph_ms(step, steps):
+    side_stream = torch.cuda.Stream()
+    side_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side_stream):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side_stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    graph.replay()
+    torch.cuda.synchronize()
+    return gpu_ms(graph.replay, steps)
+
+
+def measure(name, side, args):
+    device = torch.device("cuda")
+    model = build(name, device)
+    x, labels = batch(name, args.batch, device)
+    row = {"net": name, "side": side}
+    if side == "gconv":
+        report = gconv.patch(model)
+        row["patched"] = len(report.swapped)
+        row["left_on_torch"] = report.left
+        if args.select == "tune":
+            started = time.perf_counter()
+            row["tune_selections"] = gconv.tune(model, x)
+            torch.cuda.synchronize()
+            row["tune_s"] = time.perf_counter() - started
+    step = make_step(model, x, labels)
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    step()
+    torch.cuda.synchronize()
+    row["first_step_ms"] = (time.perf_counter() - started) * 1e3
+    for _ in range(args.warmup):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    row["eager_ms"] = statistics.median(gpu_ms(step, args.steps) for _ in range(3))
+    row["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    row["conv_ms"] = conv_ms(step, side)
+    try:
+        row["graph_ms"] = statistics.median(graph_ms(step, args.steps) for _ in range(2))
+    except Exception as e:  # a network torch cannot capture is reported, not fatal
+        row["graph_error"] = f"{type(e).__name__}: {e}"
+    del model, step
+    torch.cuda.empty_cache()
+    return row
+
+
+def overhead_us(conv, calls=2000):
+    x = torch.randn(1, 8, 8, 8, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    w = torch.randn(8, 8, 3, 3, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        for _ in range(50):
+            conv(x, w, None, 1, 1)
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(5):
+            started = time.perf_counter()
+            for _ in range(calls):
+                conv(x, w, None, 1, 1)
+            samples.append((time.perf_counter() - started) / calls * 1e6)
+            torch.cuda.synchronize()
+    return min(samples)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nets", default=",".join(NETS))
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--select", choices=["tune", "find", "fast"], default="tune", help="how gconv selects: tune ahead, or the mode on first sight")
+    parser.add_argument("--overhead", action="store_true")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    torch.backends.cudnn.benchmark = True
+    if args.select != "tune":
+        gconv.set_mode(args.select)
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "args": vars(args), "rows": []}
+    if args.overhead:
+        result["overhead_us"] = {"torch": overhead_us(F.conv2d), "gconv": overhead_us(gconv.conv2d)}
+        print(json.dumps(result["overhead_us"]), flush=True)
+    for name in args.nets.split(","):
+        for side in ("torch", "gconv"):
+            row = measure(name, side, args)
+            result["rows"].append(row)
+            print(json.dumps(row), flush=True)
+            with open(args.out, "w") as f:
+                json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
