@@ -137,6 +137,10 @@ impl Runtime for CudaRuntime {
         if given[..3].iter().any(|b| b.ptr == 0) {
             return Err(GconvError::TensorMismatch("a null address for a tensor".into()));
         }
+        // Kernels load 16 bytes at a time and cuDNN's graphs are declared 16-byte aligned.
+        if let Some(b) = given.iter().find(|b| !b.ptr.is_multiple_of(16)) {
+            return Err(GconvError::TensorMismatch(format!("address {:#x} is not 16-byte aligned", b.ptr)));
+        }
         let mut buffers = CudaBuffers::covering(p, s.workspace_bytes, given, &stream)?;
         s.invoker::<Cuda>()?.run(&mut buffers)
     }

@@ -3,7 +3,6 @@
 //! problem (from the databases, the learned model or a find) and runs it on those addresses,
 //! on the caller's stream, without allocating, copying or waiting.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -13,7 +12,7 @@ use gconv_heuristic::rank::ModelHeuristic;
 use gconv_tune::db::{default_cache_dir, default_user_path, Db};
 use gconv_tune::find::{FindOptions, TestBed};
 use gconv_tune::heuristic::Heuristic;
-use gconv_tune::select::{select, FindMode, Source};
+use gconv_tune::select::{select, stored, FindMode, Selection, Source};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
@@ -23,13 +22,7 @@ fn error(e: impl std::fmt::Display) -> PyErr {
     Error::new_err(e.to_string())
 }
 
-/// What selections were made in this process, by where their answer came from: a second
-/// process after a find (or `gconv.tune`) shows `find` at zero.
-#[derive(Default)]
-struct Counts {
-    by_source: HashMap<&'static str, u64>,
-}
-
+/// The token of where a selection came from, as the package reports it.
 fn source_token(source: Source) -> &'static str {
     match source {
         Source::FindDb => "find-db",
@@ -45,7 +38,6 @@ struct Inner {
     db: Mutex<Db>,
     /// Read on the first selection that needs it (reading the built-in models takes ~30 ms).
     model: OnceLock<Option<ModelHeuristic>>,
-    counts: Mutex<Counts>,
     /// Things the user should hear once (a database set aside, records skipped).
     notes: Mutex<Vec<String>>,
 }
@@ -73,6 +65,15 @@ struct Engine {
     inner: Arc<Inner>,
 }
 
+impl Engine {
+    fn plan_of(&self, selection: Selection) -> Plan {
+        for warning in &selection.warnings {
+            self.inner.note(warning.to_string());
+        }
+        Plan { solution: selection.solution, source: source_token(selection.source), inner: self.inner.clone() }
+    }
+}
+
 #[pymethods]
 impl Engine {
     /// `backend` is `cuda` (GPU `device`, as torch numbers them) or `cpu`; `db` the user
@@ -88,7 +89,7 @@ impl Engine {
         let path = db.unwrap_or_else(default_user_path);
         let (db, warning) = Db::open(&path).map_err(error)?;
         let notes = warning.map(|w| w.to_string()).into_iter().collect();
-        let inner = Inner { rt, db: Mutex::new(db), model: OnceLock::new(), counts: Mutex::default(), notes: Mutex::new(notes) };
+        let inner = Inner { rt, db: Mutex::new(db), model: OnceLock::new(), notes: Mutex::new(notes) };
         Ok(Engine { inner: Arc::new(inner) })
     }
 
@@ -117,30 +118,25 @@ impl Engine {
             "fast" => FindMode::Fast,
             other => return Err(PyValueError::new_err(format!("unknown mode `{other}` (expected find or fast)"))),
         };
-        let inner = self.inner.clone();
+        let inner = &self.inner;
         // A find takes seconds: other Python threads run meanwhile.
         let selection = py
-            .detach(move || {
+            .detach(|| {
                 let mut db = inner.db.lock().unwrap_or_else(|p| p.into_inner());
                 let mut bed = TestBed::new(inner.rt.as_ref(), &p);
-                let selection = select(inner.rt.as_ref(), &mut db, &mut bed, &p, mode, &FindOptions::default(), inner.model());
-                drop(db);
-                selection.map(|s| (inner, s))
+                select(inner.rt.as_ref(), &mut db, &mut bed, &p, mode, &FindOptions::default(), inner.model())
             })
             .map_err(error)?;
-        let (inner, selection) = selection;
-        let source = source_token(selection.source);
-        *inner.counts.lock().unwrap_or_else(|p| p.into_inner()).by_source.entry(source).or_default() += 1;
-        for warning in &selection.warnings {
-            inner.note(warning.to_string());
-        }
-        Ok(Plan { solution: selection.solution, source, inner: inner.clone() })
+        Ok(self.plan_of(selection))
     }
 
-    /// Selections made so far, by source (`find-db`, `find`, `model`, `rule`).
-    fn counts(&self) -> HashMap<String, u64> {
-        let counts = self.inner.counts.lock().unwrap_or_else(|p| p.into_inner());
-        counts.by_source.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    /// The find-db's choice for the problem `key`, built, or None when it holds none.
+    fn stored(&self, key: &str) -> PyResult<Option<Plan>> {
+        let p = ConvProblem::from_key(key).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let db = self.inner.db.lock().unwrap_or_else(|p| p.into_inner());
+        let found = stored(self.inner.rt.as_ref(), &db, &p).map_err(error)?;
+        drop(db);
+        Ok(found.map(|s| self.plan_of(s)))
     }
 
     /// Notes gathered since the last call, for the package to pass on as warnings.

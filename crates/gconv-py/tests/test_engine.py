@@ -75,8 +75,11 @@ print(e.plan(key, "find").source)
 
 def test_fast_mode_never_benchmarks(engine):
     key = gconv.problem_key("bwd-weight", "f32", False, 2, 8, 16, 2, (9, 9), (3, 3), (1, 1), (1, 1), (1, 1))
+    assert engine.stored(key) is None
     assert engine.plan(key, "fast").source in ("model", "rule")
-    assert "find" not in engine.counts()
+    assert engine.stored(key) is None, "nothing was benchmarked, so nothing was stored"
+    assert engine.plan(key, "find").source == "find"
+    assert engine.stored(key).source == "find-db"
 
 
 @pytest.mark.parametrize(

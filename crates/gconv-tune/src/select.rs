@@ -138,6 +138,11 @@ pub fn select(
     Ok(Selection { solution, source: Source::Find, origin, find: Some(ranking.rows), warnings })
 }
 
+/// The stored find result's choice, built; `None` when nothing usable is stored.
+pub fn stored(rt: &dyn Runtime, db: &Db, p: &ConvProblem) -> Result<Option<Selection>> {
+    from_find_db(rt, db, p, &mut Vec::new())
+}
+
 /// The best usable row of a stored find result. Rows naming unknown solvers, solvers that no
 /// longer apply, or configs their solver rejects are skipped, each with a warning; the
 /// warnings go with the selection made here or with the one made after.

@@ -54,7 +54,8 @@ fn tensor(p: &ConvProblem, uid: i64, outer: usize, channels: usize, sizes: [usiz
         .set_i64s(A::CUDNN_ATTR_TENSOR_DIMENSIONS, &dims)?
         .set_i64s(A::CUDNN_ATTR_TENSOR_STRIDES, &strides)?
         .set_i64s(A::CUDNN_ATTR_TENSOR_UNIQUE_ID, &[uid])?
-        // gconv's buffers are whole allocations, aligned far beyond 16 bytes.
+        // gconv's buffers are whole allocations, aligned far beyond 16 bytes; a caller's are
+        // checked to be 16-byte aligned (`CudaRuntime::run_on`).
         .set_i64s(A::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &[16])?
         .finalize()
 }

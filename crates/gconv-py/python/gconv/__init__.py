@@ -5,26 +5,37 @@ own CUDA kernels, cuDNN's engines, cuBLAS), selected once per shape and remember
     gconv.patch(model)            # every nn.Conv1d/2d/3d gconv can run
     gconv.tune(model, example)    # optional: select every layer's solvers ahead of training
 
-`gconv.conv1d/2d/3d` mirror `torch.nn.functional`, `gconv.nn` mirrors torch's modules. Without
-torch installed only the engine (`gconv._native`) and `gconv.problem_key` are available.
+`gconv.conv1d/2d/3d` mirror `torch.nn.functional`, `gconv.nn` mirrors torch's modules. The
+torch-facing parts load on first use, so the engine (`gconv.Engine`, `gconv.problem_key`)
+works without torch.
 """
+
+import importlib
 
 from ._key import problem_key
 from ._native import Engine, Error
 
-try:
-    import torch as _torch  # noqa: F401
-except ImportError:
-    _torch = None
+_FROM = {
+    "nn": None,
+    "functional": None,
+    "conv1d": "functional",
+    "conv2d": "functional",
+    "conv3d": "functional",
+    "patch": "_patch",
+    "PatchReport": "_patch",
+    "tune": "_tune",
+    "mode": "_engine",
+    "set_mode": "_engine",
+    "get_mode": "_engine",
+    "set_database": "_engine",
+    "stats": "_engine",
+}
 
-if _torch is not None:
-    from . import nn
-    from ._engine import get_mode, mode, set_database, set_mode, stats
-    from ._patch import PatchReport, patch
-    from ._tune import tune
-    from .functional import conv1d, conv2d, conv3d
+__all__ = ["Engine", "Error", "problem_key"] + list(_FROM)
 
-__all__ = [
-    "Engine", "Error", "problem_key", "nn", "conv1d", "conv2d", "conv3d", "patch", "PatchReport", "tune",
-    "mode", "set_mode", "get_mode", "set_database", "stats",
-]
+
+def __getattr__(name):
+    if name not in _FROM:
+        raise AttributeError(f"module 'gconv' has no attribute {name!r}")
+    module = importlib.import_module(f".{_FROM[name] or name}", __name__)
+    return module if _FROM[name] is None else getattr(module, name)

@@ -5,6 +5,9 @@ problem key and asks the engine, which answers from the databases, the learned m
 """
 
 import contextlib
+import json
+import subprocess
+import sys
 import threading
 import warnings
 
@@ -20,6 +23,8 @@ _engines = {}
 _plans = {}
 _lock = threading.Lock()
 _db_path = None
+_counts = {}
+_finders = {}
 
 
 def get_mode():
@@ -81,7 +86,7 @@ def engine(device):
 def stats():
     """Selections made in this process per device, by where the answer came from: `find-db`
     (stored), `find` (benchmarked now), `model` (learned pick) or `rule`."""
-    return {f"{kind}:{index}": e.counts() for (kind, index), e in _engines.items()}
+    return {device: dict(counts) for device, counts in _counts.items()}
 
 
 def _dtype_token(t):
@@ -110,18 +115,74 @@ def plan(direction, x_shape, w_shape, channels_last, t, stride, padding, dilatio
 def _select(cache_key, direction, dtype, channels_last, device, x_shape, w_shape, stride, padding, dilation, groups):
     key = problem_key(direction, dtype, channels_last, x_shape[0], x_shape[1], w_shape[0], groups, x_shape[2:], w_shape[2:], stride, padding, dilation)
     selecting = get_mode()
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        if selecting == "find":
-            raise _native.Error(
-                f"{key} is first seen while a CUDA graph is being captured, where gconv cannot benchmark: "
-                "run the model once before capturing (as torch.cuda.graph's warm-up does), or call gconv.tune first"
-            )
     e = engine(device)
-    found = e.plan(key, selecting)
+    if selecting == "find":
+        found, source = _find_apart(e, device, key)
+    else:
+        found = e.plan(key, selecting)
+        source = found.source
     for note in e.take_notes():
         warnings.warn(f"gconv: {note}", stacklevel=3)
+    counts = _counts.setdefault(f"{device.type}:{device.index or 0}", {})
+    counts[source] = counts.get(source, 0) + 1
     _plans[cache_key] = found
     return found
+
+
+def _find_apart(e, device, key):
+    """The stored choice, else a find in the worker process (`gconv._find`) whose ranking the
+    database then holds: a candidate that faults takes the worker down, not this process."""
+    stored = e.stored(key)
+    if stored is not None:
+        return stored, "find-db"
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise _native.Error(
+            f"{key} is first seen while a CUDA graph is being captured, where gconv cannot benchmark: "
+            "run the model once before capturing (as torch.cuda.graph's warm-up does), or call gconv.tune first"
+        )
+    answer = _finder(device).find(key)
+    for note in answer.get("notes", []):
+        warnings.warn(f"gconv: {note}", stacklevel=4)
+    found = e.stored(key) if answer["ok"] else None
+    if found is None:
+        warnings.warn(f"gconv: the find of {key} failed ({answer.get('error', 'nothing stored')}); using the learned pick", stacklevel=4)
+        found = e.plan(key, "fast")
+        return found, found.source
+    return found, "find"
+
+
+class _Finder:
+    """A find worker for one device, started on first use and kept for the process's life."""
+
+    def __init__(self, device):
+        self.args = [sys.executable, "-m", "gconv._find", device.type, str(device.index or 0), engine(device).db_path]
+        self.process = None
+
+    def find(self, key):
+        if self.process is None or self.process.poll() is not None:
+            self.process = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            self.process.stdin.write(key + "\n")
+            self.process.stdin.flush()
+            line = self.process.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        if line:
+            return json.loads(line)
+        status = self.process.wait()
+        return {"ok": False, "error": f"the find worker ended with status {status}: a candidate may have faulted"}
+
+
+def _finder(device):
+    key = (device.type, device.index or 0)
+    if key not in _finders:
+        _finders[key] = _Finder(device)
+    return _finders[key]
+
+
+def aligned(t):
+    """`t`, or a copy of it where its data is not 16-byte aligned (a view into a tensor)."""
+    return t if t.data_ptr() % 16 == 0 else t.clone(memory_format=torch.preserve_format)
 
 
 def run(found, x, w, y):

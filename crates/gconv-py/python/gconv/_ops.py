@@ -57,13 +57,16 @@ def _layout_of(t):
 
 
 def _packed(t, channels_last):
+    """`t` packed in the layout at a 16-byte aligned address, copied only where it is not."""
     if not channels_last:
-        return t.contiguous()
-    if t.dim() == 4:
-        return t.contiguous(memory_format=torch.channels_last)
-    if t.dim() == 5:
-        return t.contiguous(memory_format=torch.channels_last_3d)
-    return t.transpose(1, 2).contiguous().transpose(1, 2)
+        t = t.contiguous()
+    elif t.dim() == 4:
+        t = t.contiguous(memory_format=torch.channels_last)
+    elif t.dim() == 5:
+        t = t.contiguous(memory_format=torch.channels_last_3d)
+    elif not t.transpose(1, 2).is_contiguous():
+        t = t.transpose(1, 2).contiguous().transpose(1, 2)
+    return _engine.aligned(t)
 
 
 def _empty(size, like, channels_last):
