@@ -176,7 +176,7 @@ def main():
     if args.overhead:
         result["overhead_us"] = {"torch": overhead_us(F.conv2d), "gconv": overhead_us(gconv.conv2d)}
         print(json.dumps(result["overhead_us"]), flush=True)
-    for name in args.nets.split(","):
+    for name in filter(None, args.nets.split(",")):
         for side in ("torch", "gconv"):
             row = measure(name, side, args)
             result["rows"].append(row)

@@ -12,14 +12,30 @@ use gconv_heuristic::rank::ModelHeuristic;
 use gconv_tune::db::{default_cache_dir, default_user_path, Db};
 use gconv_tune::find::{FindOptions, TestBed};
 use gconv_tune::heuristic::Heuristic;
+use gconv_tune::TuneError;
 use gconv_tune::select::{select, stored, FindMode, Selection, Source};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 pyo3::create_exception!(_native, Error, PyRuntimeError, "A convolution gconv could not select or run.");
+pyo3::create_exception!(_native, DeviceLost, Error, "A kernel faulted: the GPU's context is unusable for the rest of the process.");
 
 fn error(e: impl std::fmt::Display) -> PyErr {
     Error::new_err(e.to_string())
+}
+
+fn core_error(e: GconvError) -> PyErr {
+    match e {
+        GconvError::DeviceLost(_) => DeviceLost::new_err(e.to_string()),
+        other => error(other),
+    }
+}
+
+fn tune_error(e: TuneError) -> PyErr {
+    match e {
+        TuneError::Gconv(e) => core_error(e),
+        other => error(other),
+    }
 }
 
 /// The token of where a selection came from, as the package reports it.
@@ -126,7 +142,7 @@ impl Engine {
                 let mut bed = TestBed::new(inner.rt.as_ref(), &p);
                 select(inner.rt.as_ref(), &mut db, &mut bed, &p, mode, &FindOptions::default(), inner.model())
             })
-            .map_err(error)?;
+            .map_err(tune_error)?;
         Ok(self.plan_of(selection))
     }
 
@@ -134,7 +150,7 @@ impl Engine {
     fn stored(&self, key: &str) -> PyResult<Option<Plan>> {
         let p = ConvProblem::from_key(key).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let db = self.inner.db.lock().unwrap_or_else(|p| p.into_inner());
-        let found = stored(self.inner.rt.as_ref(), &db, &p).map_err(error)?;
+        let found = stored(self.inner.rt.as_ref(), &db, &p).map_err(tune_error)?;
         drop(db);
         Ok(found.map(|s| self.plan_of(s)))
     }
@@ -189,7 +205,7 @@ impl Plan {
     fn run(&self, x: u64, w: u64, y: u64, workspace: u64, workspace_bytes: u64, stream: u64) -> PyResult<()> {
         let buffers = CallerBuffers { x, w, y, workspace, workspace_bytes, stream };
         // SAFETY: as the package promises above; the sizes are checked against the problem.
-        unsafe { self.inner.rt.run_on(&self.solution, &buffers) }.map_err(|e: GconvError| error(e))
+        unsafe { self.inner.rt.run_on(&self.solution, &buffers) }.map_err(core_error)
     }
 }
 
@@ -198,5 +214,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Engine>()?;
     m.add_class::<Plan>()?;
     m.add("Error", m.py().get_type::<Error>())?;
+    m.add("DeviceLost", m.py().get_type::<DeviceLost>())?;
     Ok(())
 }

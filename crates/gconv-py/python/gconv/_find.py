@@ -10,7 +10,7 @@ user's training process and its tensors.
 import json
 import sys
 
-from ._native import Engine
+from ._native import DeviceLost, Engine
 
 
 def main():
@@ -20,13 +20,19 @@ def main():
         key = line.strip()
         if not key:
             continue
+        lost = False
         try:
             plan = engine.plan(key, "find")
             answer = {"key": key, "ok": True, "solver": plan.solver, "config": plan.config, "source": plan.source}
+        except DeviceLost as e:
+            answer, lost = {"key": key, "ok": False, "error": f"a candidate faulted: {e}"}, True
         except Exception as e:  # every failure is the parent's to report
             answer = {"key": key, "ok": False, "error": f"{type(e).__name__}: {e}"}
         answer["notes"] = engine.take_notes()
         print(json.dumps(answer), flush=True)
+        if lost:
+            # Nothing more can run in this context: the parent starts a fresh worker.
+            sys.exit(3)
 
 
 if __name__ == "__main__":

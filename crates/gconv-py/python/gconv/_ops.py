@@ -69,6 +69,17 @@ def _packed(t, channels_last):
     return _engine.aligned(t)
 
 
+def _packed_strides(t, channels_last):
+    """Whether `t` is packed in the layout (then only its alignment is left to check)."""
+    if not channels_last:
+        return t.is_contiguous()
+    if t.dim() == 4:
+        return t.is_contiguous(memory_format=torch.channels_last)
+    if t.dim() == 5:
+        return t.is_contiguous(memory_format=torch.channels_last_3d)
+    return t.transpose(1, 2).is_contiguous()
+
+
 def _empty(size, like, channels_last):
     size = tuple(size)
     if not channels_last:

@@ -2,7 +2,7 @@
 
 import torch
 
-from . import _ops  # noqa: F401  (registers torch.ops.gconv)
+from . import _eager, _ops  # noqa: F401  (_ops registers torch.ops.gconv)
 
 
 def _per_dim(value, rank, name):
@@ -57,16 +57,28 @@ def _check(x, w, bias, rank, stride, padding, dilation, groups):
         raise ValueError(f"stride and dilation must be positive and padding non-negative, got {stride}, {dilation}, {padding}")
 
 
+def _normalized(rank, x, w, bias, stride, padding, dilation, groups):
+    stride = _per_dim(stride, rank, "stride")
+    dilation = _per_dim(dilation, rank, "dilation")
+    padding = _padding(padding, w, stride, dilation, rank)
+    _check(x, w, bias, rank, stride, padding, dilation, groups)
+    return stride, padding, dilation
+
+
 def _conv(rank, x, w, bias, stride, padding, dilation, groups):
     if torch.is_autocast_enabled(x.device.type):
         dtype = torch.get_autocast_dtype(x.device.type)
         x, w = x.to(dtype), w.to(dtype)
         bias = None if bias is None else bias.to(dtype)
-    stride = _per_dim(stride, rank, "stride")
-    dilation = _per_dim(dilation, rank, "dilation")
-    padding = _padding(padding, w, stride, dilation, rank)
-    _check(x, w, bias, rank, stride, padding, dilation, groups)
-    return torch.ops.gconv.conv(x, w, bias, stride, padding, dilation, groups)
+    if torch.compiler.is_compiling():
+        stride, padding, dilation = _normalized(rank, x, w, bias, stride, padding, dilation, groups)
+        return torch.ops.gconv.conv(x, w, bias, stride, padding, dilation, groups)
+
+    def make_spec():
+        geometry = _normalized(rank, x, w, bias, stride, padding, dilation, groups)
+        return _eager.Spec(rank, x, w, *geometry, groups)
+
+    return _eager.conv(x, w, bias, (rank, stride, padding, dilation, groups), make_spec)
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
