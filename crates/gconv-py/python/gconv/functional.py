@@ -57,7 +57,9 @@ def _check(x, w, bias, rank, stride, padding, dilation, groups):
         raise ValueError(f"stride and dilation must be positive and padding non-negative, got {stride}, {dilation}, {padding}")
 
 
-def _normalized(rank, x, w, bias, stride, padding, dilation, groups):
+def _normalized(args, x, w, bias):
+    """Checks a call's arguments; returns stride, padding and dilation per dimension."""
+    rank, stride, padding, dilation, groups = args
     stride = _per_dim(stride, rank, "stride")
     dilation = _per_dim(dilation, rank, "dilation")
     padding = _padding(padding, w, stride, dilation, rank)
@@ -66,19 +68,16 @@ def _normalized(rank, x, w, bias, stride, padding, dilation, groups):
 
 
 def _conv(rank, x, w, bias, stride, padding, dilation, groups):
-    if torch.is_autocast_enabled(x.device.type):
-        dtype = torch.get_autocast_dtype(x.device.type)
+    device_type = "cuda" if x.is_cuda else "cpu"
+    if torch.is_autocast_enabled(device_type):
+        dtype = torch.get_autocast_dtype(device_type)
         x, w = x.to(dtype), w.to(dtype)
         bias = None if bias is None else bias.to(dtype)
+    args = (rank, stride, padding, dilation, groups)
     if torch.compiler.is_compiling():
-        stride, padding, dilation = _normalized(rank, x, w, bias, stride, padding, dilation, groups)
+        stride, padding, dilation = _normalized(args, x, w, bias)
         return torch.ops.gconv.conv(x, w, bias, stride, padding, dilation, groups)
-
-    def make_spec():
-        geometry = _normalized(rank, x, w, bias, stride, padding, dilation, groups)
-        return _eager.Spec(rank, x, w, *geometry, groups)
-
-    return _eager.conv(x, w, bias, (rank, stride, padding, dilation, groups), make_spec)
+    return _eager.conv(x, w, bias, args, _normalized)
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
