@@ -118,24 +118,26 @@ def _conv(x, w, bias, stride, padding, dilation, groups):
     return y
 
 
+def _gradient(direction, lead, other, out_size, stride, padding, dilation, groups):
+    """dx from (dy, w) or dw from (x, dy): `lead`, the first, decides the layout."""
+    channels_last = _layout_of(lead)
+    lead, other = _packed(lead, channels_last), _packed(other, channels_last)
+    out = _empty(out_size, lead, channels_last)
+    if direction == "bwd-data":
+        x_size, w_size, tensors = out_size, other.shape, (out, other, lead)
+    else:
+        x_size, w_size, tensors = lead.shape, out_size, (lead, out, other)
+    found = _engine.plan(direction, tuple(x_size), tuple(w_size), channels_last, lead, tuple(stride), tuple(padding), tuple(dilation), groups)
+    _engine.run(found, *tensors)
+    return out
+
+
 def _conv_backward_data(dy, w, x_size, stride, padding, dilation, groups):
-    channels_last = _layout_of(dy)
-    dy = _packed(dy, channels_last)
-    w = _packed(w, channels_last)
-    dx = _empty(x_size, dy, channels_last)
-    found = _engine.plan("bwd-data", tuple(x_size), tuple(w.shape), channels_last, dy, tuple(stride), tuple(padding), tuple(dilation), groups)
-    _engine.run(found, dx, w, dy)
-    return dx
+    return _gradient("bwd-data", dy, w, x_size, stride, padding, dilation, groups)
 
 
 def _conv_backward_weight(x, dy, w_size, stride, padding, dilation, groups):
-    channels_last = _layout_of(x)
-    x = _packed(x, channels_last)
-    dy = _packed(dy, channels_last)
-    dw = _empty(w_size, x, channels_last)
-    found = _engine.plan("bwd-weight", tuple(x.shape), tuple(w_size), channels_last, x, tuple(stride), tuple(padding), tuple(dilation), groups)
-    _engine.run(found, x, dw, dy)
-    return dw
+    return _gradient("bwd-weight", x, dy, w_size, stride, padding, dilation, groups)
 
 
 def _conv_backward_bias(dy):
