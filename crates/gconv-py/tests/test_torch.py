@@ -27,6 +27,13 @@ def private_database(tmp_path_factory):
     gconv.set_database(tmp_path_factory.mktemp("db") / "user.db")
 
 
+@pytest.fixture(autouse=True)
+def tf32_as_it_was():
+    before = torch.backends.cudnn.allow_tf32
+    yield
+    torch.backends.cudnn.allow_tf32 = before
+
+
 def check_problem(p, device, seed):
     torch.backends.cudnn.allow_tf32 = p.dtype == "tf32"
     x, w, dy = tensors(p, device, seed)
@@ -227,3 +234,27 @@ def test_a_shape_first_seen_in_capture_is_a_clear_error():
     with pytest.raises(gconv.Error, match="first seen while a CUDA graph is being captured"):
         with torch.cuda.graph(graph):
             gconv.conv2d(x, w)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_mixed_layouts_and_unaligned_views(device):
+    """A channels-last input with a contiguous weight (a model not converted), an incoming
+    gradient in the other layout, and a view that starts 4 bytes into its storage."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 8, 10, 10, device=device).to(memory_format=torch.channels_last).requires_grad_()
+    w = torch.randn(16, 4, 3, 3, device=device, requires_grad=True)
+    y = gconv.conv2d(x, w, padding=1, groups=2)
+    dy = torch.randn(y.shape, device=device)  # channels-first, unlike y
+    y.backward(dy)
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    y64 = F.conv2d(x64, w64, padding=1, groups=2)
+    y64.backward(dy.double())
+    tolerance = dict(rtol=1e-4, atol=1e-4) if device == "cpu" else dict(rtol=2e-2, atol=2e-2)  # TF32 on the GPU
+    torch.testing.assert_close(y.double(), y64, **tolerance)
+    torch.testing.assert_close(x.grad.double(), x64.grad, **tolerance)
+    torch.testing.assert_close(w.grad.double(), w64.grad, **tolerance)
+    storage = torch.randn(1 + 2 * 8 * 6 * 6, device=device)
+    view = storage[1:].view(2, 8, 6, 6)
+    assert view.data_ptr() % 16 != 0
+    weight = torch.randn(8, 8, 1, 1, device=device)
+    torch.testing.assert_close(gconv.conv2d(view, weight), F.conv2d(view, weight), **tolerance)

@@ -64,7 +64,7 @@ def train(model, train_set, test_set):
 @pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
 def test_digits_train_the_same_with_gconv(device, tmp_path):
     gconv.set_database(tmp_path / "user.db")
-    torch.backends.cudnn.allow_tf32 = False
+    before, torch.backends.cudnn.allow_tf32 = torch.backends.cudnn.allow_tf32, False
     train_set, test_set = digits(device)
     reference = network().to(device)
     patched = copy.deepcopy(reference)
@@ -78,3 +78,4 @@ def test_digits_train_the_same_with_gconv(device, tmp_path):
     for epoch, (a, b) in enumerate(zip(torch_losses, gconv_losses)):
         assert abs(a - b) <= 0.05 * max(a, b) + 0.01, f"epoch {epoch}: loss {b:.4f} with gconv against {a:.4f}"
     assert abs(torch_accuracy - gconv_accuracy) <= 1.0
+    torch.backends.cudnn.allow_tf32 = before

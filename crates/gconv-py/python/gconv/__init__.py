@@ -38,4 +38,7 @@ def __getattr__(name):
     if name not in _FROM:
         raise AttributeError(f"module 'gconv' has no attribute {name!r}")
     module = importlib.import_module(f".{_FROM[name] or name}", __name__)
-    return module if _FROM[name] is None else getattr(module, name)
+    value = module if _FROM[name] is None else getattr(module, name)
+    # Kept, so later lookups (one per convolution call) do not come back here.
+    globals()[name] = value
+    return value

@@ -18,20 +18,22 @@ def _no_stream():
 
 
 class Spec:
-    """One call signature's fixed facts."""
+    """One call signature's fixed facts, and its plans once selected."""
 
     __slots__ = (
         "rank", "stride", "padding", "dilation", "groups", "channels_last", "x_size", "w_size", "y_size",
-        "x_packed", "w_packed", "bias_view", "device", "stream", "plans", "forward",
+        "x_strides", "w_strides", "y_strides", "dtype", "x_packed", "w_packed", "bias_view", "device", "stream", "plans",
     )
 
     def __init__(self, rank, x, w, stride, padding, dilation, groups):
         self.rank, self.stride, self.padding, self.dilation, self.groups = rank, stride, padding, dilation, groups
-        self.channels_last = _ops._layout_of(x)
+        self.channels_last = cl = _ops._layout_of(x)
         self.x_size, self.w_size = tuple(x.shape), tuple(w.shape)
         self.y_size = tuple(_ops.output_size(x.shape, w.shape, stride, padding, dilation))
-        self.x_packed = _ops._packed_strides(x, self.channels_last)
-        self.w_packed = _ops._packed_strides(w, self.channels_last)
+        self.x_strides, self.w_strides, self.y_strides = (_ops._empty(size, x, cl).stride() for size in (self.x_size, self.w_size, self.y_size))
+        self.dtype = x.dtype
+        self.x_packed = _ops._packed_strides(x, cl)
+        self.w_packed = _ops._packed_strides(w, cl)
         self.bias_view = (1, -1) + (1,) * rank
         self.device = x.device
         if x.is_cuda:
@@ -40,12 +42,24 @@ class Spec:
         else:
             self.stream = _no_stream
         self.plans = {}
-        self.forward = None
 
-    def forward_plan(self, x):
-        if self.forward is None:
-            self.forward = _engine.plan("fwd", self.x_size, self.w_size, self.channels_last, x, self.stride, self.padding, self.dilation, self.groups)
-        return self.forward
+    def plan(self, direction, like):
+        found = self.plans.get(direction)
+        if found is None:
+            found = _engine.plan(direction, self.x_size, self.w_size, self.channels_last, like, self.stride, self.padding, self.dilation, self.groups)
+            self.plans[direction] = found
+        return found
+
+    def empty(self, size, strides):
+        return torch.empty_strided(size, strides, dtype=self.dtype, device=self.device)
+
+    def launch(self, found, x_address, w_address, y_address):
+        workspace_bytes = found.workspace_bytes
+        if workspace_bytes:
+            workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=self.device)
+            found.run(x_address, w_address, y_address, workspace.data_ptr(), workspace_bytes, self.stream())
+        else:
+            found.run(x_address, w_address, y_address, 0, 0, self.stream())
 
 
 def signature(x, w, bias, args):
@@ -71,23 +85,23 @@ def conv(x, w, bias, args, normalize):
     return forward(x, w, bias, spec)
 
 
+def _ready(t, packed, channels_last):
+    """`t` and its address, copied first where it is not packed in the layout or aligned. The
+    caller holds the tensor returned until the launch is enqueued: a copy dropped earlier goes
+    back to torch's allocator, which may hand its memory to the next allocation."""
+    address = t.data_ptr()
+    if packed and address % 16 == 0:
+        return t, address
+    t = _ops._packed(t, channels_last)
+    return t, t.data_ptr()
+
+
 def forward(x, w, bias, spec):
-    found = spec.forward or spec.forward_plan(x)
-    x_address = x.data_ptr()
-    if not spec.x_packed or x_address % 16:
-        x = _ops._packed(x, spec.channels_last)
-        x_address = x.data_ptr()
-    w_address = w.data_ptr()
-    if not spec.w_packed or w_address % 16:
-        w = _ops._packed(w, spec.channels_last)
-        w_address = w.data_ptr()
-    y = _ops._empty(spec.y_size, x, spec.channels_last)
-    workspace_bytes = found.workspace_bytes
-    if workspace_bytes:
-        workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=spec.device)
-        found.run(x_address, w_address, y.data_ptr(), workspace.data_ptr(), workspace_bytes, spec.stream())
-    else:
-        found.run(x_address, w_address, y.data_ptr(), 0, 0, spec.stream())
+    found = spec.plan("fwd", x)
+    x, x_address = _ready(x, spec.x_packed, spec.channels_last)
+    w, w_address = _ready(w, spec.w_packed, spec.channels_last)
+    y = spec.empty(spec.y_size, spec.y_strides)
+    spec.launch(found, x_address, w_address, y.data_ptr())
     if bias is not None:
         y.add_(bias.view(spec.bias_view))
     return y
@@ -104,8 +118,18 @@ class _Conv(torch.autograd.Function):
     def backward(ctx, dy):
         x, w = ctx.saved_tensors
         s = ctx.spec
-        geometry = (s.stride, s.padding, s.dilation, s.groups)
-        dx = _ops._conv_backward_data(dy, w, s.x_size, *geometry) if ctx.needs_input_grad[0] else None
-        dw = _ops._conv_backward_weight(x, dy, s.w_size, *geometry) if ctx.needs_input_grad[1] else None
-        db = _ops._conv_backward_bias(dy) if ctx.needs_input_grad[2] else None
+        dy, dy_address = _ready(dy, dy.stride() == s.y_strides, s.channels_last)
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            found = s.plan("bwd-data", dy)
+            w, w_address = _ready(w, s.w_packed, s.channels_last)
+            dx = s.empty(s.x_size, s.x_strides)
+            s.launch(found, dx.data_ptr(), w_address, dy_address)
+        if ctx.needs_input_grad[1]:
+            found = s.plan("bwd-weight", dy)
+            x, x_address = _ready(x, s.x_packed, s.channels_last)
+            dw = s.empty(s.w_size, s.w_strides)
+            s.launch(found, x_address, dw.data_ptr(), dy_address)
+        if ctx.needs_input_grad[2]:
+            db = _ops._conv_backward_bias(dy)
         return dx, dw, db, None
