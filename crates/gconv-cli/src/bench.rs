@@ -13,10 +13,10 @@ use anyhow::Context;
 use gconv_core::{ConvProblem, DataType, Direction, Runtime, SolverKind};
 use gconv_tune::db::{Db, Warning};
 use gconv_tune::find::{find_reusing, measure, FindOptions, Ranked, TestBed};
+use gconv_tune::heuristic::Heuristic;
 use gconv_tune::measure::{evaluate, Sampling};
 use gconv_tune::outcome::Outcome;
 use gconv_tune::select::{select, FindMode};
-use gconv_tune::heuristic::Heuristic;
 
 pub struct BenchOptions<'m> {
     pub mode: FindMode,
@@ -66,7 +66,13 @@ fn geomean(values: &[f64]) -> Option<f64> {
     (!values.is_empty()).then(|| (values.iter().map(|v| v.ln()).sum::<f64>() / values.len() as f64).exp())
 }
 
-pub fn bench(rt: &dyn Runtime, device_line: &str, db: &mut Db, problems: Vec<ConvProblem>, opts: &BenchOptions<'_>) -> anyhow::Result<ExitCode> {
+pub fn bench(
+    rt: &dyn Runtime,
+    device_line: &str,
+    db: &mut Db,
+    problems: Vec<ConvProblem>,
+    opts: &BenchOptions<'_>,
+) -> anyhow::Result<ExitCode> {
     if let Some(p) = problems.first() {
         if rt.yardstick(p)?.is_none() {
             anyhow::bail!("bench compares gconv with a vendor library, and the device ({device_line}) has none");
@@ -76,11 +82,20 @@ pub fn bench(rt: &dyn Runtime, device_line: &str, db: &mut Db, problems: Vec<Con
     let mut failures = 0;
     let mut csv = opts.csv.as_deref().map(CsvOut::create).transpose()?;
     println!("device:    {device_line}");
-    println!("timing:    GPU time per call, median of {} samples of back-to-back calls, {}\n", opts.find.samples, opts.find.timing.label());
+    println!(
+        "timing:    GPU time per call, median of {} samples of back-to-back calls, {}\n",
+        opts.find.samples,
+        opts.find.timing.label()
+    );
     let mut peaks_shown = Vec::new();
     for p in &problems {
         if let (false, Some(peaks)) = (peaks_shown.contains(&p.dtype), rt.peaks(p.dtype)?) {
-            println!("peaks:     {}: {:.1} TFLOP/s (cuBLAS GEMM), {:.0} GB/s (copy)\n", p.dtype, peaks.flops_per_s / 1e12, peaks.bytes_per_s / 1e9);
+            println!(
+                "peaks:     {}: {:.1} TFLOP/s (cuBLAS GEMM), {:.0} GB/s (copy)\n",
+                p.dtype,
+                peaks.flops_per_s / 1e12,
+                peaks.bytes_per_s / 1e9
+            );
             peaks_shown.push(p.dtype);
         }
         match bench_one(rt, db, p, opts) {
@@ -113,7 +128,12 @@ fn label(r: &Ranked) -> String {
 }
 
 /// One problem's row, and the stored records its pick and find could not use.
-fn bench_one(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &BenchOptions<'_>) -> anyhow::Result<(Row, Vec<Warning>)> {
+fn bench_one(
+    rt: &dyn Runtime,
+    db: &mut Db,
+    p: &ConvProblem,
+    opts: &BenchOptions<'_>,
+) -> anyhow::Result<(Row, Vec<Warning>)> {
     let mut bed = TestBed::new(rt, p);
     let selection = select(rt, db, &mut bed, p, opts.mode, &opts.find, opts.model)?;
     // Every candidate, what the pick's find measured already taken as it is.
@@ -123,7 +143,8 @@ fn bench_one(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &BenchOptions
     warnings.append(&mut ranking.warnings);
     let ranking = ranking.rows;
     let timed = |r: &&Ranked| r.outcome.timed_ms().is_some();
-    let row_of = |solver: &str, config: &gconv_core::Config| ranking.iter().find(|r| r.solver == solver && r.config == *config);
+    let row_of =
+        |solver: &str, config: &gconv_core::Config| ranking.iter().find(|r| r.solver == solver && r.config == *config);
     let measured = |r: &Ranked| r.outcome.timed_ms().map(|ms| (label(r), ms));
 
     let chosen = &selection.solution;
@@ -140,10 +161,12 @@ fn bench_one(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &BenchOptions
         Some(y) => {
             // The library's own lists as it runs them: cuDNN does not verify, so a config
             // gconv's verification rejects is timed too, and says so.
-            let rows = |configs: &[gconv_core::Config]| configs.iter().filter_map(|c| row_of(y.solver, c)).collect::<Vec<_>>();
+            let rows =
+                |configs: &[gconv_core::Config]| configs.iter().filter_map(|c| row_of(y.solver, c)).collect::<Vec<_>>();
             let heuristic = fastest_in_full(rt, &mut bed, &rows(std::slice::from_ref(&y.heuristic)), false, opts)?;
             let found = fastest_in_full(rt, &mut bed, &rows(&y.find), false, opts)?;
-            let why_not = row_of(y.solver, &y.heuristic).map_or("not listed by find".to_string(), |r| r.outcome.status());
+            let why_not =
+                row_of(y.solver, &y.heuristic).map_or("not listed by find".to_string(), |r| r.outcome.status());
             (heuristic.ok_or(why_not), found.ok_or_else(|| "none of its configs ran".to_string()))
         }
     };
@@ -170,16 +193,27 @@ fn bench_one(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &BenchOptions
 /// box relative to the best of these rows so far. `verified`: a config that fails gconv's
 /// verification is left out (own kernels); otherwise it is timed and labelled (a vendor's
 /// list, which the vendor does not verify). Rows not run or failed are left out.
-fn fastest_in_full(rt: &dyn Runtime, bed: &mut TestBed<'_>, rows: &[&Ranked], verified: bool, opts: &BenchOptions<'_>) -> anyhow::Result<Option<Measured>> {
+fn fastest_in_full(
+    rt: &dyn Runtime,
+    bed: &mut TestBed<'_>,
+    rows: &[&Ranked],
+    verified: bool,
+    opts: &BenchOptions<'_>,
+) -> anyhow::Result<Option<Measured>> {
     let mut order: Vec<&Ranked> = rows.to_vec();
-    order.sort_by(|a, b| a.outcome.any_ms().unwrap_or(f64::INFINITY).total_cmp(&b.outcome.any_ms().unwrap_or(f64::INFINITY)));
+    order.sort_by(|a, b| {
+        a.outcome.any_ms().unwrap_or(f64::INFINITY).total_cmp(&b.outcome.any_ms().unwrap_or(f64::INFINITY))
+    });
     let mut fastest: Option<Measured> = None;
     for r in order {
         let measured = match &r.outcome {
             Outcome::Timed(t) => Some((label(r), t.ms)),
-            Outcome::TimeBoxed(_) => time_in_full(rt, bed, r, verified, fastest.as_ref().map(|f| f.1), opts)?.map(|ms| (label(r), ms)),
+            Outcome::TimeBoxed(_) => {
+                time_in_full(rt, bed, r, verified, fastest.as_ref().map(|f| f.1), opts)?.map(|ms| (label(r), ms))
+            }
             Outcome::WrongResult(_) if !verified => {
-                time_in_full(rt, bed, r, false, fastest.as_ref().map(|f| f.1), opts)?.map(|ms| (format!("{} (fails gconv's verification)", label(r)), ms))
+                time_in_full(rt, bed, r, false, fastest.as_ref().map(|f| f.1), opts)?
+                    .map(|ms| (format!("{} (fails gconv's verification)", label(r)), ms))
             }
             _ => None,
         };
@@ -192,14 +226,23 @@ fn fastest_in_full(rt: &dyn Runtime, bed: &mut TestBed<'_>, rows: &[&Ranked], ve
 
 /// A find row's time per call in full (verified when `verified`), or None where it fails, is
 /// over the time box or fails verification; only a lost device is an error.
-fn time_in_full(rt: &dyn Runtime, bed: &mut TestBed<'_>, r: &Ranked, verified: bool, best_ms: Option<f64>, opts: &BenchOptions<'_>) -> anyhow::Result<Option<f64>> {
+fn time_in_full(
+    rt: &dyn Runtime,
+    bed: &mut TestBed<'_>,
+    r: &Ranked,
+    verified: bool,
+    best_ms: Option<f64>,
+    opts: &BenchOptions<'_>,
+) -> anyhow::Result<Option<f64>> {
     let (outcome, _) = measure(rt, bed, rt.solver(r.solver)?, &r.config, &opts.find, best_ms, verified)?;
     Ok(outcome.timed_ms())
 }
 
 fn print_row(r: &Row) {
     let show = |m: &Option<Measured>| m.as_ref().map_or("none ran".into(), |(what, ms)| format!("{ms:.4} ms ({what})"));
-    let shown = |m: &Result<Measured, String>| m.as_ref().map_or_else(|e| format!("failed ({e})"), |(what, ms)| format!("{ms:.4} ms ({what})"));
+    let shown = |m: &Result<Measured, String>| {
+        m.as_ref().map_or_else(|e| format!("failed ({e})"), |(what, ms)| format!("{ms:.4} ms ({what})"))
+    };
     println!("{}", r.key);
     println!("  gconv pick {:.4} ms ({}); best {}; own {}", r.pick.1, r.pick.0, show(&r.best), show(&r.own));
     let torch = r.torch_ms.map_or(String::new(), |t| format!("; PyTorch {t:.4} ms"));
@@ -216,7 +259,9 @@ pub fn read_torch_csv(path: &Path) -> anyhow::Result<HashMap<String, f64>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().context("empty PyTorch CSV")?.split(',').collect();
-    let column = |name: &str| header.iter().position(|h| *h == name).with_context(|| format!("{}: no `{name}` column", path.display()));
+    let column = |name: &str| {
+        header.iter().position(|h| *h == name).with_context(|| format!("{}: no `{name}` column", path.display()))
+    };
     let (key, ms) = (column("key")?, column("torch_ms")?);
     let mut times = HashMap::new();
     for (i, line) in lines.enumerate().filter(|(_, l)| !l.trim().is_empty()) {
@@ -263,7 +308,9 @@ impl CsvOut {
     }
 
     fn line(&mut self, text: &str) -> anyhow::Result<()> {
-        writeln!(self.file, "{text}").and_then(|_| self.file.flush()).with_context(|| format!("cannot write {}", self.path.display()))
+        writeln!(self.file, "{text}")
+            .and_then(|_| self.file.flush())
+            .with_context(|| format!("cannot write {}", self.path.display()))
     }
 }
 
@@ -274,7 +321,8 @@ pub fn summarize_csv(paths: &[PathBuf]) -> anyhow::Result<ExitCode> {
     for path in paths {
         let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
         let mut lines = text.lines();
-        let header: Vec<&str> = lines.next().with_context(|| format!("{}: empty", path.display()))?.split(',').collect();
+        let header: Vec<&str> =
+            lines.next().with_context(|| format!("{}: empty", path.display()))?.split(',').collect();
         for (i, line) in lines.enumerate().filter(|(_, l)| !l.trim().is_empty()) {
             let row = row_from_csv(&header, line).with_context(|| format!("{}:{}", path.display(), i + 2))?;
             torch |= row.torch_ms.is_some();
@@ -289,9 +337,14 @@ pub fn summarize_csv(paths: &[PathBuf]) -> anyhow::Result<ExitCode> {
 fn row_from_csv(header: &[&str], line: &str) -> anyhow::Result<Row> {
     let fields: Vec<&str> = line.split(',').collect();
     anyhow::ensure!(fields.len() == header.len(), "{} fields where the header has {}", fields.len(), header.len());
-    let get = |name: &str| header.iter().position(|h| *h == name).map(|i| fields[i]).with_context(|| format!("no `{name}` column"));
-    let ms = |name: &str| -> anyhow::Result<Option<f64>> { Ok(get(name)?.parse::<f64>().ok().filter(|v| v.is_finite())) };
-    let measured = |what: &str, time: &str| -> anyhow::Result<Option<Measured>> { Ok(ms(time)?.map(|t| (get(what).unwrap_or_default().to_string(), t))) };
+    let get = |name: &str| {
+        header.iter().position(|h| *h == name).map(|i| fields[i]).with_context(|| format!("no `{name}` column"))
+    };
+    let ms =
+        |name: &str| -> anyhow::Result<Option<f64>> { Ok(get(name)?.parse::<f64>().ok().filter(|v| v.is_finite())) };
+    let measured = |what: &str, time: &str| -> anyhow::Result<Option<Measured>> {
+        Ok(ms(time)?.map(|t| (get(what).unwrap_or_default().to_string(), t)))
+    };
     let class = match get("class")? {
         "dense" => "dense",
         "grouped" => "grouped",
@@ -322,11 +375,18 @@ const AGREEMENT: (f64, f64) = (0.75, 1.33);
 fn ratios(name: &str, ratios: &[f64]) -> String {
     let worst = ratios.iter().cloned().fold(f64::INFINITY, f64::min);
     let below = |t: f64| ratios.iter().filter(|&&r| r < t).count();
-    format!("{name} {:.2}x (worst {worst:.2}x, {} <0.5x, {} <0.9x)", geomean(ratios).unwrap_or(f64::NAN), below(0.5), below(0.9))
+    format!(
+        "{name} {:.2}x (worst {worst:.2}x, {} <0.5x, {} <0.9x)",
+        geomean(ratios).unwrap_or(f64::NAN),
+        below(0.5),
+        below(0.9)
+    )
 }
 
 fn summarize(rows: &[Row], torch: bool) {
-    println!("\nsummary: geomean speed against cuDNN find (>1: faster than cuDNN), per dtype and group; roofline fractions");
+    println!(
+        "\nsummary: geomean speed against cuDNN find (>1: faster than cuDNN), per dtype and group; roofline fractions"
+    );
     let mut groups: BTreeMap<String, Vec<&Row>> = BTreeMap::new();
     for r in rows {
         groups.entry(format!("{} {}", r.dtype, r.direction)).or_default().push(r);
@@ -335,7 +395,9 @@ fn summarize(rows: &[Row], torch: bool) {
     }
     for (name, members) in groups {
         let with_find: Vec<&&Row> = members.iter().filter(|r| r.find_ms().is_some()).collect();
-        let against = |ms: &dyn Fn(&Row) -> Option<f64>| -> Vec<f64> { with_find.iter().filter_map(|r| Some(r.find_ms()? / ms(r)?)).collect() };
+        let against = |ms: &dyn Fn(&Row) -> Option<f64>| -> Vec<f64> {
+            with_find.iter().filter_map(|r| Some(r.find_ms()? / ms(r)?)).collect()
+        };
         let pick = against(&|r| Some(r.pick.1));
         let best = against(&|r| r.best.as_ref().map(|m| m.1));
         let own = against(&|r| r.own.as_ref().map(|m| m.1));
@@ -360,7 +422,8 @@ fn summarize(rows: &[Row], torch: bool) {
             let ratio: Vec<f64> = agree.iter().map(|(f, t)| f / t).collect();
             let large = agree.iter().filter(|(f, _)| *f > AGREEMENT_MIN_MS);
             let outside = large.clone().filter(|(f, t)| !(AGREEMENT.0..=AGREEMENT.1).contains(&(f / t))).count();
-            let best_vs_torch: Vec<f64> = members.iter().filter_map(|r| Some(r.torch_ms? / r.best.as_ref()?.1)).collect();
+            let best_vs_torch: Vec<f64> =
+                members.iter().filter_map(|r| Some(r.torch_ms? / r.best.as_ref()?.1)).collect();
             println!(
                 "      PyTorch ({} layers): cuDNN find / PyTorch {:.3} geomean, {outside} of {} layers over {} us outside {}-{}; gconv best {:.2}x PyTorch",
                 agree.len(),

@@ -87,7 +87,13 @@ pub struct DriverArgs {
 
 /// A driver line as it appears in a batch file, after its command word.
 #[derive(Debug, Parser)]
-#[command(name = "line", no_binary_name = true, allow_negative_numbers = true, args_override_self = true, disable_help_flag = true)]
+#[command(
+    name = "line",
+    no_binary_name = true,
+    allow_negative_numbers = true,
+    args_override_self = true,
+    disable_help_flag = true
+)]
 pub struct DriverLine {
     #[command(flatten)]
     pub driver: DriverArgs,
@@ -124,7 +130,10 @@ impl DriverArgs {
             return Err(format!("mode `{}` is not supported: only `conv` (transposed convolution is not)", self.mode));
         }
         if self.forw > 7 {
-            return Err(format!("-F {} is not a direction set: use 0 (all), 1 fwd, 2 bwd-data, 4 bwd-weight or a sum", self.forw));
+            return Err(format!(
+                "-F {} is not a direction set: use 0 (all), 1 fwd, 2 bwd-data, 4 bwd-weight or a sum",
+                self.forw
+            ));
         }
         let rank = match self.spatial_dim {
             1..=3 => self.spatial_dim as usize,
@@ -132,9 +141,27 @@ impl DriverArgs {
         };
         let layout = self.layout(rank)?;
         let all = [
-            SpatialDim { input: self.in_d, filter: self.fil_d, stride: self.conv_stride_d, pad: self.pad_d, dilation: self.dilation_d },
-            SpatialDim { input: self.in_h, filter: self.fil_h, stride: self.conv_stride_h, pad: self.pad_h, dilation: self.dilation_h },
-            SpatialDim { input: self.in_w, filter: self.fil_w, stride: self.conv_stride_w, pad: self.pad_w, dilation: self.dilation_w },
+            SpatialDim {
+                input: self.in_d,
+                filter: self.fil_d,
+                stride: self.conv_stride_d,
+                pad: self.pad_d,
+                dilation: self.dilation_d,
+            },
+            SpatialDim {
+                input: self.in_h,
+                filter: self.fil_h,
+                stride: self.conv_stride_h,
+                pad: self.pad_h,
+                dilation: self.dilation_h,
+            },
+            SpatialDim {
+                input: self.in_w,
+                filter: self.fil_w,
+                stride: self.conv_stride_w,
+                pad: self.pad_w,
+                dilation: self.dilation_w,
+            },
         ];
         let base = ConvProblem {
             direction: Direction::Forward,
@@ -191,7 +218,14 @@ pub fn command_dtype(word: &str) -> Option<DataType> {
 impl RunArgs {
     /// These settings as flags, so that a batch line's own flags can override them.
     fn as_flags(&self) -> Vec<String> {
-        let mut flags = vec!["-V".into(), self.verify.to_string(), "-t".into(), self.time.to_string(), "-i".into(), self.iter.to_string()];
+        let mut flags = vec![
+            "-V".into(),
+            self.verify.to_string(),
+            "-t".into(),
+            self.time.to_string(),
+            "-i".into(),
+            self.iter.to_string(),
+        ];
         if let Some(s) = &self.solution {
             flags.extend(["-S".into(), s.clone()]);
         }
@@ -258,7 +292,8 @@ pub fn jobs_from_file(path: &std::path::Path, default_dtype: DataType, defaults:
             let job = if line.starts_with("v1:") {
                 ConvProblem::from_key(line).map(|p| (vec![p], defaults.clone())).map_err(|e| e.to_string())
             } else {
-                parse_line(line, default_dtype, defaults).and_then(|(dtype, parsed)| parsed.driver.problems(dtype).map(|p| (p, parsed.run)))
+                parse_line(line, default_dtype, defaults)
+                    .and_then(|(dtype, parsed)| parsed.driver.problems(dtype).map(|p| (p, parsed.run)))
             };
             (format!("{}:{number}", path.display()), job)
         })
@@ -293,7 +328,10 @@ mod tests {
         assert_eq!(full.len(), 1);
         assert_eq!(full[0].key(), "v1:fwd:bf16:NCHW:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1");
         let bare = parse("-n 2 -c 4 -H 5 -W 5 -k 4 -F 6").unwrap();
-        assert_eq!(bare.iter().map(|p| p.direction).collect::<Vec<_>>(), [Direction::BackwardData, Direction::BackwardWeight]);
+        assert_eq!(
+            bare.iter().map(|p| p.direction).collect::<Vec<_>>(),
+            [Direction::BackwardData, Direction::BackwardWeight]
+        );
         assert_eq!(bare[0].dtype, DataType::F32);
     }
 

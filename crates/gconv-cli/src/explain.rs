@@ -33,7 +33,12 @@ pub fn explain(rt: &dyn Runtime, p: &ConvProblem, every_config: bool) {
         for solver in rt.solvers().into_iter().filter(|s| s.applicable(p).is_ok()) {
             for config in solver.configs(p) {
                 let note = solver.describe_config(p, &config).unwrap_or_default();
-                println!("  {:<20} {:<40} {:>14}  {note}", solver.id(), config.to_string(), solver.workspace_bytes(p, &config));
+                println!(
+                    "  {:<20} {:<40} {:>14}  {note}",
+                    solver.id(),
+                    config.to_string(),
+                    solver.workspace_bytes(p, &config)
+                );
             }
         }
     }

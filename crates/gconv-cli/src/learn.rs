@@ -58,7 +58,8 @@ pub fn problems(opts: &ProblemsOptions) -> anyhow::Result<ExitCode> {
             opts.count, opts.seed, opts.limits.max_gflop, opts.valid_percent
         )
     };
-    let (valid, train): (Vec<&ConvProblem>, Vec<&ConvProblem>) = all.iter().partition(|p| is_validation(p, opts.valid_percent));
+    let (valid, train): (Vec<&ConvProblem>, Vec<&ConvProblem>) =
+        all.iter().partition(|p| is_validation(p, opts.valid_percent));
     for (path, set, what) in [(&opts.train_out, &train, "training"), (&opts.valid_out, &valid, "validation")] {
         let body: String = set.iter().map(|p| driver_line(p) + "\n").collect();
         std::fs::write(path, header(what) + &body).with_context(|| format!("cannot write {}", path.display()))?;
@@ -84,7 +85,11 @@ pub fn train_models(rt: &dyn Runtime, args: &TrainArgs) -> anyhow::Result<ExitCo
         let mut known: Vec<PathBuf> = Vec::new();
         for source in earlier.models.iter().flat_map(|m| &m.manifest.sources) {
             let path = PathBuf::from(source);
-            anyhow::ensure!(path.exists(), "{} was trained on {source}, which is no longer there: retrain from the sweep CSVs instead", dir.display());
+            anyhow::ensure!(
+                path.exists(),
+                "{} was trained on {source}, which is no longer there: retrain from the sweep CSVs instead",
+                dir.display()
+            );
             if !known.contains(&path) {
                 known.push(path);
             }
@@ -99,7 +104,11 @@ pub fn train_models(rt: &dyn Runtime, args: &TrainArgs) -> anyhow::Result<ExitCo
         (Some(d), _) => d.clone(),
         (None, 1) => devices.into_iter().next().expect("one device"),
         (None, 0) => anyhow::bail!("the CSVs hold no timed row"),
-        (None, _) => anyhow::bail!("the CSVs hold rows of {} devices; choose one with --device:\n  {}", devices.len(), devices.into_iter().collect::<Vec<_>>().join("\n  ")),
+        (None, _) => anyhow::bail!(
+            "the CSVs hold rows of {} devices; choose one with --device:\n  {}",
+            devices.len(),
+            devices.into_iter().collect::<Vec<_>>().join("\n  ")
+        ),
     };
     rows.retain(|r| r.device == device);
     let out = args.out.clone().unwrap_or_else(|| user_models_dir(&device));
@@ -190,7 +199,9 @@ fn percent(v: f64) -> String {
 
 fn print_summary(label: &str, s: &Summary) {
     let vs = |v: Option<(f64, usize)>| v.map_or("-".to_string(), |(x, n)| format!("{x:.3}x ({n})"));
-    let heuristic = s.vendor_heuristic_efficiency.map_or("-".to_string(), |(m, med, p10)| format!("{} / {} / {}", percent(m), percent(med), percent(p10)));
+    let heuristic = s
+        .vendor_heuristic_efficiency
+        .map_or("-".to_string(), |(m, med, p10)| format!("{} / {} / {}", percent(m), percent(med), percent(p10)));
     println!(
         "  {label:<20} {:>5}  {:>6} {:>6} {:>6}  {:>6} {:>6}  {:>15} {:>15}  {heuristic}",
         s.problems,
@@ -209,17 +220,33 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     let wanted: HashSet<String> = args.problems.iter().map(|p| p.key()).collect();
     let mut rows: Vec<Measured> = measured::read(std::slice::from_ref(&args.measured))?;
     rows.retain(|r| wanted.contains(&r.problem.key()) && args.models.models.iter().any(|m| m.device == r.device));
-    anyhow::ensure!(!rows.is_empty(), "{} holds no row of these problems measured on the models' device ({})", args.measured.display(), args.models.device());
+    anyhow::ensure!(
+        !rows.is_empty(),
+        "{} holds no row of these problems measured on the models' device ({})",
+        args.measured.display(),
+        args.models.device()
+    );
     if !args.training.is_empty() {
         let trained: HashSet<String> = measured::read(&args.training)?.iter().map(|r| shape_key(&r.problem)).collect();
         let seen: Vec<&ConvProblem> = args.problems.iter().filter(|p| trained.contains(&shape_key(p))).collect();
-        anyhow::ensure!(seen.is_empty(), "{} of the validation problems have a training shape, e.g. {}", seen.len(), seen[0].summary());
+        anyhow::ensure!(
+            seen.is_empty(),
+            "{} of the validation problems have a training shape, e.g. {}",
+            seen.len(),
+            seen[0].summary()
+        );
     }
     let outcomes = evaluate(&args.models, &rows);
-    anyhow::ensure!(!outcomes.is_empty(), "no measured problem is covered by the models (directions and dtypes differ)");
+    anyhow::ensure!(
+        !outcomes.is_empty(),
+        "no measured problem is covered by the models (directions and dtypes differ)"
+    );
     println!("models:    {} (trained on {})", args.models.origin, args.models.device());
     println!("problems:  {} measured of {} asked; efficiency = oracle time / pick time; the pick is the model's first-ranked candidate that ran", outcomes.len(), args.problems.len());
-    println!("\n  {:<20} {:>5}  {:>6} {:>6} {:>6}  {:>6} {:>6}  {:>15} {:>15}  vendor heuristic mean/median/P10 %", "", "n", "mean%", "med%", "P10%", "top1%", "top5%", "vs vendor heur", "vs vendor find");
+    println!(
+        "\n  {:<20} {:>5}  {:>6} {:>6} {:>6}  {:>6} {:>6}  {:>15} {:>15}  vendor heuristic mean/median/P10 %",
+        "", "n", "mean%", "med%", "P10%", "top1%", "top5%", "vs vendor heur", "vs vendor find"
+    );
     for ((direction, dtype), group) in by_direction_and_dtype(&outcomes) {
         print_summary(&format!("{direction} {dtype}"), &summarize(&group).expect("a non-empty group"));
     }
@@ -270,9 +297,22 @@ pub fn export_rows(rt: &dyn Runtime, db: &gconv_tune::db::Db, path: &Path) -> an
             problems.push(r.problem.clone());
             problems.len() - 1
         });
-        let vendor = gconv_heuristic::measured::VendorMarks { listed: solver.find_times_every_config(), ..Default::default() };
-        let row = crate::sweep::Row { problem_idx, problem: &p, solver: solver.id(), config: &r.config, device: rt.device_key(), facts: rt.facts(), vendor };
-        let reply = crate::sweep::RowReply { status: r.status.clone(), ms: r.time_ms, workspace_bytes: solver.workspace_bytes(&p, &config) };
+        let vendor =
+            gconv_heuristic::measured::VendorMarks { listed: solver.find_times_every_config(), ..Default::default() };
+        let row = crate::sweep::Row {
+            problem_idx,
+            problem: &p,
+            solver: solver.id(),
+            config: &r.config,
+            device: rt.device_key(),
+            facts: rt.facts(),
+            vendor,
+        };
+        let reply = crate::sweep::RowReply {
+            status: r.status.clone(),
+            ms: r.time_ms,
+            workspace_bytes: solver.workspace_bytes(&p, &config),
+        };
         sink.write(&row, &reply)?;
         written += 1;
     }

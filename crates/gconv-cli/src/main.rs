@@ -293,7 +293,12 @@ struct FindArgs {
 
 impl FindArgs {
     fn options(&self, timing: TimingOptions) -> FindOptions {
-        FindOptions { workspace_limit: self.workspace_limit_mib.saturating_mul(1 << 20), samples: self.find_iter, timing, ..FindOptions::default() }
+        FindOptions {
+            workspace_limit: self.workspace_limit_mib.saturating_mul(1 << 20),
+            samples: self.find_iter,
+            timing,
+            ..FindOptions::default()
+        }
     }
 }
 
@@ -452,7 +457,10 @@ impl ProblemArgs {
         let dtype: DataType = self.dtype.parse().map_err(anyhow::Error::msg)?;
         let jobs = match (&self.file, &self.key) {
             (Some(path), _) => jobs_from_file(path, dtype, &default_run_args()).map_err(anyhow::Error::msg)?,
-            (None, Some(key)) => vec![("command line".into(), ConvProblem::from_key(key).map(|p| (vec![p], default_run_args())).map_err(|e| e.to_string()))],
+            (None, Some(key)) => vec![(
+                "command line".into(),
+                ConvProblem::from_key(key).map(|p| (vec![p], default_run_args())).map_err(|e| e.to_string()),
+            )],
             (None, None) => vec![("command line".into(), self.driver.problems(dtype).map(|p| (p, default_run_args())))],
         };
         Ok(allowing_tf32(jobs, tf32))
@@ -507,7 +515,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             tuning::find(rt, &mut db, cmd.problems.jobs(tf32)?, &cmd.find.options(timing), cmd.json)
         }
         Command::Tune(cmd) => {
-            let args = tuning::StrategyArgs { name: &cmd.strategy, count: cmd.budget_count, seconds: cmd.budget_seconds, seed: cmd.seed, top_k: cmd.top_k };
+            let args = tuning::StrategyArgs {
+                name: &cmd.strategy,
+                count: cmd.budget_count,
+                seconds: cmd.budget_seconds,
+                seed: cmd.seed,
+                top_k: cmd.top_k,
+            };
             let strategy = tuning::strategy(rt, &args, models)?;
             let mut db = open_db(&cmd.db)?;
             let progress = std::io::stderr().is_terminal();
@@ -518,11 +532,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let mut db = open_db(&cmd.db)?;
             let jobs = cmd.problems.jobs(tf32)?;
             let model = learn::heuristic(rt, models)?;
-            tuning::select_bench(rt, &mut db, jobs, cmd.find_mode, &cmd.find.options(timing), cmd.repeat, model.as_ref())
+            tuning::select_bench(
+                rt,
+                &mut db,
+                jobs,
+                cmd.find_mode,
+                &cmd.find.options(timing),
+                cmd.repeat,
+                model.as_ref(),
+            )
         }
         Command::Bench(cmd) if !cmd.summarize.is_empty() => bench::summarize_csv(&cmd.summarize),
         Command::Bench(cmd) => {
-            let (problems, parsed) = cmd.select.problems(cmd.file.as_deref().context("--file names the problems")?, tf32)?;
+            let (problems, parsed) =
+                cmd.select.problems(cmd.file.as_deref().context("--file names the problems")?, tf32)?;
             if cmd.list {
                 problems.iter().for_each(|p| println!("{}", p.key()));
                 return Ok(parsed);
@@ -550,14 +573,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sweep(cmd) => {
             let (file, out) = (cmd.problems.as_deref().expect("required"), cmd.out.clone().expect("required"));
             let (problems, parsed) = cmd.select.problems(file, tf32)?;
-            let mut opts = sweep_options(&cli.backend, cli.cold_l2, out, cmd.find.options(timing), cmd.timeout_s, cmd.devices)?;
+            let mut opts =
+                sweep_options(&cli.backend, cli.cold_l2, out, cmd.find.options(timing), cmd.timeout_s, cmd.devices)?;
             opts.configs_per_solver = cmd.configs_per_solver.map(|n| n as usize);
             let code = sweep::sweep(rt, &device_line, &problems, &opts)?;
             Ok(if parsed == ExitCode::SUCCESS { code } else { parsed })
         }
         Command::Problems(cmd) => {
-            anyhow::ensure!(cmd.max_gflop > 0.0 && cmd.max_melements > 0.0, "--max-gflop and --max-melements must be positive");
-            let limits = gconv_heuristic::problems::Limits { max_gflop: cmd.max_gflop, max_elements: (cmd.max_melements * 1e6) as u64 };
+            anyhow::ensure!(
+                cmd.max_gflop > 0.0 && cmd.max_melements > 0.0,
+                "--max-gflop and --max-melements must be positive"
+            );
+            let limits = gconv_heuristic::problems::Limits {
+                max_gflop: cmd.max_gflop,
+                max_elements: (cmd.max_melements * 1e6) as u64,
+            };
             learn::problems(&learn::ProblemsOptions {
                 count: cmd.count,
                 seed: cmd.seed,
@@ -568,31 +598,61 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })
         }
         Command::Train(cmd) => {
-            anyhow::ensure!(cmd.trees > 0 && cmd.max_depth > 0 && cmd.learning_rate > 0.0, "--trees, --max-depth and --learning-rate must be positive");
-            let options = gconv_heuristic::train::TrainOptions { trees: cmd.trees, max_depth: cmd.max_depth, learning_rate: cmd.learning_rate, seed: 0 };
-            learn::train_models(rt, &learn::TrainArgs { csv: cmd.csv, append: cmd.append, out: cmd.out, device: cmd.device, options })
+            anyhow::ensure!(
+                cmd.trees > 0 && cmd.max_depth > 0 && cmd.learning_rate > 0.0,
+                "--trees, --max-depth and --learning-rate must be positive"
+            );
+            let options = gconv_heuristic::train::TrainOptions {
+                trees: cmd.trees,
+                max_depth: cmd.max_depth,
+                learning_rate: cmd.learning_rate,
+                seed: 0,
+            };
+            learn::train_models(
+                rt,
+                &learn::TrainArgs { csv: cmd.csv, append: cmd.append, out: cmd.out, device: cmd.device, options },
+            )
         }
         Command::Validate(cmd) => {
-            let set = learn::models_for(rt, cmd.model.as_deref().or(models))?.context("no model for this device: name one with --model DIR")?;
+            let set = learn::models_for(rt, cmd.model.as_deref().or(models))?
+                .context("no model for this device: name one with --model DIR")?;
             let (problems, parsed) = cmd.select.problems(&cmd.problems, tf32)?;
             if !cmd.no_measure {
-                let mut opts = sweep_options(&cli.backend, cli.cold_l2, cmd.measured.clone(), cmd.find.options(timing), cmd.timeout_s, Vec::new())?;
+                let mut opts = sweep_options(
+                    &cli.backend,
+                    cli.cold_l2,
+                    cmd.measured.clone(),
+                    cmd.find.options(timing),
+                    cmd.timeout_s,
+                    Vec::new(),
+                )?;
                 opts.configs_per_solver = cmd.configs_per_solver.map(|n| n as usize);
                 sweep::sweep(rt, &device_line, &problems, &opts)?;
             }
-            let args = learn::ValidateArgs { models: set, problems, measured: cmd.measured, training: cmd.training, plots: cmd.plots };
+            let args = learn::ValidateArgs {
+                models: set,
+                problems,
+                measured: cmd.measured,
+                training: cmd.training,
+                plots: cmd.plots,
+            };
             let code = learn::validate(&args)?;
             Ok(if parsed == ExitCode::SUCCESS { code } else { parsed })
         }
         Command::Check(cmd) => check::check(rt, &device_line, &cmd),
         Command::Net(cmd) => net::net(net::NetContext { rt, device_line: &device_line, timing, models }, cmd),
-        Command::Db(DbCmd { action: DbAction::Export { rows: Some(path), .. }, db }) => learn::export_rows(rt, &open_db(&db)?, &path),
+        Command::Db(DbCmd { action: DbAction::Export { rows: Some(path), .. }, db }) => {
+            learn::export_rows(rt, &open_db(&db)?, &path)
+        }
         Command::Db(cmd) => {
             let mut db = open_db(&cmd.db)?;
             // Each record is judged by the solvers of the runtime that owns its device key;
             // records of devices no runtime here owns are kept.
             let available = runtimes::all_available();
-            let keep = |problem: &str, device: &str, solver: &str, config: &str| match available.iter().find(|r| r.owns_device_key(device)) {
+            let keep = |problem: &str, device: &str, solver: &str, config: &str| match available
+                .iter()
+                .find(|r| r.owns_device_key(device))
+            {
                 Some(owner) => tuning::usable(owner.as_ref(), problem, solver, config),
                 None => true,
             };
@@ -602,8 +662,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// A sweep's options: its workers start with this process's backend and timing flags.
-fn sweep_options(backend: &str, cold_l2: bool, out: PathBuf, find: FindOptions, timeout_s: f64, devices: Vec<String>) -> anyhow::Result<sweep::SweepOptions> {
-    anyhow::ensure!(timeout_s.is_finite() && timeout_s > 0.0, "--timeout-s must be a positive number of seconds, got {timeout_s}");
+fn sweep_options(
+    backend: &str,
+    cold_l2: bool,
+    out: PathBuf,
+    find: FindOptions,
+    timeout_s: f64,
+    devices: Vec<String>,
+) -> anyhow::Result<sweep::SweepOptions> {
+    anyhow::ensure!(
+        timeout_s.is_finite() && timeout_s > 0.0,
+        "--timeout-s must be a positive number of seconds, got {timeout_s}"
+    );
     let mut worker_flags = vec!["--backend".to_string(), backend.to_string()];
     if cold_l2 {
         worker_flags.push("--cold-l2".into());
@@ -619,7 +689,15 @@ fn sweep_options(backend: &str, cold_l2: bool, out: PathBuf, find: FindOptions, 
     })
 }
 
-fn conv(rt: &dyn Runtime, device_line: &str, cmd: ConvCmd, dtype: DataType, tf32: bool, timing: TimingOptions, models: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
+fn conv(
+    rt: &dyn Runtime,
+    device_line: &str,
+    cmd: ConvCmd,
+    dtype: DataType,
+    tf32: bool,
+    timing: TimingOptions,
+    models: Option<&std::path::Path>,
+) -> anyhow::Result<ExitCode> {
     let mut db = open_db(&cmd.db)?;
     let model = learn::DeferredHeuristic::new(rt, models)?;
     let jobs = allowing_tf32(

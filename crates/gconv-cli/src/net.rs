@@ -14,10 +14,10 @@ use gconv_net::knobs::parse_format;
 use gconv_net::run::{mismatch_reason, Mismatch, Origin};
 use gconv_net::tune::{Method, NetTuneOptions, Phases, Progress};
 use gconv_net::tuning::Choice;
-use serde::{Deserialize, Serialize};
 use gconv_net::{Knobs, Network, TuningFile};
 use gconv_tune::heuristic::Heuristic;
 use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
 
 use crate::driver::{default_run_args, jobs_from_file};
 
@@ -173,7 +173,10 @@ fn read_onnx(path: &Path, batch: Option<u32>) -> anyhow::Result<Network> {
 
 #[cfg(not(feature = "onnx"))]
 fn read_onnx(path: &Path, _batch: Option<u32>) -> anyhow::Result<Network> {
-    anyhow::bail!("{}: this gconv was built without ONNX import (cargo feature `onnx`); give a network file or driver lines", path.display())
+    anyhow::bail!(
+        "{}: this gconv was built without ONNX import (cargo feature `onnx`); give a network file or driver lines",
+        path.display()
+    )
 }
 
 fn read_network(path: &Path, batch: Option<u32>) -> anyhow::Result<Network> {
@@ -239,19 +242,40 @@ pub fn net(ctx: NetContext<'_>, cmd: NetCmd) -> anyhow::Result<ExitCode> {
         NetCmd::Tune(args) => tune(&ctx, args),
         NetCmd::Run(args) => run(&ctx, args),
         NetCmd::Precompile(args) => {
-            anyhow::ensure!(ctx.rt.build_stats().is_some(), "precompile builds GPU kernels, and the device is {}", ctx.device_line);
+            anyhow::ensure!(
+                ctx.rt.build_stats().is_some(),
+                "precompile builds GPU kernels, and the device is {}",
+                ctx.device_line
+            );
             let net = args.net.network()?;
             let settings = Knobs::parse(&args.knobs)?.settings();
             let (distinct, mut problems) = (net.distinct(), Vec::new());
             for direction in directions(&args.directions)? {
                 for &format in &settings {
-                    problems.extend(distinct.iter().map(|(shape, _)| ConvProblem { direction, dtype: format.dtype, layout: format.layout, ..shape.clone() }));
+                    problems.extend(distinct.iter().map(|(shape, _)| ConvProblem {
+                        direction,
+                        dtype: format.dtype,
+                        layout: format.layout,
+                        ..shape.clone()
+                    }));
                 }
             }
             println!("device:    {}", ctx.device_line);
-            println!("network:   {} ({} layers, {} problems in {} settings)", net.name, net.layers.len(), problems.len(), settings.len());
+            println!(
+                "network:   {} ({} layers, {} problems in {} settings)",
+                net.name,
+                net.layers.len(),
+                problems.len(),
+                settings.len()
+            );
             let jobs = vec![(net.name.clone(), Ok((problems, default_run_args())))];
-            crate::tuning::precompile(ctx.rt, &mut crate::open_db(&args.db)?, jobs, &args.only, gconv_tune::prebuild::build_threads())
+            crate::tuning::precompile(
+                ctx.rt,
+                &mut crate::open_db(&args.db)?,
+                jobs,
+                &args.only,
+                gconv_tune::prebuild::build_threads(),
+            )
         }
     }
 }
@@ -269,7 +293,8 @@ fn tune(ctx: &NetContext<'_>, args: NetTuneArgs) -> anyhow::Result<ExitCode> {
         _ => None,
     };
     let settings = Knobs::parse(&args.knobs)?.settings();
-    let io = parse_format(&args.io).with_context(|| format!("--io `{}`: expected DTYPE/LAYOUT such as f32/NCHW", args.io))?;
+    let io = parse_format(&args.io)
+        .with_context(|| format!("--io `{}`: expected DTYPE/LAYOUT such as f32/NCHW", args.io))?;
     let method = match args.by.as_str() {
         "tune" => Method::Tune(strategy.as_deref().expect("made above for --by tune")),
         "model" => Method::Model { top_k: args.top_k as usize },
@@ -291,20 +316,37 @@ fn tune(ctx: &NetContext<'_>, args: NetTuneArgs) -> anyhow::Result<ExitCode> {
         return tune_worker(ctx.rt, &mut db, &problems, &opts, part);
     }
     println!("device:    {}", ctx.device_line);
-    println!("network:   {} ({} layers, {} distinct shapes, batch {})", net.name, net.layers.len(), net.distinct().len(), net.batch());
+    println!(
+        "network:   {} ({} layers, {} distinct shapes, batch {})",
+        net.name,
+        net.layers.len(),
+        net.distinct().len(),
+        net.batch()
+    );
     let settings: Vec<String> = opts.settings.iter().map(|s| s.to_string()).collect();
     println!("tuning:    by {} over {}, directions {:?}", opts.method.label(), settings.join(", "), args.directions);
     let devices = if args.devices.is_empty() { ctx.rt.worker_devices() } else { args.devices.clone() };
-    anyhow::ensure!(args.devices.is_empty() || !ctx.rt.worker_devices().is_empty(), "--devices shares the tuning among GPUs, and the device is {}", ctx.device_line);
+    anyhow::ensure!(
+        args.devices.is_empty() || !ctx.rt.worker_devices().is_empty(),
+        "--devices shares the tuning among GPUs, and the device is {}",
+        ctx.device_line
+    );
     let distinct: std::collections::HashSet<&String> = devices.iter().collect();
-    anyhow::ensure!(distinct.len() == devices.len(), "--devices names a GPU twice; each worker needs one of its own for honest timings");
+    anyhow::ensure!(
+        distinct.len() == devices.len(),
+        "--devices names a GPU twice; each worker needs one of its own for honest timings"
+    );
     let (choices, phases) = if devices.len() > 1 {
         println!("workers:   one per device, CUDA_VISIBLE_DEVICES {}", devices.join(" / "));
         tune_on_workers(&devices, problems.len())?
     } else {
         let bar = ProgressBar::new(0);
         match std::io::stderr().is_terminal() {
-            true => bar.set_style(ProgressStyle::with_template("[{bar:30}] {pos}/{len} problems, {elapsed}, ETA {eta}  {msg}").expect("valid template").progress_chars("=> ")),
+            true => bar.set_style(
+                ProgressStyle::with_template("[{bar:30}] {pos}/{len} problems, {elapsed}, ETA {eta}  {msg}")
+                    .expect("valid template")
+                    .progress_chars("=> "),
+            ),
             false => bar.set_draw_target(indicatif::ProgressDrawTarget::hidden()),
         }
         let measured = gconv_net::tune::measure_problems(ctx.rt, &mut db, &problems, &opts, &mut |p: Progress<'_>| {
@@ -332,9 +374,16 @@ struct WorkerShare {
 
 /// `net tune --worker-part I/W`: the problems whose index is I modulo W, measured here, the
 /// choices printed as one JSON line for the process that started this one.
-fn tune_worker(rt: &dyn Runtime, db: &mut gconv_tune::db::Db, problems: &[ConvProblem], opts: &NetTuneOptions<'_>, part: &str) -> anyhow::Result<ExitCode> {
+fn tune_worker(
+    rt: &dyn Runtime,
+    db: &mut gconv_tune::db::Db,
+    problems: &[ConvProblem],
+    opts: &NetTuneOptions<'_>,
+    part: &str,
+) -> anyhow::Result<ExitCode> {
     let parsed = part.split_once('/').and_then(|(i, w)| Some((i.parse::<usize>().ok()?, w.parse::<usize>().ok()?)));
-    let (index, workers) = parsed.filter(|(i, w)| i < w).with_context(|| format!("--worker-part `{part}`: expected I/W with I < W"))?;
+    let (index, workers) =
+        parsed.filter(|(i, w)| i < w).with_context(|| format!("--worker-part `{part}`: expected I/W with I < W"))?;
     let mine: Vec<usize> = (index..problems.len()).step_by(workers).collect();
     let share: Vec<ConvProblem> = mine.iter().map(|&i| problems[i].clone()).collect();
     let (choices, phases) = gconv_net::tune::measure_problems(rt, db, &share, opts, &mut |_| {})?;
@@ -362,10 +411,13 @@ fn tune_on_workers(devices: &[String], problems: usize) -> anyhow::Result<(Vec<C
     let mut phases = Phases::default();
     let mut failures = Vec::new();
     for (device, child) in children {
-        let output = child.wait_with_output().with_context(|| format!("the tuning worker for device {device} was lost"))?;
+        let output =
+            child.wait_with_output().with_context(|| format!("the tuning worker for device {device} was lost"))?;
         // The share is the worker's last line; anything a library printed before it is not.
-        let last = String::from_utf8_lossy(&output.stdout).lines().rev().find(|l| !l.trim().is_empty()).map(str::to_string);
-        let share = last.filter(|_| output.status.success()).and_then(|line| serde_json::from_str::<WorkerShare>(&line).ok());
+        let last =
+            String::from_utf8_lossy(&output.stdout).lines().rev().find(|l| !l.trim().is_empty()).map(str::to_string);
+        let share =
+            last.filter(|_| output.status.success()).and_then(|line| serde_json::from_str::<WorkerShare>(&line).ok());
         match share {
             Some(share) => {
                 phases.add(&share.phases);
@@ -386,39 +438,74 @@ fn run(ctx: &NetContext<'_>, args: NetRunArgs) -> anyhow::Result<ExitCode> {
     let file = TuningFile::read(&args.tuning)?;
     let mismatch = if args.layer_by_layer { Mismatch::LayerByLayer } else { Mismatch::Refuse };
     println!("device:    {}", ctx.device_line);
-    let planned = gconv_net::run::plan(ctx.rt, &mut db, &net, &file, mismatch, model.as_ref().map(|m| m as &dyn Heuristic))
-        .with_context(|| args.tuning.display().to_string())?;
+    let planned =
+        gconv_net::run::plan(ctx.rt, &mut db, &net, &file, mismatch, model.as_ref().map(|m| m as &dyn Heuristic))
+            .with_context(|| args.tuning.display().to_string())?;
     if let Some(reason) = mismatch_reason(&file, &net, ctx.rt.device_key()) {
         println!("note:      {reason}; using its choices layer by layer");
     }
     let report = gconv_net::run::run(ctx.rt, &file, planned, args.iter)?;
-    let fast: Vec<_> = report.planned.iter().filter_map(|p| match &p.origin {
-        Origin::Fast(reason) => Some((p, reason)),
-        Origin::Tuned => None,
-    }).collect();
-    println!("network:   {} ({} layer problems, {} from the tuning file, {} picked in fast mode; no tuning, no find)", net.name, report.planned.len(), report.planned.len() - fast.len(), fast.len());
+    let fast: Vec<_> = report
+        .planned
+        .iter()
+        .filter_map(|p| match &p.origin {
+            Origin::Fast(reason) => Some((p, reason)),
+            Origin::Tuned => None,
+        })
+        .collect();
+    println!(
+        "network:   {} ({} layer problems, {} from the tuning file, {} picked in fast mode; no tuning, no find)",
+        net.name,
+        report.planned.len(),
+        report.planned.len() - fast.len(),
+        fast.len()
+    );
     for (p, reason) in fast.iter().take(10) {
         println!("  fast:    {} -> {} ({reason})", p.problem.key(), p.solver);
     }
     println!("prepare:         {:.2} ms wall (kernels built or loaded, vendor plans made, workspaces allocated, one run of each layer)", report.prepare_ms);
     if let Some(b) = report.builds {
-        println!("builds:          {} compiled ({:.0} ms of NVRTC), {} from the disk cache, {} shared", b.builds, b.build_ms, b.disk_hits, b.memory_hits);
+        println!(
+            "builds:          {} compiled ({:.0} ms of NVRTC), {} from the disk cache, {} shared",
+            b.builds, b.build_ms, b.disk_hits, b.memory_hits
+        );
     }
     println!("first iteration: {:.3} ms wall (every layer enqueued back to back, one wait)", report.first_ms);
     println!("warm iteration:  {:.3} ms wall, median of {}", report.warm_ms, args.iter);
-    println!("first / warm:    {:.2}x (prepare and first iteration together: {:.2}x of warm)", report.first_ms / report.warm_ms, (report.prepare_ms + report.first_ms) / report.warm_ms);
-    println!("tuned time:      {:.3} ms (the file's measured per-layer times of these choices, summed; conversions apart)", report.tuned_ms);
+    println!(
+        "first / warm:    {:.2}x (prepare and first iteration together: {:.2}x of warm)",
+        report.first_ms / report.warm_ms,
+        (report.prepare_ms + report.first_ms) / report.warm_ms
+    );
+    println!(
+        "tuned time:      {:.3} ms (the file's measured per-layer times of these choices, summed; conversions apart)",
+        report.tuned_ms
+    );
     Ok(ExitCode::SUCCESS)
 }
 
 fn report(file: &TuningFile, plots: Option<&Path>, torch: Option<&HashMap<String, f64>>) -> anyhow::Result<ExitCode> {
-    println!("network:   {} (batch {}, {} layers), device {}, gconv {}", file.network.name, file.network.batch, file.network.layers.len(), file.device, file.gconv_version);
-    println!("tuned:     by {}, directions {}, io {}, {:.1} s", file.method, file.directions.join(","), file.io, file.tuning_s);
+    println!(
+        "network:   {} (batch {}, {} layers), device {}, gconv {}",
+        file.network.name,
+        file.network.batch,
+        file.network.layers.len(),
+        file.device,
+        file.gconv_version
+    );
+    println!(
+        "tuned:     by {}, directions {}, io {}, {:.1} s",
+        file.method,
+        file.directions.join(","),
+        file.io,
+        file.tuning_s
+    );
     println!();
     let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
     let torch_ms = |key: &str| torch.and_then(|t| t.get(key).copied());
     let torch_settings = file.settings_by(torch_ms);
-    let torch_column = if torch.is_some() { format!(" {:>12} {:>8}", "PyTorch ms", "vs PyTorch") } else { String::new() };
+    let torch_column =
+        if torch.is_some() { format!(" {:>12} {:>8}", "PyTorch ms", "vs PyTorch") } else { String::new() };
     println!("  {:12} {:>12} {:>14} {:>12}{torch_column}", "setting", "layers ms", "conversions ms", "total ms");
     for (s, torch_layers) in file.settings.iter().zip(&torch_settings) {
         let versus = match (torch, s.layers_ms, torch_layers) {
@@ -426,7 +513,13 @@ fn report(file: &TuningFile, plots: Option<&Path>, torch: Option<&HashMap<String
             (Some(_), Some(own), Some(t)) => format!(" {t:>12.3} {:>7.2}x", own / t),
             (Some(_), ..) => format!(" {:>12} {:>8}", ms(*torch_layers), "-"),
         };
-        println!("  {:12} {:>12} {:>14.3} {:>12}{versus}", s.setting, ms(s.layers_ms), s.conversions_ms, ms(s.total_ms));
+        println!(
+            "  {:12} {:>12} {:>14.3} {:>12}{versus}",
+            s.setting,
+            ms(s.layers_ms),
+            s.conversions_ms,
+            ms(s.total_ms)
+        );
     }
     let winner = &file.winner;
     match (&winner.setting, winner.per_layer) {

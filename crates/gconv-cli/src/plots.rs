@@ -20,7 +20,8 @@ const MAX_POINTS: usize = 5000;
 fn register_font() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).unwrap_or_else(|_| panic!("the embedded font is a valid TrueType font"));
+        plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
+            .unwrap_or_else(|_| panic!("the embedded font is a valid TrueType font"));
     });
 }
 
@@ -39,7 +40,12 @@ fn draw<DB: DrawingBackend>(chart: &str, area: &DrawingArea<DB, Shift>, outcomes
 pub fn validation(outcomes: &[Outcome], dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     for chart in CHARTS {
-        written.extend(png_and_svg(dir, chart, |area| draw(chart, area, outcomes), |area| draw(chart, area, outcomes))?);
+        written.extend(png_and_svg(
+            dir,
+            chart,
+            |area| draw(chart, area, outcomes),
+            |area| draw(chart, area, outcomes),
+        )?);
     }
     Ok(written)
 }
@@ -81,15 +87,29 @@ fn layer_bars<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, file: &TuningFi
         let shape = &file.settings[s].shapes[i];
         shape.choices.iter().filter_map(|c| c.ms).sum::<f64>() * shape.count as f64
     };
-    let top = (0..file.settings.len()).flat_map(|s| (0..shapes).map(move |i| (s, i))).map(|(s, i)| time(s, i)).fold(0.0, f64::max) * 1.1;
+    let top = (0..file.settings.len())
+        .flat_map(|s| (0..shapes).map(move |i| (s, i)))
+        .map(|(s, i)| time(s, i))
+        .fold(0.0, f64::max)
+        * 1.1;
     let mut chart = ChartBuilder::on(area)
-        .caption(format!("{}: time per distinct layer shape (x count), by setting", file.network.name), ("sans-serif", 22))
+        .caption(
+            format!("{}: time per distinct layer shape (x count), by setting", file.network.name),
+            ("sans-serif", 22),
+        )
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(65)
         .build_cartesian_2d(0.0..shapes.max(1) as f64, 0.0..top.max(1e-6))
         .map_err(plot_error)?;
-    chart.configure_mesh().disable_x_mesh().x_desc("distinct layer shape (network order)").y_desc("ms").label_style(("sans-serif", 15)).draw().map_err(plot_error)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_desc("distinct layer shape (network order)")
+        .y_desc("ms")
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(plot_error)?;
     let width = 0.8 / file.settings.len().max(1) as f64;
     for (s, setting) in file.settings.iter().enumerate() {
         let colour = Palette99::pick(s).mix(0.85);
@@ -97,9 +117,19 @@ fn layer_bars<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, file: &TuningFi
             let x = i as f64 + 0.1 + s as f64 * width;
             Rectangle::new([(x, 0.0), (x + width, time(s, i))], colour.filled())
         });
-        chart.draw_series(bars).map_err(plot_error)?.label(setting.setting.clone()).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
+        chart
+            .draw_series(bars)
+            .map_err(plot_error)?
+            .label(setting.setting.clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
     }
-    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).label_font(("sans-serif", 15)).draw().map_err(plot_error)?;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 15))
+        .draw()
+        .map_err(plot_error)?;
     Ok(())
 }
 
@@ -116,21 +146,35 @@ fn histogram<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, outcomes: &[Outc
     }
     let top = f64::from(*bins.iter().max().unwrap_or(&1)) * 1.1;
     let mut chart = ChartBuilder::on(area)
-        .caption(format!("Model pick efficiency (oracle time / pick time), {} problems", outcomes.len()), ("sans-serif", 22))
+        .caption(
+            format!("Model pick efficiency (oracle time / pick time), {} problems", outcomes.len()),
+            ("sans-serif", 22),
+        )
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(55)
         .build_cartesian_2d(0.0..100.0, 0.0..top)
         .map_err(plot_error)?;
-    chart.configure_mesh().x_desc("efficiency %").y_desc("problems").label_style(("sans-serif", 15)).draw().map_err(plot_error)?;
-    let bars = bins.iter().enumerate().map(|(i, &n)| Rectangle::new([(i as f64 * 2.0, 0.0), (i as f64 * 2.0 + 2.0, f64::from(n))], BLUE.mix(0.7).filled()));
+    chart
+        .configure_mesh()
+        .x_desc("efficiency %")
+        .y_desc("problems")
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(plot_error)?;
+    let bars = bins.iter().enumerate().map(|(i, &n)| {
+        Rectangle::new([(i as f64 * 2.0, 0.0), (i as f64 * 2.0 + 2.0, f64::from(n))], BLUE.mix(0.7).filled())
+    });
     chart.draw_series(bars).map_err(plot_error)?;
     Ok(())
 }
 
 fn scatter<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, outcomes: &[Outcome]) -> anyhow::Result<()> {
     area.fill(&WHITE).map_err(plot_error)?;
-    let all: Vec<(f64, f64)> = outcomes.iter().flat_map(|o| o.predictions.iter().map(|&(predicted, measured)| (measured, predicted))).collect();
+    let all: Vec<(f64, f64)> = outcomes
+        .iter()
+        .flat_map(|o| o.predictions.iter().map(|&(predicted, measured)| (measured, predicted)))
+        .collect();
     let step = all.len().div_ceil(MAX_POINTS).max(1);
     let points: Vec<(f64, f64)> = all.into_iter().step_by(step).collect();
     let (lo, hi) = points.iter().fold((f64::MAX, f64::MIN), |(lo, hi), &(m, p)| (lo.min(m).min(p), hi.max(m).max(p)));
@@ -142,7 +186,13 @@ fn scatter<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, outcomes: &[Outcom
         .y_label_area_size(65)
         .build_cartesian_2d((lo..hi).log_scale(), (lo..hi).log_scale())
         .map_err(plot_error)?;
-    chart.configure_mesh().x_desc("measured ms").y_desc("predicted ms").label_style(("sans-serif", 15)).draw().map_err(plot_error)?;
+    chart
+        .configure_mesh()
+        .x_desc("measured ms")
+        .y_desc("predicted ms")
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(plot_error)?;
     chart.draw_series(LineSeries::new([(lo, lo), (hi, hi)], BLACK.mix(0.5))).map_err(plot_error)?;
     chart.draw_series(points.iter().map(|&p| Circle::new(p, 2, RED.mix(0.35).filled()))).map_err(plot_error)?;
     Ok(())
@@ -168,7 +218,11 @@ fn classes<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, outcomes: &[Outcom
         .x_labels(groups.len() * 2 + 1)
         .x_label_formatter(&|x| {
             let i = x.floor() as usize;
-            if (x - i as f64 - 0.5).abs() < 0.26 { names.get(i).cloned().unwrap_or_default() } else { String::new() }
+            if (x - i as f64 - 0.5).abs() < 0.26 {
+                names.get(i).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
         })
         .y_desc("efficiency %")
         .label_style(("sans-serif", 15))
@@ -177,7 +231,9 @@ fn classes<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, outcomes: &[Outcom
     let orange = RGBColor(230, 140, 30);
     for (i, (_, mean, p10, _)) in groups.iter().enumerate() {
         let x = i as f64;
-        chart.draw_series([Rectangle::new([(x + 0.15, 0.0), (x + 0.5, *mean)], BLUE.mix(0.7).filled())]).map_err(plot_error)?;
+        chart
+            .draw_series([Rectangle::new([(x + 0.15, 0.0), (x + 0.5, *mean)], BLUE.mix(0.7).filled())])
+            .map_err(plot_error)?;
         chart.draw_series([Rectangle::new([(x + 0.5, 0.0), (x + 0.85, *p10)], orange.filled())]).map_err(plot_error)?;
     }
     Ok(())

@@ -5,9 +5,9 @@ use gconv_core::verify::Verification;
 use gconv_core::{BuildStats, ConvProblem, Runtime};
 use gconv_tune::db::{Db, Warning};
 use gconv_tune::find::{FindOptions, TestBed};
+use gconv_tune::heuristic::Heuristic;
 use gconv_tune::measure::{evaluate, Sampling};
 use gconv_tune::select::{forced, forced_with_config, select, FindMode};
-use gconv_tune::heuristic::Heuristic;
 use serde::Serialize;
 
 use crate::driver::RunArgs;
@@ -44,7 +44,15 @@ pub struct Report {
     pub warnings: Vec<Warning>,
 }
 
-pub fn run(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, args: &RunArgs, mode: FindMode, opts: &FindOptions, model: Option<&dyn Heuristic>) -> anyhow::Result<Report> {
+pub fn run(
+    rt: &dyn Runtime,
+    db: &mut Db,
+    p: &ConvProblem,
+    args: &RunArgs,
+    mode: FindMode,
+    opts: &FindOptions,
+    model: Option<&dyn Heuristic>,
+) -> anyhow::Result<Report> {
     let mut bed = TestBed::new(rt, p);
     let (selection, how) = match (&args.solution, &args.config) {
         (Some(id), Some(config)) => (forced_with_config(rt, p, id, config)?, "forced (-S, --config)".to_string()),
@@ -102,7 +110,10 @@ impl Report {
         }
         if let Some(v) = &self.verify {
             let verdict = if v.passed { "OK" } else { "FAILED" };
-            println!("verify:    max error {:.3e} vs tolerance {:.3e} (relative to max |reference|): {verdict}", v.max_error, v.tolerance);
+            println!(
+                "verify:    max error {:.3e} vs tolerance {:.3e} (relative to max |reference|): {verdict}",
+                v.max_error, v.tolerance
+            );
         }
         println!();
     }

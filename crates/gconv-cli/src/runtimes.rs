@@ -7,7 +7,10 @@ type Open = fn() -> Result<Box<dyn Runtime>, String>;
 
 /// Every backend, in the order `--backend auto` tries them.
 const RUNTIMES: &[(&str, Open)] = &[
-    ("cuda", || gconv_cuda::CudaRuntime::probe(Some(default_cache_dir().join("kernels"))).map(|r| Box::new(r) as Box<dyn Runtime>)),
+    ("cuda", || {
+        gconv_cuda::CudaRuntime::probe(Some(default_cache_dir().join("kernels")))
+            .map(|r| Box::new(r) as Box<dyn Runtime>)
+    }),
     ("cpu", || Ok(Box::new(gconv_cpu::CpuRuntime::detect()))),
 ];
 

@@ -26,9 +26,42 @@ use serde::{Deserialize, Serialize};
 /// `vendor` says, for a solver whose configs a vendor library lists (cuDNN's engines), that it
 /// is `listed` and whether the library's heuristic picks it and its find times it.
 const COLUMNS: [&str; 36] = [
-    "kernel", "problem_idx", "N", "C", "K", "G", "Hi", "Wi", "Y", "X", "stride_h", "stride_w", "pad_h", "pad_w", "latency_ms", "tflops",
-    "non_zero", "direction", "dtype", "layout", "Di", "Z", "stride_d", "pad_d", "dil_d", "dil_h", "dil_w", "solver", "config",
-    "workspace_bytes", "device", "device_units", "device_mhz", "vendor", "status", "key",
+    "kernel",
+    "problem_idx",
+    "N",
+    "C",
+    "K",
+    "G",
+    "Hi",
+    "Wi",
+    "Y",
+    "X",
+    "stride_h",
+    "stride_w",
+    "pad_h",
+    "pad_w",
+    "latency_ms",
+    "tflops",
+    "non_zero",
+    "direction",
+    "dtype",
+    "layout",
+    "Di",
+    "Z",
+    "stride_d",
+    "pad_d",
+    "dil_d",
+    "dil_h",
+    "dil_w",
+    "solver",
+    "config",
+    "workspace_bytes",
+    "device",
+    "device_units",
+    "device_mhz",
+    "vendor",
+    "status",
+    "key",
 ];
 /// Building a problem's kernels ahead may take this many times the per-candidate timeout.
 const BUILD_TIMEOUT_FACTOR: u32 = 10;
@@ -72,7 +105,12 @@ struct Pending {
     vendor: Vec<VendorMarks>,
 }
 
-pub fn sweep(rt: &dyn Runtime, device_line: &str, problems: &[ConvProblem], opts: &SweepOptions) -> anyhow::Result<ExitCode> {
+pub fn sweep(
+    rt: &dyn Runtime,
+    device_line: &str,
+    problems: &[ConvProblem],
+    opts: &SweepOptions,
+) -> anyhow::Result<ExitCode> {
     let device = rt.device_key();
     let done = measured_rows(&opts.out, device)?;
     let mut queue = VecDeque::new();
@@ -102,11 +140,19 @@ pub fn sweep(rt: &dyn Runtime, device_line: &str, problems: &[ConvProblem], opts
         }
     }
     println!("device:    {device_line}");
-    println!("sweep:     {} problems, {total} candidates to measure, {skipped} already in {}", problems.len(), opts.out.display());
+    println!(
+        "sweep:     {} problems, {total} candidates to measure, {skipped} already in {}",
+        problems.len(),
+        opts.out.display()
+    );
     let csv = Mutex::new(CsvSink::open(&opts.out)?);
     let bar = ProgressBar::new(total as u64);
     match opts.progress {
-        true => bar.set_style(ProgressStyle::with_template("[{bar:30}] {pos}/{len} candidates, {elapsed} spent, ETA {eta}").expect("valid template").progress_chars("=> ")),
+        true => bar.set_style(
+            ProgressStyle::with_template("[{bar:30}] {pos}/{len} candidates, {elapsed} spent, ETA {eta}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        ),
         false => bar.set_draw_target(indicatif::ProgressDrawTarget::hidden()),
     }
     let queue = Mutex::new(queue);
@@ -131,12 +177,21 @@ pub fn sweep(rt: &dyn Runtime, device_line: &str, problems: &[ConvProblem], opts
         Ok(())
     };
     std::thread::scope(|scope| {
-        let workers: Vec<_> = devices.iter().map(|d| scope.spawn(|| drive_worker(opts.timeout, &|| Worker::start(opts, *d), &queue, &sink))).collect();
+        let workers: Vec<_> = devices
+            .iter()
+            .map(|d| scope.spawn(|| drive_worker(opts.timeout, &|| Worker::start(opts, *d), &queue, &sink)))
+            .collect();
         workers.into_iter().try_for_each(|w| w.join().expect("a worker thread panicked"))
     })?;
     bar.finish_and_clear();
     let counts = csv.into_inner().unwrap().counts;
-    println!("measured:  {} ok, {} failed or wrong, {} not run; rows in {}", counts[0], counts[1], counts[2], opts.out.display());
+    println!(
+        "measured:  {} ok, {} failed or wrong, {} not run; rows in {}",
+        counts[0],
+        counts[1],
+        counts[2],
+        opts.out.display()
+    );
     Ok(if counts[1] == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
@@ -175,7 +230,10 @@ fn drive_worker(
                 Some(w) => w,
                 None => worker.insert(start()?),
             };
-            let batch = Batch { problem: pending.problem.key(), items: left.iter().map(|&i| pending.items[i].clone()).collect() };
+            let batch = Batch {
+                problem: pending.problem.key(),
+                items: left.iter().map(|&i| pending.items[i].clone()).collect(),
+            };
             w.send(&batch)?;
             let mut answered = HashSet::new();
             let mut built = false;
@@ -200,7 +258,11 @@ fn drive_worker(
             worker.take().expect("a worker ran").stop();
             let first = (0..left.len()).find(|i| !answered.contains(i)).expect("a candidate was unanswered");
             let what = if built { "" } else { " while building the problem's kernels" };
-            sink(&pending, left[first], RowReply { status: format!("failed: {reason}{what}"), ms: None, workspace_bytes: 0 })?;
+            sink(
+                &pending,
+                left[first],
+                RowReply { status: format!("failed: {reason}{what}"), ms: None, workspace_bytes: 0 },
+            )?;
             left = (0..left.len()).filter(|i| *i > first && !answered.contains(i)).map(|i| left[i]).collect();
         }
     }
@@ -224,7 +286,12 @@ impl Worker {
         let exe = std::env::current_exe().context("cannot find the gconv binary to start a sweep worker")?;
         let mut command = Command::new(exe);
         command.args(&opts.worker_flags).args(["sweep", "--worker"]);
-        command.args(["--find-iter", &opts.find.samples.to_string(), "--workspace-limit-mib", &(opts.find.workspace_limit >> 20).to_string()]);
+        command.args([
+            "--find-iter",
+            &opts.find.samples.to_string(),
+            "--workspace-limit-mib",
+            &(opts.find.workspace_limit >> 20).to_string(),
+        ]);
         if let Some(device) = device {
             command.env("CUDA_VISIBLE_DEVICES", device);
         }
@@ -232,7 +299,12 @@ impl Worker {
     }
 
     fn spawn(mut command: Command) -> anyhow::Result<Self> {
-        let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().context("cannot start a sweep worker")?;
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("cannot start a sweep worker")?;
         let stdin = child.stdin.take().expect("piped");
         let stdout = child.stdout.take().expect("piped");
         let (tx, lines) = channel();
@@ -255,7 +327,9 @@ impl Worker {
     fn next(&mut self, wait: Duration) -> Result<Reply, String> {
         match self.lines.recv_timeout(wait) {
             Ok(line) => serde_json::from_str(&line).map_err(|e| format!("the worker printed `{line}`: {e}")),
-            Err(RecvTimeoutError::Timeout) => Err(format!("no result within {} s, the worker was stopped", wait.as_secs())),
+            Err(RecvTimeoutError::Timeout) => {
+                Err(format!("no result within {} s, the worker was stopped", wait.as_secs()))
+            }
             Err(RecvTimeoutError::Disconnected) => match self.child.wait() {
                 Ok(status) => Err(format!("the worker exited ({status})")),
                 Err(e) => Err(format!("the worker was lost: {e}")),
@@ -297,7 +371,10 @@ pub fn worker(rt: &dyn Runtime, find: &FindOptions) -> anyhow::Result<ExitCode> 
             });
             match resolved {
                 Ok(item) => items.push((i, item)),
-                Err(reason) => reply(&mut out, &Reply::Row { item: i, status: format!("failed: {reason}"), ms: None, workspace_bytes: 0 })?,
+                Err(reason) => reply(
+                    &mut out,
+                    &Reply::Row { item: i, status: format!("failed: {reason}"), ms: None, workspace_bytes: 0 },
+                )?,
             }
         }
         let runnable: Vec<_> = items.iter().map(|(_, item)| item.clone()).collect();
@@ -306,9 +383,12 @@ pub fn worker(rt: &dyn Runtime, find: &FindOptions) -> anyhow::Result<ExitCode> 
         sweep_problem(rt, &p, &runnable, find, |event| {
             let answer = match event {
                 SweepEvent::Built => Reply::Built { built: true },
-                SweepEvent::Measured { item, outcome, workspace_bytes } => {
-                    Reply::Row { item: items[item].0, status: outcome.status(), ms: outcome.timed_ms(), workspace_bytes }
-                }
+                SweepEvent::Measured { item, outcome, workspace_bytes } => Reply::Row {
+                    item: items[item].0,
+                    status: outcome.status(),
+                    ms: outcome.timed_ms(),
+                    workspace_bytes,
+                },
             };
             if lost.is_none() {
                 lost = reply(&mut out, &answer).err();
@@ -336,7 +416,11 @@ fn measured_rows(path: &Path, device: &str) -> anyhow::Result<HashSet<(String, S
     }
     let mut reader = csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
     let header = reader.headers()?.clone();
-    anyhow::ensure!(header.iter().eq(COLUMNS), "{} is not a sweep CSV of this gconv (its columns differ); name a new file", path.display());
+    anyhow::ensure!(
+        header.iter().eq(COLUMNS),
+        "{} is not a sweep CSV of this gconv (its columns differ); name a new file",
+        path.display()
+    );
     let column = |name: &str| COLUMNS.iter().position(|c| *c == name).expect("a sweep column");
     let [key, solver, config, on] = ["key", "solver", "config", "device"].map(column);
     for row in reader.records() {
@@ -358,7 +442,11 @@ pub struct CsvSink {
 impl CsvSink {
     pub fn open(path: &Path) -> anyhow::Result<Self> {
         let fresh = !path.exists() || std::fs::metadata(path)?.len() == 0;
-        let file = OpenOptions::new().create(true).append(true).open(path).with_context(|| format!("cannot write {}", path.display()))?;
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
         let mut writer = csv::Writer::from_writer(file);
         if fresh {
             writer.write_record(COLUMNS)?;
@@ -371,7 +459,9 @@ impl CsvSink {
         let p = row.problem;
         // One field's (depth, height, width) sizes; missing leading dimensions are `absent`.
         let sizes = |get: fn(&gconv_core::SpatialDim) -> u32, absent: u32| -> [String; 3] {
-            std::array::from_fn(|axis| p.dims.len().checked_sub(3 - axis).map_or(absent, |i| get(&p.dims[i])).to_string())
+            std::array::from_fn(|axis| {
+                p.dims.len().checked_sub(3 - axis).map_or(absent, |i| get(&p.dims[i])).to_string()
+            })
         };
         let [di, hi, wi] = sizes(|d| d.input, 1);
         let [z, y, x] = sizes(|d| d.filter, 1);
@@ -439,7 +529,8 @@ mod tests {
     fn statuses_with(script: &str) -> Vec<String> {
         let problem = ConvProblem::from_key("v1:fwd:f32:NCHW:n1:c2:k2:i5x5:f3x3:s1x1:p1x1:d1x1").unwrap();
         let items = (0..3).map(|i| ("cpu.x".to_string(), format!("c{i}"))).collect();
-        let queue = Mutex::new(VecDeque::from([Pending { idx: 0, problem, items, vendor: vec![VendorMarks::default(); 3] }]));
+        let queue =
+            Mutex::new(VecDeque::from([Pending { idx: 0, problem, items, vendor: vec![VendorMarks::default(); 3] }]));
         let rows = Mutex::new(Vec::new());
         let sink = |_: &Pending, i: usize, reply: RowReply| -> anyhow::Result<()> {
             rows.lock().unwrap().push((i, reply.status));
@@ -460,7 +551,9 @@ mod tests {
     #[test]
     fn a_hanging_candidate_costs_only_its_row() {
         // Answers the first candidate of each batch, then hangs on the next.
-        let statuses = statuses_with(r#"read batch; echo '{"built":true}'; echo '{"item":0,"status":"ok","ms":1.0,"workspace_bytes":0}'; exec sleep 30"#);
+        let statuses = statuses_with(
+            r#"read batch; echo '{"built":true}'; echo '{"item":0,"status":"ok","ms":1.0,"workspace_bytes":0}'; exec sleep 30"#,
+        );
         assert_eq!(statuses[0], "ok");
         assert!(statuses[1].starts_with("failed: no result within"), "{statuses:?}");
         assert_eq!(statuses[2], "ok", "a new worker takes the rest");

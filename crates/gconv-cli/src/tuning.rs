@@ -6,14 +6,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use gconv_core::{ConvProblem, Direction, Runtime, Solver, SolverKind};
+use gconv_heuristic::rank::{ModelGuided, ModelHeuristic};
 use gconv_tune::db::{Db, ImportMode, Record, RecordKey};
 use gconv_tune::find::{find as run_find, FindOptions, Ranked, TestBed};
+use gconv_tune::heuristic::Heuristic;
 use gconv_tune::known::{checked, known_config};
 use gconv_tune::prebuild::{prepare_in_parallel, BuildJob};
 use gconv_tune::search::{Exhaustive, Random, SearchStrategy};
-use gconv_tune::heuristic::Heuristic;
 use gconv_tune::select::{select, FindMode};
-use gconv_heuristic::rank::{ModelGuided, ModelHeuristic};
 use gconv_tune::tune::{tune as run_tune, why_untunable, Progress, Searched};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -28,7 +28,11 @@ pub struct StrategyArgs<'a> {
     pub top_k: Option<u64>,
 }
 
-pub fn strategy(rt: &dyn Runtime, a: &StrategyArgs<'_>, models: Option<&std::path::Path>) -> anyhow::Result<Box<dyn SearchStrategy>> {
+pub fn strategy(
+    rt: &dyn Runtime,
+    a: &StrategyArgs<'_>,
+    models: Option<&std::path::Path>,
+) -> anyhow::Result<Box<dyn SearchStrategy>> {
     if let Some(s) = a.seconds {
         if !(s.is_finite() && s > 0.0) {
             bail!("--budget-seconds must be a positive number of seconds, got {s}");
@@ -43,7 +47,9 @@ pub fn strategy(rt: &dyn Runtime, a: &StrategyArgs<'_>, models: Option<&std::pat
         }
         "exhaustive" => Ok(Box::new(Exhaustive)),
         "model" => {
-            let top_k = a.top_k.context("--strategy model times the model's best K configs of each solver: give --top-k K")? as usize;
+            let top_k =
+                a.top_k.context("--strategy model times the model's best K configs of each solver: give --top-k K")?
+                    as usize;
             let models = crate::learn::models_for(rt, models)?.context("--strategy model needs a model for this device: train one with `gconv train` or name one with --models")?;
             Ok(Box::new(ModelGuided { models, facts: rt.facts(), top_k }))
         }
@@ -58,12 +64,21 @@ pub fn strategy(rt: &dyn Runtime, a: &StrategyArgs<'_>, models: Option<&std::pat
 /// is given.
 fn print_ranking(rows: &[Ranked], opts: &FindOptions, took: Option<(Duration, &TestBed<'_>)>) {
     println!("  times: per call, median of {} samples of back-to-back calls ({})", opts.samples, opts.timing.label());
-    println!("  {:<4} {:<16} {:<22} {:<26} {:>12} {:>14} {:>9}  status", "rank", "code", "solver", "config", "time ms", "workspace B", "find ms");
+    println!(
+        "  {:<4} {:<16} {:<22} {:<26} {:>12} {:>14} {:>9}  status",
+        "rank", "code", "solver", "config", "time ms", "workspace B", "find ms"
+    );
     for (rank, r) in rows.iter().enumerate() {
         let time = r.outcome.any_ms().map_or("-".to_string(), |t| format!("{t:.4}"));
         let status = r.outcome.status();
         let spent = r.spent.as_secs_f64() * 1e3;
-        println!("  {rank:<4} {:<16} {:<22} {:<26} {time:>12} {:>14} {spent:>9.1}  {status}", r.kind.label(), r.solver, r.config.to_string(), r.workspace_bytes);
+        println!(
+            "  {rank:<4} {:<16} {:<22} {:<26} {time:>12} {:>14} {spent:>9.1}  {status}",
+            r.kind.label(),
+            r.solver,
+            r.config.to_string(),
+            r.workspace_bytes
+        );
     }
     let Some((took, bed)) = took else { return };
     let measuring: Duration = rows.iter().map(|r| r.spent).sum();
@@ -115,7 +130,8 @@ pub fn tune(
     let mut searched_problems = 0;
     let code = for_each_problem(jobs, |p, _| {
         println!("problem:   {}", p.key());
-        let untunable: Vec<String> = named_solvers.iter().filter_map(|s| Some(format!("{}: {}", s.id(), why_untunable(*s, p)?))).collect();
+        let untunable: Vec<String> =
+            named_solvers.iter().filter_map(|s| Some(format!("{}: {}", s.id(), why_untunable(*s, p)?))).collect();
         for line in &untunable {
             println!("  not searched, {line}");
         }
@@ -158,7 +174,10 @@ pub fn tune(
                 (Some(c), Some(t)) => format!("best {c} at {t:.4} ms (verified, stored in the perf-db)"),
                 _ => "no config ran successfully".into(),
             };
-            println!("  {}: {} scheduled, {} measured, {} resumed; {winner}", s.solver, s.scheduled, s.measured, s.resumed);
+            println!(
+                "  {}: {} scheduled, {} measured, {} resumed; {winner}",
+                s.solver, s.scheduled, s.measured, s.resumed
+            );
         }
         print_ranking(&outcome.find, opts, None);
         println!();
@@ -193,7 +212,14 @@ pub fn select_bench(
     for p in &problems {
         let s = select(rt, db, &mut TestBed::new(rt, p), p, mode, opts, heuristic)?;
         print_warnings(&s.warnings);
-        println!("{}  ->  {} {} ({}, config {})", p.key(), s.solution.solver_id, s.solution.config, s.source.label(), s.origin.label());
+        println!(
+            "{}  ->  {} {} ({}, config {})",
+            p.key(),
+            s.solution.solver_id,
+            s.solution.config,
+            s.source.label(),
+            s.origin.label()
+        );
     }
     if problems.is_empty() {
         return Ok(code);
@@ -214,8 +240,11 @@ pub fn select_bench(
         }
         Ok(us)
     };
-    println!("
-selection ({} problems x {repeat} repeats, warm db):", problems.len());
+    println!(
+        "
+selection ({} problems x {repeat} repeats, warm db):",
+        problems.len()
+    );
     if let Some(m) = model {
         let mut candidates = 0;
         let mut phases: [Vec<f64>; 3] = Default::default();
@@ -240,7 +269,9 @@ selection ({} problems x {repeat} repeats, warm db):", problems.len());
         })?;
         println!("  model ranking, memo hit:  {}", percentiles(memo));
     }
-    let full = timed(&mut |p| select(rt, db, &mut TestBed::new(rt, p), p, mode, opts, heuristic).map(|_| ()).map_err(Into::into))?;
+    let full = timed(&mut |p| {
+        select(rt, db, &mut TestBed::new(rt, p), p, mode, opts, heuristic).map(|_| ()).map_err(Into::into)
+    })?;
     println!("  {mode} selection (built solutions cached): {}", percentiles(full));
     Ok(code)
 }
@@ -286,7 +317,8 @@ pub fn db(db: &mut Db, action: DbAction, keep: &dyn Fn(&str, &str, &str, &str) -
         DbAction::Export { output, .. } => {
             let count = match output {
                 Some(path) => {
-                    let file = std::fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+                    let file =
+                        std::fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
                     let mut out = std::io::BufWriter::new(file);
                     let n = db.export_jsonl(&mut out)?;
                     out.flush()?;
@@ -302,7 +334,9 @@ pub fn db(db: &mut Db, action: DbAction, keep: &dyn Fn(&str, &str, &str, &str) -
                 DbAction::Merge { file } => (file, ImportMode::KeepFaster, "merged", " (faster records won)"),
                 _ => unreachable!("matched above"),
             };
-            let reader = std::io::BufReader::new(std::fs::File::open(&file).with_context(|| format!("cannot read {}", file.display()))?);
+            let reader = std::io::BufReader::new(
+                std::fs::File::open(&file).with_context(|| format!("cannot read {}", file.display()))?,
+            );
             let n = db.import_jsonl(reader, mode).with_context(|| format!("nothing taken from {}", file.display()))?;
             println!("{verb} {n} records from {}{note}", file.display());
         }
@@ -344,7 +378,13 @@ impl OwnSolvers {
 /// Builds the kernels of every applicable own solver (or of those `only` names), with its known
 /// config, of every problem, `threads` at a time, without a GPU context. Vendor libraries build
 /// on the device, so they are left out.
-pub fn precompile(rt: &dyn Runtime, db: &mut Db, jobs: Vec<Job>, only: &OwnSolvers, threads: usize) -> anyhow::Result<ExitCode> {
+pub fn precompile(
+    rt: &dyn Runtime,
+    db: &mut Db,
+    jobs: Vec<Job>,
+    only: &OwnSolvers,
+    threads: usize,
+) -> anyhow::Result<ExitCode> {
     let solvers = only.select(rt)?;
     let (mut work, mut warnings) = (Vec::new(), Vec::new());
     let code = for_each_problem(jobs, |p, _| {

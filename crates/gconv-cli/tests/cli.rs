@@ -25,11 +25,17 @@ const SMALL: [&str; 18] =
 
 #[test]
 fn grouped_problem_verifies_in_all_three_directions() {
-    let o = run(&["conv", "-n", "4", "-c", "64", "-H", "28", "-W", "28", "-k", "64", "-y", "3", "-x", "3", "-p", "1", "-q", "1", "-g", "32", "-F", "0", "-V", "1", "-t", "1"]);
+    let o = run(&[
+        "conv", "-n", "4", "-c", "64", "-H", "28", "-W", "28", "-k", "64", "-y", "3", "-x", "3", "-p", "1", "-q", "1",
+        "-g", "32", "-F", "0", "-V", "1", "-t", "1",
+    ]);
     let out = stdout(&o);
     assert!(o.status.success(), "{out}{}", stderr(&o));
     for direction in ["fwd", "bwd-data", "bwd-weight"] {
-        assert!(out.contains(&format!("key:       v1:{direction}:f32:NCHW:n4:c64:k64:i28x28:f3x3:s1x1:p1x1:d1x1:g32")), "{out}");
+        assert!(
+            out.contains(&format!("key:       v1:{direction}:f32:NCHW:n4:c64:k64:i28x28:f3x3:s1x1:p1x1:d1x1:g32")),
+            "{out}"
+        );
     }
     assert_eq!(out.matches(": OK").count(), 3, "{out}");
     assert_eq!(out.matches("GFLOP/s").count(), 3, "{out}");
@@ -197,14 +203,29 @@ fn sweep_writes_every_candidate_once_and_resumes() {
     let text = std::fs::read_to_string(&out).unwrap();
     let mut lines = text.lines();
     let header = lines.next().unwrap();
-    assert!(header.starts_with("kernel,problem_idx,N,C,K,G,Hi,Wi,Y,X,stride_h,stride_w,pad_h,pad_w,latency_ms,tflops,non_zero,"), "{header}");
+    assert!(
+        header.starts_with(
+            "kernel,problem_idx,N,C,K,G,Hi,Wi,Y,X,stride_h,stride_w,pad_h,pad_w,latency_ms,tflops,non_zero,"
+        ),
+        "{header}"
+    );
     let rows: Vec<&str> = lines.collect();
     assert!(rows.len() > 2 && rows.iter().all(|r| r.contains(",ok,v1:")), "{text}");
-    assert!(rows.iter().any(|r| r.contains(",1,")) && rows.iter().any(|r| r.starts_with("cpu.") && r.contains(",0,")), "both problems: {text}");
-    assert!(rows.iter().any(|r| r.starts_with("cpu.im2col_gemm:default,")), "solvers with nothing to tune run their default: {text}");
+    assert!(
+        rows.iter().any(|r| r.contains(",1,")) && rows.iter().any(|r| r.starts_with("cpu.") && r.contains(",0,")),
+        "both problems: {text}"
+    );
+    assert!(
+        rows.iter().any(|r| r.starts_with("cpu.im2col_gemm:default,")),
+        "solvers with nothing to tune run their default: {text}"
+    );
 
     let again = scratch.run(&args);
-    assert!(stdout(&again).contains(&format!("0 candidates to measure, {} already in", rows.len())), "{}", stdout(&again));
+    assert!(
+        stdout(&again).contains(&format!("0 candidates to measure, {} already in", rows.len())),
+        "{}",
+        stdout(&again)
+    );
     assert_eq!(std::fs::read_to_string(&out).unwrap(), text, "a resumed sweep adds nothing");
 }
 
@@ -215,19 +236,47 @@ fn sweep_refuses_a_csv_that_is_not_its_own() {
     std::fs::write(&problems, "v1:fwd:f32:NCHW:n2:c8:k8:i9x9:f3x3:s1x1:p1x1:d1x1\n").unwrap();
     let other = scratch.path("other.csv");
     std::fs::write(&other, "key,time\nx,1\n").unwrap();
-    assert_rejected(&["sweep", "--problems", problems.to_str().unwrap(), "--out", other.to_str().unwrap()], "is not a sweep CSV");
+    assert_rejected(
+        &["sweep", "--problems", problems.to_str().unwrap(), "--out", other.to_str().unwrap()],
+        "is not a sweep CSV",
+    );
     assert_eq!(std::fs::read_to_string(&other).unwrap(), "key,time\nx,1\n", "left as it was");
-    assert_rejected(&["sweep", "--problems", problems.to_str().unwrap(), "--out", "x.csv", "--timeout-s", "0"], "--timeout-s must be a positive");
+    assert_rejected(
+        &["sweep", "--problems", problems.to_str().unwrap(), "--out", "x.csv", "--timeout-s", "0"],
+        "--timeout-s must be a positive",
+    );
 }
 
 #[test]
 fn check_runs_every_solver_on_seeded_random_problems_and_on_keys() {
-    let o = run(&["check", "--backend", "cpu", "--seed", "7", "--seeds", "2", "--cases", "4", "--direction", "bwd-data", "--sample", "1"]);
+    let o = run(&[
+        "check",
+        "--backend",
+        "cpu",
+        "--seed",
+        "7",
+        "--seeds",
+        "2",
+        "--cases",
+        "4",
+        "--direction",
+        "bwd-data",
+        "--sample",
+        "1",
+    ]);
     let out = stdout(&o);
     assert!(o.status.success(), "{out}{}", stderr(&o));
-    assert!(out.contains("seed 7: 4 random problems (bwd-data) match the reference") && out.contains("seed 8:"), "{out}");
+    assert!(
+        out.contains("seed 7: 4 random problems (bwd-data) match the reference") && out.contains("seed 8:"),
+        "{out}"
+    );
     let key = "v1:fwd:bf16:NHWC:n2:c8:k8:i9x9:f3x3:s1x1:p1x1:d1x1:g2";
     let o = run(&["check", "--backend", "cpu", "--key", key, "--sample", "1"]);
-    assert!(o.status.success() && stdout(&o).contains(&format!("{key}: every solver matches the reference")), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        o.status.success() && stdout(&o).contains(&format!("{key}: every solver matches the reference")),
+        "{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
     assert_rejected(&["check", "--backend", "cpu", "--key", "v1:fwd:f32:NCHW:n0"], "--key v1:fwd:f32:NCHW:n0");
 }

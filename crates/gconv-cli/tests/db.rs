@@ -51,7 +51,8 @@ fn killed_tuner_keeps_finished_work_and_does_not_redo_it() {
     let s = Scratch::new("kill");
     let db = s.db();
     let file = s.path("problems.txt");
-    let lines: Vec<String> = (0..10).map(|i| format!("conv -n 2 -c {} -H 20 -W 20 -k 24 -y 3 -x 3 -p 1 -q 1 -F 1", 8 + 4 * i)).collect();
+    let lines: Vec<String> =
+        (0..10).map(|i| format!("conv -n 2 -c {} -H 20 -W 20 -k 24 -y 3 -x 3 -p 1 -q 1 -F 1", 8 + 4 * i)).collect();
     std::fs::write(&file, lines.join("\n")).unwrap();
     let args = ["tune", "--db", &db, "--file", file.to_str().unwrap()];
     let mut child = s.gconv().args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
@@ -72,10 +73,8 @@ fn killed_tuner_keeps_finished_work_and_does_not_redo_it() {
     let out = stdout(&o);
     assert!(o.status.success(), "{out}{}", stderr(&o));
     assert_eq!(out.matches("skipped: already tuned").count() as i64, tuned_at_kill, "{out}");
-    let measured: i64 = out
-        .lines()
-        .filter_map(|l| l.split(" measured").next()?.rsplit(", ").next()?.trim().parse::<i64>().ok())
-        .sum();
+    let measured: i64 =
+        out.lines().filter_map(|l| l.split(" measured").next()?.rsplit(", ").next()?.trim().parse::<i64>().ok()).sum();
     assert_eq!(count(&db, "SELECT COUNT(*) FROM perf"), 10);
     assert_eq!(
         trials_at_kill + measured,
@@ -90,7 +89,8 @@ fn corrupt_or_future_db_is_moved_aside_with_one_warning() {
     let db = s.db();
     let garbage: Vec<u8> = (0..8192u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
     std::fs::write(&db, &garbage).unwrap();
-    let args = ["conv", "--db", &db, "-n", "1", "-c", "4", "-H", "5", "-W", "5", "-k", "4", "-F", "1", "--find-mode", "fast"];
+    let args =
+        ["conv", "--db", &db, "-n", "1", "-c", "4", "-H", "5", "-W", "5", "-k", "4", "-F", "1", "--find-mode", "fast"];
     let o = s.run(&args);
     let err = stderr(&o);
     assert!(o.status.success(), "{}{err}", stdout(&o));
@@ -123,7 +123,8 @@ fn configs_the_solver_rejects_are_skipped_with_a_warning() {
     assert!(s.run(&tune).status.success());
     let conn = Connection::open(&db).unwrap();
     conn.execute("UPDATE perf SET config = 'rb0_kb8_lo1'", []).unwrap();
-    conn.execute("UPDATE find SET config = 'rb0_kb8_lo1', status = 'ok' WHERE solver = 'cpu.direct_blocked'", []).unwrap();
+    conn.execute("UPDATE find SET config = 'rb0_kb8_lo1', status = 'ok' WHERE solver = 'cpu.direct_blocked'", [])
+        .unwrap();
     conn.execute("UPDATE find SET status = 'failed: x' WHERE solver != 'cpu.direct_blocked'", []).unwrap();
     drop(conn);
 
@@ -218,7 +219,11 @@ fn fast_mode_uses_tuned_configs_without_benchmarking() {
     assert!(o.status.success(), "{}", stderr(&o));
     let picks: Vec<serde_json::Value> = stdout(&o).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     for r in &picks {
-        let expected = if r["key"].as_str().unwrap().contains(":f32:") { ("fast: model", "predicted by the model") } else { ("fast: rule", "default") };
+        let expected = if r["key"].as_str().unwrap().contains(":f32:") {
+            ("fast: model", "predicted by the model")
+        } else {
+            ("fast: rule", "default")
+        };
         assert_eq!((r["selection"].as_str().unwrap(), r["config_origin"].as_str().unwrap()), expected, "{r}");
     }
     assert_eq!(try_count(&db, "SELECT COUNT(*) FROM find"), Some(0));
@@ -234,8 +239,13 @@ fn fast_mode_uses_tuned_configs_without_benchmarking() {
         assert_eq!(r["selection"], "fast: find-db", "{r}");
         let tuned = count(
             &db,
-            &format!("SELECT COUNT(*) FROM perf WHERE problem = '{}' AND solver = {} AND config = {}", r["key"].as_str().unwrap(), r["solver"], r["config"])
-                .replace('"', "'"),
+            &format!(
+                "SELECT COUNT(*) FROM perf WHERE problem = '{}' AND solver = {} AND config = {}",
+                r["key"].as_str().unwrap(),
+                r["solver"],
+                r["config"]
+            )
+            .replace('"', "'"),
         );
         let expected = if tuned == 1 { "tuned (perf-db)" } else { "default" };
         assert_eq!(r["config_origin"], expected, "{r}");

@@ -8,7 +8,11 @@ use common::{stderr, stdout, Scratch};
 
 /// A test data file, found from the crate (cargo test) or the repository root (packed tests).
 fn data(name: &str) -> String {
-    [format!("tests/data/{name}"), format!("crates/gconv-cli/tests/data/{name}")].into_iter().find(|p| std::path::Path::new(p).exists()).expect("the test data").to_string()
+    [format!("tests/data/{name}"), format!("crates/gconv-cli/tests/data/{name}")]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("the test data")
+        .to_string()
 }
 
 fn tiny_net() -> String {
@@ -20,7 +24,22 @@ fn a_network_is_tuned_run_and_reported_from_its_tuning_json() {
     let s = Scratch::new("net");
     let (net, json, plots) = (tiny_net(), s.path("t.json"), s.path("plots"));
     let json = json.to_str().unwrap();
-    let tuned = s.run(&["net", "tune", &net, "--knobs", "dtype=f32,bf16", "--per-layer", "--dir", "fwd,bwd-data,bwd-weight", "--find-iter", "2", "-o", json, "--db", &s.db()]);
+    let tuned = s.run(&[
+        "net",
+        "tune",
+        &net,
+        "--knobs",
+        "dtype=f32,bf16",
+        "--per-layer",
+        "--dir",
+        "fwd,bwd-data,bwd-weight",
+        "--find-iter",
+        "2",
+        "-o",
+        json,
+        "--db",
+        &s.db(),
+    ]);
     assert!(tuned.status.success(), "{}", stderr(&tuned));
     let out = stdout(&tuned);
     for setting in ["f32/NCHW", "f32/NHWC", "bf16/NCHW", "bf16/NHWC"] {
@@ -73,7 +92,20 @@ fn a_network_is_tuned_run_and_reported_from_its_tuning_json() {
     let other = s.run(&["net", "run", &net, "--batch", "3", "--tuning", json, "--db", &s.db()]);
     assert!(!other.status.success());
     assert!(stderr(&other).contains("--layer-by-layer"), "{}", stderr(&other));
-    let partial = s.run(&["net", "run", &net, "--batch", "3", "--tuning", json, "--layer-by-layer", "--iter", "1", "--db", &s.db()]);
+    let partial = s.run(&[
+        "net",
+        "run",
+        &net,
+        "--batch",
+        "3",
+        "--tuning",
+        json,
+        "--layer-by-layer",
+        "--iter",
+        "1",
+        "--db",
+        &s.db(),
+    ]);
     assert!(partial.status.success(), "{}", stderr(&partial));
     assert!(stdout(&partial).contains("15 picked in fast mode"), "{}", stdout(&partial));
 }
@@ -105,14 +137,37 @@ fn an_onnx_model_is_tuned_run_and_reported() {
     let s = Scratch::new("net-onnx");
     let (model, json) = (data("tiny-net.onnx"), s.path("onnx.json"));
     let json = json.to_str().unwrap();
-    let tuned = s.run(&["net", "tune", "--onnx", &model, "--batch", "2", "--knobs", "dtype=f32", "--knobs", "layout=NCHW", "--by", "model", "-o", json, "--db", &s.db()]);
+    let tuned = s.run(&[
+        "net",
+        "tune",
+        "--onnx",
+        &model,
+        "--batch",
+        "2",
+        "--knobs",
+        "dtype=f32",
+        "--knobs",
+        "layout=NCHW",
+        "--by",
+        "model",
+        "-o",
+        json,
+        "--db",
+        &s.db(),
+    ]);
     assert!(tuned.status.success(), "{}", stderr(&tuned));
     let file: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
     let layers: Vec<(String, String, Vec<String>)> = file["network"]["layers"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|l| (l["name"].as_str().unwrap().to_string(), l["key"].as_str().unwrap().to_string(), l["inputs"].as_array().unwrap().iter().map(|i| i.as_str().unwrap().to_string()).collect()))
+        .map(|l| {
+            (
+                l["name"].as_str().unwrap().to_string(),
+                l["key"].as_str().unwrap().to_string(),
+                l["inputs"].as_array().unwrap().iter().map(|i| i.as_str().unwrap().to_string()).collect(),
+            )
+        })
         .collect();
     let expected = [
         ("stem", "v1:fwd:f32:NCHW:n2:c3:k8:i16x16:f3x3:s1x1:p1x1:d1x1", vec!["input"]),
@@ -136,7 +191,10 @@ fn an_onnx_model_is_tuned_run_and_reported() {
 
     let cases: [(&[&str], &str); 3] = [
         (&["net", "tune", "--onnx", &model], "the batch is symbolic (N): give --batch"),
-        (&["net", "tune", "--onnx", &data("asymmetric-pad.onnx")], "convolution `padded`: padding 0 before and 1 after"),
+        (
+            &["net", "tune", "--onnx", &data("asymmetric-pad.onnx")],
+            "convolution `padded`: padding 0 before and 1 after",
+        ),
         (&["net", "tune", "--onnx", &data("tiny-net.txt")], "tiny-net.txt"),
     ];
     for (args, message) in cases {
@@ -154,7 +212,21 @@ fn tuning_workers_share_the_problems() {
     let net = tiny_net();
     let mut seen = Vec::new();
     for part in ["0/2", "1/2"] {
-        let out = s.run(&["net", "tune", &net, "--knobs", "dtype=f32", "--knobs", "layout=NCHW", "--by", "model", "--worker-part", part, "--db", &s.db()]);
+        let out = s.run(&[
+            "net",
+            "tune",
+            &net,
+            "--knobs",
+            "dtype=f32",
+            "--knobs",
+            "layout=NCHW",
+            "--by",
+            "model",
+            "--worker-part",
+            part,
+            "--db",
+            &s.db(),
+        ]);
         assert!(out.status.success(), "{}", stderr(&out));
         let share: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
         for choice in share["choices"].as_array().unwrap() {
@@ -165,5 +237,9 @@ fn tuning_workers_share_the_problems() {
     seen.sort();
     assert_eq!(seen, (0..seen.len() as u64).collect::<Vec<_>>());
     let cpu = s.run(&["net", "tune", &net, "--devices", "0,1"]);
-    assert!(!cpu.status.success() && stderr(&cpu).contains("--devices shares the tuning among GPUs"), "{}", stderr(&cpu));
+    assert!(
+        !cpu.status.success() && stderr(&cpu).contains("--devices shares the tuning among GPUs"),
+        "{}",
+        stderr(&cpu)
+    );
 }

@@ -108,7 +108,10 @@ impl FromStr for Config {
             if !valid_name(name) {
                 return Err(fail("field names are lowercase letters, optionally followed by digits"));
             }
-            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || (digits.len() > 1 && digits.starts_with('0')) {
+            if digits.is_empty()
+                || !digits.bytes().all(|b| b.is_ascii_digit())
+                || (digits.len() > 1 && digits.starts_with('0'))
+            {
                 return Err(fail("field values are plain decimal numbers"));
             }
             let value = digits.parse().map_err(|_| fail("a field value is too large"))?;

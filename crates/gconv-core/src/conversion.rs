@@ -87,7 +87,9 @@ pub fn convert_on_host(c: &Conversion, input: &Tensor) -> Result<Tensor> {
     c.check_input(input)?;
     let source = input.to_f32();
     let mut out = Tensor::try_zeros(c.to.dtype.storage(), c.elements() as usize)?;
-    out.write_f32_with(|dst| dst.par_iter_mut().enumerate().for_each(|(i, v)| *v = source[c.source_index(i as u64) as usize]));
+    out.write_f32_with(|dst| {
+        dst.par_iter_mut().enumerate().for_each(|(i, v)| *v = source[c.source_index(i as u64) as usize])
+    });
     Ok(out)
 }
 
@@ -110,6 +112,9 @@ mod tests {
         let back = Conversion { from: to, to: from, ..c.clone() };
         let round_trip = convert_on_host(&back, &Tensor::from_f32(DataType::Bf16, &out)).unwrap();
         assert_eq!(round_trip.to_f32()[21], out[17]);
-        assert!(convert_on_host(&back, &Tensor::from_f32(DataType::F32, &values)).is_err(), "the input's type is checked");
+        assert!(
+            convert_on_host(&back, &Tensor::from_f32(DataType::F32, &values)).is_err(),
+            "the input's type is checked"
+        );
     }
 }

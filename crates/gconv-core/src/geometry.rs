@@ -19,20 +19,14 @@ impl Strides {
         let volume = spatial[0] * plane;
         match layout {
             Layout::Nchw => Strides { outer: channels * volume, c: volume, spatial: [plane, spatial[2], 1] },
-            Layout::Nhwc => Strides {
-                outer: channels * volume,
-                c: 1,
-                spatial: [plane * channels, spatial[2] * channels, channels],
-            },
+            Layout::Nhwc => {
+                Strides { outer: channels * volume, c: 1, spatial: [plane * channels, spatial[2] * channels, channels] }
+            }
         }
     }
 
     pub fn offset(&self, outer: usize, c: usize, pos: [usize; 3]) -> usize {
-        outer * self.outer
-            + c * self.c
-            + pos[0] * self.spatial[0]
-            + pos[1] * self.spatial[1]
-            + pos[2] * self.spatial[2]
+        outer * self.outer + c * self.c + pos[0] * self.spatial[0] + pos[1] * self.spatial[1] + pos[2] * self.spatial[2]
     }
 }
 
@@ -115,9 +109,7 @@ impl Geometry {
     /// `dim`, or None where it falls into the padding.
     #[inline]
     pub fn input_coord(&self, dim: usize, o: usize, f: usize) -> Option<usize> {
-        (o * self.stride[dim] + f * self.dilation[dim])
-            .checked_sub(self.pad[dim])
-            .filter(|&i| i < self.input[dim])
+        (o * self.stride[dim] + f * self.dilation[dim]).checked_sub(self.pad[dim]).filter(|&i| i < self.input[dim])
     }
 
     /// Output coordinate that reads input coordinate `i` through filter tap `f` along `dim`,

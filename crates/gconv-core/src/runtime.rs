@@ -187,11 +187,21 @@ pub trait Runtime: Send + Sync {
     /// Measured arithmetic and memory peaks for `dtype`, where the backend measures them.
     /// Converts an activation tensor between two network layers' formats on this device.
     fn convert(&self, c: &Conversion, _input: &Tensor) -> Result<Tensor> {
-        Err(GconvError::Backend(format!("the {} backend has no conversion from {} to {}", self.backend(), c.from, c.to)))
+        Err(GconvError::Backend(format!(
+            "the {} backend has no conversion from {} to {}",
+            self.backend(),
+            c.from,
+            c.to
+        )))
     }
     /// A timer of [`Runtime::convert`] on data of its own on the device.
     fn conversion_timer(&self, c: &Conversion, _options: TimingOptions) -> Result<Box<dyn Timer + '_>> {
-        Err(GconvError::Backend(format!("the {} backend has no conversion from {} to {}", self.backend(), c.from, c.to)))
+        Err(GconvError::Backend(format!(
+            "the {} backend has no conversion from {} to {}",
+            self.backend(),
+            c.from,
+            c.to
+        )))
     }
     fn peaks(&self, _dtype: DataType) -> Result<Option<Peaks>> {
         Ok(None)

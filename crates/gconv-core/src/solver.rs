@@ -181,9 +181,7 @@ impl Solution {
     /// Checks applicability and the config, then builds the solution.
     pub fn build<B: Backend>(solver: &dyn Solve<B>, p: &ConvProblem, config: Config) -> Result<Self> {
         p.validate()?;
-        solver
-            .applicable(p)
-            .map_err(|r| GconvError::NotApplicable { solver: solver.id().into(), reason: r.0 })?;
+        solver.applicable(p).map_err(|r| GconvError::NotApplicable { solver: solver.id().into(), reason: r.0 })?;
         solver.check_config(p, &config)?;
         let invoker: Box<dyn Invoker<B>> = solver.solution(p, &config)?;
         Ok(Solution {
@@ -197,10 +195,9 @@ impl Solution {
 
     /// The invoker, when the solution was built for backend `B`.
     pub fn invoker<B: Backend>(&self) -> Result<&dyn Invoker<B>> {
-        self.invoker
-            .downcast_ref::<Box<dyn Invoker<B>>>()
-            .map(|i| i.as_ref())
-            .ok_or_else(|| GconvError::Backend(format!("{} was built for another backend than {}", self.solver_id, B::NAME)))
+        self.invoker.downcast_ref::<Box<dyn Invoker<B>>>().map(|i| i.as_ref()).ok_or_else(|| {
+            GconvError::Backend(format!("{} was built for another backend than {}", self.solver_id, B::NAME))
+        })
     }
 }
 
@@ -213,11 +210,7 @@ pub struct Registry<B: Backend> {
 impl<B: Backend> Registry<B> {
     pub fn new(solvers: Vec<Box<dyn Solve<B>>>) -> Self {
         for (i, s) in solvers.iter().enumerate() {
-            assert!(
-                solvers[..i].iter().all(|t| t.id() != s.id()),
-                "solver id `{}` registered twice",
-                s.id()
-            );
+            assert!(solvers[..i].iter().all(|t| t.id() != s.id()), "solver id `{}` registered twice", s.id());
         }
         Registry { solvers }
     }

@@ -3,9 +3,9 @@
 use std::borrow::Cow;
 
 use half::{bf16, f16};
-use rayon::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
+use rayon::prelude::*;
 
 use crate::error::{GconvError, Result};
 use crate::problem::{ConvProblem, DataType, Direction};
@@ -148,7 +148,11 @@ impl Tensor {
             TensorData::Bf16(v) => bytemuck::cast_slice_mut(v),
         };
         if target.len() != bytes.len() {
-            return Err(GconvError::TensorMismatch(format!("{} bytes given for a tensor of {} bytes", bytes.len(), target.len())));
+            return Err(GconvError::TensorMismatch(format!(
+                "{} bytes given for a tensor of {} bytes",
+                bytes.len(),
+                target.len()
+            )));
         }
         target.copy_from_slice(bytes);
         Ok(())

@@ -26,11 +26,7 @@ fn spatial_dim(max_input: u32) -> impl Strategy<Value = SpatialDim> {
 
 /// (G, C/G, K/G): dense, grouped and depthwise shapes.
 fn group_shape() -> impl Strategy<Value = (u32, u32, u32)> {
-    prop_oneof![
-        (Just(1u32), 1..=6u32, 1..=6u32),
-        (2..=4u32, 1..=3u32, 1..=3u32),
-        (2..=6u32).prop_map(|g| (g, 1, 1)),
-    ]
+    prop_oneof![(Just(1u32), 1..=6u32, 1..=6u32), (2..=4u32, 1..=3u32, 1..=3u32), (2..=6u32).prop_map(|g| (g, 1, 1)),]
 }
 
 /// A valid problem of any direction, data type and layout.
@@ -67,15 +63,24 @@ const SHRINK_STEPS: u32 = 32;
 /// The every-solver check on `cases` random problems drawn from `seed` (of one direction, or
 /// any): the same seed draws the same problems, so a run can be replayed. A failure names the
 /// seed and the (shrunk) failing problem's key, which replays it alone.
-pub fn check_random_problems(rt: &dyn Runtime, direction: Option<Direction>, seed: u64, cases: u32, sample: usize) -> Result<(), RandomFailure> {
+pub fn check_random_problems(
+    rt: &dyn Runtime,
+    direction: Option<Direction>,
+    seed: u64,
+    cases: u32,
+    sample: usize,
+) -> Result<(), RandomFailure> {
     use proptest::test_runner::{Config as RunnerConfig, RngAlgorithm, TestError, TestRng, TestRunner};
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    let config = RunnerConfig { cases, max_shrink_iters: SHRINK_STEPS, failure_persistence: None, ..RunnerConfig::default() };
+    let config =
+        RunnerConfig { cases, max_shrink_iters: SHRINK_STEPS, failure_persistence: None, ..RunnerConfig::default() };
     let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
     let problems = small_problem().prop_map(move |p| ConvProblem { direction: direction.unwrap_or(p.direction), ..p });
     runner.run(&problems, |p| check_every_solver(rt, &p, sample).map_err(TestCaseError::fail)).map_err(|e| match e {
-        TestError::Fail(reason, problem) => RandomFailure { seed, key: Some(problem.key()), reason: reason.to_string() },
+        TestError::Fail(reason, problem) => {
+            RandomFailure { seed, key: Some(problem.key()), reason: reason.to_string() }
+        }
         TestError::Abort(reason) => RandomFailure { seed, key: None, reason: reason.to_string() },
     })
 }
@@ -127,7 +132,12 @@ pub fn check_every_solver(rt: &dyn Runtime, p: &ConvProblem, sample: usize) -> R
 /// those solvers at least one config must match the reference, and the runtime's own
 /// verification must agree with the reference on every config tried, so none that is wrong
 /// can be picked.
-pub fn check_solvers(rt: &dyn Runtime, p: &ConvProblem, sample: usize, chosen: impl Fn(&dyn Solver) -> bool) -> Result<(), String> {
+pub fn check_solvers(
+    rt: &dyn Runtime,
+    p: &ConvProblem,
+    sample: usize,
+    chosen: impl Fn(&dyn Solver) -> bool,
+) -> Result<(), String> {
     let inputs = ConvTensors::random(p, 11);
     let exact = reference(p, &inputs);
     let floor = error_scale_floor(p, &inputs);
@@ -161,12 +171,25 @@ pub fn check_solvers(rt: &dyn Runtime, p: &ConvProblem, sample: usize, chosen: i
         let own = data.run_checked(&solution).map_err(|e| format!("{}: {e}", what()))?;
         let truth = verify(p, &data.output().map_err(|e| format!("{}: {e}", what()))?, &exact, floor);
         if own.passed != truth.passed {
-            return Err(format!("{}: the reference says {}, the runtime's verification {} (errors {:e}, {:e})", what(), truth.passed, own.passed, truth.max_error, own.max_error));
+            return Err(format!(
+                "{}: the reference says {}, the runtime's verification {} (errors {:e}, {:e})",
+                what(),
+                truth.passed,
+                own.passed,
+                truth.max_error,
+                own.max_error
+            ));
         }
         if solver.find_times_every_config() {
             *list_passes.entry(solver.id()).or_default() |= truth.passed;
         } else if !truth.passed {
-            return Err(format!("{}: error {:e} > tolerance {:e} at element {}", what(), truth.max_error, truth.tolerance, truth.worst_index));
+            return Err(format!(
+                "{}: error {:e} > tolerance {:e} at element {}",
+                what(),
+                truth.max_error,
+                truth.tolerance,
+                truth.worst_index
+            ));
         }
     }
     match list_passes.into_iter().find(|(_, passed)| !passed) {
@@ -177,7 +200,12 @@ pub fn check_solvers(rt: &dyn Runtime, p: &ConvProblem, sample: usize, chosen: i
 
 /// What [`check_solvers`] runs: each chosen solver that applies, with its default config and
 /// up to `sample` configs spread over its space.
-pub fn configs_to_check<'r>(rt: &'r dyn Runtime, p: &ConvProblem, sample: usize, chosen: impl Fn(&dyn Solver) -> bool) -> Vec<(&'r dyn Solver, Config)> {
+pub fn configs_to_check<'r>(
+    rt: &'r dyn Runtime,
+    p: &ConvProblem,
+    sample: usize,
+    chosen: impl Fn(&dyn Solver) -> bool,
+) -> Vec<(&'r dyn Solver, Config)> {
     let mut runs = Vec::new();
     for solver in rt.solvers().into_iter().filter(|s| chosen(*s) && s.applicable(p).is_ok()) {
         let space: Vec<Config> = solver.configs(p).collect();
@@ -211,14 +239,17 @@ pub fn check_every_solver_is_reached(rt: &dyn Runtime, keys: &[&str], sample: us
 /// one channel, 3D), against the host conversion; and each can be timed.
 pub fn check_conversions(rt: &dyn Runtime) -> Result<(), String> {
     use crate::conversion::{convert_on_host, Conversion, Format};
-    let formats: Vec<Format> =
-        [DataType::F32, DataType::F16, DataType::Bf16].into_iter().flat_map(|dtype| Layout::ALL.map(|layout| Format { dtype, layout })).collect();
+    let formats: Vec<Format> = [DataType::F32, DataType::F16, DataType::Bf16]
+        .into_iter()
+        .flat_map(|dtype| Layout::ALL.map(|layout| Format { dtype, layout }))
+        .collect();
     let shapes: [(u32, u32, &[u32]); 3] = [(3, 37, &[9, 11]), (2, 1, &[33]), (1, 70, &[3, 5, 7])];
     for (n, c, spatial) in shapes {
         for &from in &formats {
             for &to in &formats {
                 let conversion = Conversion { n, c, spatial: spatial.to_vec(), from, to };
-                let input = Tensor::try_random(from.dtype, conversion.elements() as usize, 7).map_err(|e| e.to_string())?;
+                let input =
+                    Tensor::try_random(from.dtype, conversion.elements() as usize, 7).map_err(|e| e.to_string())?;
                 let got = rt.convert(&conversion, &input).map_err(|e| format!("{from} -> {to}: {e}"))?;
                 let want = convert_on_host(&conversion, &input).map_err(|e| e.to_string())?;
                 if got.to_f32() != want.to_f32() {

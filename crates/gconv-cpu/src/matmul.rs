@@ -59,7 +59,9 @@ pub(crate) struct Span {
 impl Span {
     fn check(&self, len: usize) {
         debug_assert!(
-            self.rows == 0 || self.cols == 0 || self.offset + (self.rows - 1) * self.rs + (self.cols - 1) * self.cs < len,
+            self.rows == 0
+                || self.cols == 0
+                || self.offset + (self.rows - 1) * self.rs + (self.cols - 1) * self.cs < len,
             "matrix span {self:?} outside a buffer of {len}"
         );
     }
@@ -100,11 +102,24 @@ pub(crate) unsafe fn gemm(dst: View, lhs: View, rhs: View, accumulate: bool, thr
     }
     let parallelism = if threads > 1 { Parallelism::Rayon(threads) } else { Parallelism::None };
     gemm::gemm(
-        dst.rows, dst.cols, lhs.cols,
-        dst.ptr, dst.cs, dst.rs, accumulate,
-        lhs.ptr, lhs.cs, lhs.rs,
-        rhs.ptr, rhs.cs, rhs.rs,
-        1.0, 1.0, false, false, false,
+        dst.rows,
+        dst.cols,
+        lhs.cols,
+        dst.ptr,
+        dst.cs,
+        dst.rs,
+        accumulate,
+        lhs.ptr,
+        lhs.cs,
+        lhs.rs,
+        rhs.ptr,
+        rhs.cs,
+        rhs.rs,
+        1.0,
+        1.0,
+        false,
+        false,
+        false,
         parallelism,
     );
 }

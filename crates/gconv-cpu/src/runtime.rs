@@ -8,8 +8,8 @@ use gconv_core::reference::reference;
 use gconv_core::runtime::calls_per_sample;
 use gconv_core::verify::{error_scale_floor, verify, Verification};
 use gconv_core::{
-    CallerBuffers, Config, Conversion, ConvProblem, ConvTensors, Direction, GconvError, Registry, Result, Runtime, Solution, Solver, Tensor, Timer, TimingMethod,
-    TimingOptions, Workload,
+    CallerBuffers, Config, ConvProblem, ConvTensors, Conversion, Direction, GconvError, Registry, Result, Runtime,
+    Solution, Solver, Tensor, Timer, TimingMethod, TimingOptions, Workload,
 };
 
 use crate::{CpuDevice, Host, HostBuffers};
@@ -134,7 +134,8 @@ impl Workload for CpuWorkload {
     fn prepare_reference(&mut self) -> Result<()> {
         if self.exact.is_none() {
             // Runs overwrite only the output; the inputs the reference reads stay as uploaded.
-            self.exact = Some((reference(&self.problem, &self.tensors), error_scale_floor(&self.problem, &self.tensors)));
+            self.exact =
+                Some((reference(&self.problem, &self.tensors), error_scale_floor(&self.problem, &self.tensors)));
         }
         Ok(())
     }

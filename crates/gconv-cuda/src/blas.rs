@@ -42,13 +42,22 @@ impl BlasHandle {
 
     fn use_workspace(&self, workspace: Buffer) -> Result<()> {
         if workspace.bytes < WORKSPACE_BYTES || !workspace.ptr.is_multiple_of(256) {
-            return Err(GconvError::Backend(format!("cuBLAS's workspace wants {WORKSPACE_BYTES} bytes at 256-byte alignment, got {} at {:#x}", workspace.bytes, workspace.ptr)));
+            return Err(GconvError::Backend(format!(
+                "cuBLAS's workspace wants {WORKSPACE_BYTES} bytes at 256-byte alignment, got {} at {:#x}",
+                workspace.bytes, workspace.ptr
+            )));
         }
         // SAFETY: a live handle and a device range of the given length (checked by the caller's
         // buffers) that outlives the GEMMs run with it.
-        unsafe { cudarc::cublas::sys::cublasSetWorkspace_v2(*self.blas.handle(), workspace.ptr as *mut c_void, WORKSPACE_BYTES as usize) }
-            .result()
-            .map_err(|e| fail("set cuBLAS's workspace", &e))
+        unsafe {
+            cudarc::cublas::sys::cublasSetWorkspace_v2(
+                *self.blas.handle(),
+                workspace.ptr as *mut c_void,
+                WORKSPACE_BYTES as usize,
+            )
+        }
+        .result()
+        .map_err(|e| fail("set cuBLAS's workspace", &e))
     }
 
     /// Runs `gemms` in order on `stream`, with cuBLAS's workspace the first WORKSPACE_BYTES of

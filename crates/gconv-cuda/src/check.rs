@@ -31,7 +31,12 @@ impl Reference {
         gpu_reference(device, p, &mut buffers.with_output(p, target)?)?;
         // Waited for here, so that its time is the reference's and not the first candidate's.
         stream.synchronize().map_err(|e| driver_error("compute the reference", e))?;
-        Ok(Reference { exact, worst: stream.alloc_zeros::<u64>(1).map_err(alloc)?, scale: stream.alloc_zeros::<u32>(1).map_err(alloc)?, floor })
+        Ok(Reference {
+            exact,
+            worst: stream.alloc_zeros::<u64>(1).map_err(alloc)?,
+            scale: stream.alloc_zeros::<u32>(1).map_err(alloc)?,
+            floor,
+        })
     }
 
     /// Compares the output in `buffers` with the reference, with gconv-core's tolerance.
@@ -47,13 +52,20 @@ impl Reference {
         launch.arg(&got).arg(&self.exact).arg(&n).arg(&mut self.worst).arg(&mut self.scale);
         // SAFETY: `got` holds n elements of the problem's type (the direction's output), the
         // reference n floats, the verdict one u64 and one u32.
-        unsafe { launch.launch(LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }) }
-            .map_err(|e| driver_error("launch the verification", e))?;
+        unsafe {
+            launch.launch(LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 })
+        }
+        .map_err(|e| driver_error("launch the verification", e))?;
         let worst = stream.clone_dtoh(&self.worst).map_err(|e| driver_error("read the verdict", e))?[0];
         let scale = stream.clone_dtoh(&self.scale).map_err(|e| driver_error("read the verdict", e))?[0];
         let scale = f64::from(f32::from_bits(scale)).max(self.floor).max(f64::MIN_POSITIVE);
         let max_error = f64::from(f32::from_bits((worst >> 32) as u32)) / scale;
         let tolerance = tolerance(p);
-        Ok(Verification { max_error, tolerance, worst_index: (worst & 0xffff_ffff) as usize, passed: max_error <= tolerance })
+        Ok(Verification {
+            max_error,
+            tolerance,
+            worst_index: (worst & 0xffff_ffff) as usize,
+            passed: max_error <= tolerance,
+        })
     }
 }

@@ -78,7 +78,8 @@ impl Compiler {
 
     fn options(&self, src: &KernelSource) -> Vec<String> {
         let suffix = if src.arch_specific { "a" } else { "" };
-        let mut options = vec![format!("--gpu-architecture={}{suffix}", self.arch), "-std=c++17".into(), "--use_fast_math".into()];
+        let mut options =
+            vec![format!("--gpu-architecture={}{suffix}", self.arch), "-std=c++17".into(), "--use_fast_math".into()];
         options.extend(src.defines.iter().map(|d| format!("-D{d}")));
         options
     }
@@ -100,7 +101,8 @@ impl Compiler {
     /// Whether the CUBIN is in this process or on disk: running it needs no build.
     pub fn is_cached(&self, src: &KernelSource) -> bool {
         let key = self.key(src);
-        let in_memory = self.cubins.lock().unwrap().get(&key).is_some_and(|slot| slot.try_lock().is_ok_and(|c| c.is_some()));
+        let in_memory =
+            self.cubins.lock().unwrap().get(&key).is_some_and(|slot| slot.try_lock().is_ok_and(|c| c.is_some()));
         in_memory || self.disk_path(&key).is_some_and(|p| p.exists())
     }
 
@@ -222,7 +224,11 @@ fn store_atomically(path: &std::path::Path, bytes: &[u8]) {
         return;
     }
     let write = WRITES.fetch_add(1, Ordering::Relaxed);
-    let tmp = dir.join(format!(".{}.{write}.{}.tmp", std::process::id(), path.file_name().unwrap_or_default().to_string_lossy()));
+    let tmp = dir.join(format!(
+        ".{}.{write}.{}.tmp",
+        std::process::id(),
+        path.file_name().unwrap_or_default().to_string_lossy()
+    ));
     if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, path).is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

@@ -33,16 +33,30 @@ impl DeviceConversion {
             file: "convert.cu",
             text: SOURCE,
             // Every build starts with common.cuh, which wants a storage type of its own.
-            defines: vec!["GCONV_F32".into(), format!("SRC_{}", token(c.from.dtype)), format!("DST_{}", token(c.to.dtype))],
+            defines: vec![
+                "GCONV_F32".into(),
+                format!("SRC_{}", token(c.from.dtype)),
+                format!("DST_{}", token(c.to.dtype)),
+            ],
             arch_specific: false,
         };
-        let too_large = || gconv_core::GconvError::Backend(format!("a conversion of {} elements is too large for one launch", c.elements()));
+        let too_large = || {
+            gconv_core::GconvError::Backend(format!(
+                "a conversion of {} elements is too large for one launch",
+                c.elements()
+            ))
+        };
         let (pixels, channels) = (u32::try_from(c.pixels()).map_err(|_| too_large())?, c.c);
         let elements = c.elements();
         if c.from.layout == c.to.layout {
             let blocks = elements.div_ceil(256).clamp(1, u64::from(device.sm_count) * 16) as u32;
             let config = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-            return Ok(DeviceConversion { function: device.function(&src, "gconv_cast")?, config, matrix: None, elements });
+            return Ok(DeviceConversion {
+                function: device.function(&src, "gconv_cast")?,
+                config,
+                matrix: None,
+                elements,
+            });
         }
         let (rows, cols) = match c.from.layout {
             Layout::Nchw => (channels, pixels),

@@ -83,7 +83,10 @@ impl CudaDevice {
     }
 
     /// GPU `ordinal` of those this process sees (as CUDA numbers them, and PyTorch).
-    pub fn probe_ordinal(ordinal: usize, kernel_cache: Option<PathBuf>) -> std::result::Result<Arc<CudaDevice>, String> {
+    pub fn probe_ordinal(
+        ordinal: usize,
+        kernel_cache: Option<PathBuf>,
+    ) -> std::result::Result<Arc<CudaDevice>, String> {
         // SAFETY: these only try to open the shared libraries.
         if !unsafe { cu::is_culib_present() } {
             return Err("no CUDA driver (libcuda) found".into());
@@ -112,7 +115,10 @@ impl CudaDevice {
                 driver("cuDeviceGetAttribute", cu::cuDeviceGetAttribute(&mut v, a, dev)).map(|_| v)
             };
             use cu::CUdevice_attribute as A;
-            let capability = (attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?, attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?);
+            let capability = (
+                attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+                attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+            );
             let sms = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
             let clock_mhz = attr(A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)? as u32 / 1000;
             let sm = SmLimits {

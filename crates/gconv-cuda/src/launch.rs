@@ -56,7 +56,12 @@ impl<'a> CudaBuffers<'a> {
     /// The buffers, when each holds what problem `p` needs of it (the output may be wider than
     /// the problem's type: the reference writes fp32) and the workspace at least `workspace`
     /// bytes.
-    pub fn covering(p: &ConvProblem, workspace_bytes: u64, [x, w, y, workspace]: [Buffer; 4], stream: &'a Arc<CudaStream>) -> Result<Self> {
+    pub fn covering(
+        p: &ConvProblem,
+        workspace_bytes: u64,
+        [x, w, y, workspace]: [Buffer; 4],
+        stream: &'a Arc<CudaStream>,
+    ) -> Result<Self> {
         let elem = p.dtype.size_bytes() as u64;
         let needs = [
             ("x", x, p.input_elements() * elem),
@@ -66,7 +71,11 @@ impl<'a> CudaBuffers<'a> {
         ];
         for (name, buffer, bytes) in needs {
             if buffer.bytes < bytes {
-                return Err(GconvError::Backend(format!("{name} holds {} bytes, and {} needs {bytes}", buffer.bytes, p.key())));
+                return Err(GconvError::Backend(format!(
+                    "{name} holds {} bytes, and {} needs {bytes}",
+                    buffer.bytes,
+                    p.key()
+                )));
             }
         }
         Ok(CudaBuffers { x, w, y, workspace, stream })
@@ -100,11 +109,16 @@ impl<'a> CudaBuffers<'a> {
     /// Zeroes the first `bytes` of the workspace (fp32 zero is all-zero bits).
     pub fn zero_workspace(&self, bytes: u64) -> Result<()> {
         if bytes > self.workspace.bytes {
-            return Err(GconvError::Backend(format!("cannot zero {bytes} bytes of a {}-byte workspace", self.workspace.bytes)));
+            return Err(GconvError::Backend(format!(
+                "cannot zero {bytes} bytes of a {}-byte workspace",
+                self.workspace.bytes
+            )));
         }
         // SAFETY: the range lies inside the workspace allocation, written on its own stream.
-        unsafe { cudarc::driver::result::memset_d8_async(self.workspace.ptr, 0, bytes as usize, self.stream.cu_stream()) }
-            .map_err(|e| driver_error("zero the workspace", e))
+        unsafe {
+            cudarc::driver::result::memset_d8_async(self.workspace.ptr, 0, bytes as usize, self.stream.cu_stream())
+        }
+        .map_err(|e| driver_error("zero the workspace", e))
     }
 }
 
@@ -165,11 +179,17 @@ impl TensorMap {
         let rank = shape.extents.len();
         let spatial = rank.saturating_sub(2);
         if !(3..=5).contains(&rank) || [shape.lower.len(), shape.upper.len(), shape.strides.len()] != [spatial; 3] {
-            return Err(GconvError::Backend(format!("an im2col map wants rank 3 to 5 and corners and strides per spatial dimension, got extents {:?}", shape.extents)));
+            return Err(GconvError::Backend(format!(
+                "an im2col map wants rank 3 to 5 and corners and strides per spatial dimension, got extents {:?}",
+                shape.extents
+            )));
         }
         let elem = dtype.size_bytes() as u64;
         if shape.extents.iter().product::<u64>() * elem > buffer.bytes {
-            return Err(GconvError::Backend(format!("an im2col map of {:?} reaches past its {}-byte buffer", shape.extents, buffer.bytes)));
+            return Err(GconvError::Backend(format!(
+                "an im2col map of {:?} reaches past its {}-byte buffer",
+                shape.extents, buffer.bytes
+            )));
         }
         let strides: Vec<u64> = (1..rank).map(|i| shape.extents[..i].iter().product::<u64>() * elem).collect();
         let element_strides: Vec<u32> = std::iter::once(1).chain(shape.strides.iter().copied()).chain([1]).collect();
@@ -199,10 +219,18 @@ impl TensorMap {
 
     /// The tiled map of a packed array of `dtype` in `buffer` (rank 3 to 5), extents innermost
     /// first, read in boxes of `boxes` (out-of-range elements zero-filled).
-    pub fn tiled<const RANK: usize>(buffer: Buffer, dtype: DataType, extents: [u64; RANK], boxes: [u32; RANK]) -> Result<Self> {
+    pub fn tiled<const RANK: usize>(
+        buffer: Buffer,
+        dtype: DataType,
+        extents: [u64; RANK],
+        boxes: [u32; RANK],
+    ) -> Result<Self> {
         let elem = dtype.size_bytes() as u64;
         if extents.iter().product::<u64>() * elem > buffer.bytes {
-            return Err(GconvError::Backend(format!("a tiled map of {extents:?} reaches past its {}-byte buffer", buffer.bytes)));
+            return Err(GconvError::Backend(format!(
+                "a tiled map of {extents:?} reaches past its {}-byte buffer",
+                buffer.bytes
+            )));
         }
         if !(3..=5).contains(&RANK) {
             return Err(GconvError::Backend(format!("a tiled map wants rank 3 to 5, got {RANK}")));
@@ -254,12 +282,25 @@ pub enum Residency {
 /// Launches `function` on the buffers' stream. `args` follow the kernel's parameter list as
 /// its `.cu` file declares it; every buffer among them is one of `b`'s, checked to cover the
 /// problem the kernel was built for.
-pub fn kernel(b: &CudaBuffers<'_>, function: &CudaFunction, config: LaunchConfig, args: &[Arg<'_>], what: &str) -> Result<()> {
+pub fn kernel(
+    b: &CudaBuffers<'_>,
+    function: &CudaFunction,
+    config: LaunchConfig,
+    args: &[Arg<'_>],
+    what: &str,
+) -> Result<()> {
     kernel_with(b, function, config, Residency::Any, args, what)
 }
 
 /// [`kernel`], launched with the given residency.
-pub fn kernel_with(b: &CudaBuffers<'_>, function: &CudaFunction, config: LaunchConfig, residency: Residency, args: &[Arg<'_>], what: &str) -> Result<()> {
+pub fn kernel_with(
+    b: &CudaBuffers<'_>,
+    function: &CudaFunction,
+    config: LaunchConfig,
+    residency: Residency,
+    args: &[Arg<'_>],
+    what: &str,
+) -> Result<()> {
     let mut launch = b.stream.launch_builder(function);
     for arg in args {
         match arg {

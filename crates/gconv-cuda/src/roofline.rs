@@ -22,20 +22,29 @@ pub fn measure_peaks(device: &CudaDevice, dtype: DataType) -> Result<Peaks> {
     let stream = device.stream()?;
     let src = filled::<f32>(device, COPY_BYTES / 4)?;
     let mut dst = stream.alloc_zeros::<f32>(COPY_BYTES / 4).map_err(|e| driver_error("allocate", e))?;
-    let timer = GpuTimer::new(device, stream.clone(), TimingOptions::default(), || stream.memcpy_dtod(&src, &mut dst).map_err(|e| driver_error("copy", e)))?;
+    let timer = GpuTimer::new(device, stream.clone(), TimingOptions::default(), || {
+        stream.memcpy_dtod(&src, &mut dst).map_err(|e| driver_error("copy", e))
+    })?;
     let copy = best(timer)?;
     drop((src, dst));
     let handle = BlasHandle::new(device)?;
-    let workspace = stream.alloc_zeros::<u8>(crate::blas::WORKSPACE_BYTES as usize).map_err(|e| driver_error("allocate cuBLAS's workspace", e))?;
+    let workspace = stream
+        .alloc_zeros::<u8>(crate::blas::WORKSPACE_BYTES as usize)
+        .map_err(|e| driver_error("allocate cuBLAS's workspace", e))?;
     handle.set_workspace(&workspace)?;
     let blas = &handle.blas;
     let gemm = match dtype {
         DataType::F32 => best_gemm::<f32>(device, blas)?,
         DataType::Tf32 => {
             // SAFETY: a live handle; the mode only lets cuBLAS use TF32 for fp32 GEMMs.
-            unsafe { cudarc::cublas::sys::cublasSetMathMode(*blas.handle(), cudarc::cublas::sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH) }
-                .result()
-                .map_err(|e| backend_error("allow TF32 in cuBLAS", e))?;
+            unsafe {
+                cudarc::cublas::sys::cublasSetMathMode(
+                    *blas.handle(),
+                    cudarc::cublas::sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH,
+                )
+            }
+            .result()
+            .map_err(|e| backend_error("allow TF32 in cuBLAS", e))?;
             best_gemm::<f32>(device, blas)?
         }
         DataType::F16 => best_gemm::<f16>(device, blas)?,
@@ -55,7 +64,8 @@ fn filled<T: DeviceRepr + num_traits::FromPrimitive>(device: &CudaDevice, len: u
     let host: Vec<T> = (0..len)
         .map(|_| {
             state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-            T::from_f32((state >> 40) as f32 / (1u64 << 23) as f32 - 1.0).unwrap_or_else(|| unreachable!("small floats convert"))
+            T::from_f32((state >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
+                .unwrap_or_else(|| unreachable!("small floats convert"))
         })
         .collect();
     device.stream()?.clone_htod(&host).map_err(|e| driver_error("copy to the GPU", e))
@@ -63,7 +73,12 @@ fn filled<T: DeviceRepr + num_traits::FromPrimitive>(device: &CudaDevice, len: u
 
 fn best_gemm<T>(device: &CudaDevice, blas: &CudaBlas) -> Result<f64>
 where
-    T: DeviceRepr + cudarc::driver::ValidAsZeroBits + num_traits::One + num_traits::Zero + num_traits::FromPrimitive + Copy,
+    T: DeviceRepr
+        + cudarc::driver::ValidAsZeroBits
+        + num_traits::One
+        + num_traits::Zero
+        + num_traits::FromPrimitive
+        + Copy,
     CudaBlas: Gemm<T>,
 {
     let stream = device.stream()?;
@@ -85,7 +100,9 @@ where
         ldc: n,
     };
     // SAFETY: a, b and c hold n x n elements each.
-    let timer = GpuTimer::new(device, stream.clone(), TimingOptions::default(), || unsafe { blas.gemm(cfg, &a, &b, &mut c) }.map_err(|e| backend_error("GEMM", e)))?;
+    let timer = GpuTimer::new(device, stream.clone(), TimingOptions::default(), || {
+        unsafe { blas.gemm(cfg, &a, &b, &mut c) }.map_err(|e| backend_error("GEMM", e))
+    })?;
     let seconds = best(timer)?;
     Ok(seconds)
 }

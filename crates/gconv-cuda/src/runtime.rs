@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use gconv_core::verify::{error_scale_floor, Verification};
 use gconv_core::{
-    BuildStats, CallerBuffers, Config, Conversion, ConvProblem, ConvTensors, DataType, GconvError, Peaks, Registry, Result, Runtime, Solution, Solver, Tensor, Timer, TimingOptions,
-    Workload, Yardstick,
+    BuildStats, CallerBuffers, Config, ConvProblem, ConvTensors, Conversion, DataType, GconvError, Peaks, Registry,
+    Result, Runtime, Solution, Solver, Tensor, Timer, TimingOptions, Workload, Yardstick,
 };
 
 use crate::check::Reference;
@@ -93,7 +93,9 @@ impl Runtime for CudaRuntime {
 
     fn describe(&self) -> String {
         let d = &self.device;
-        let cudnn = d.cudnn_version.map_or("no cuDNN".to_string(), |v| format!("cuDNN {}.{}.{}", v / 10000, v / 100 % 100, v % 100));
+        let cudnn = d
+            .cudnn_version
+            .map_or("no cuDNN".to_string(), |v| format!("cuDNN {}.{}.{}", v / 10000, v / 100 % 100, v % 100));
         format!(
             "cuda: {} ({}, {} SMs, NVRTC {}.{}, driver API {}.{}, {cudnn})",
             d.name,
@@ -189,7 +191,12 @@ impl Runtime for CudaRuntime {
             return Ok(None);
         }
         let listed = self.cudnn.candidates(p)?;
-        Ok(listed.heuristic.clone().map(|heuristic| Yardstick { library: "cuDNN", solver: "cuda.cudnn", heuristic, find: listed.find.clone() }))
+        Ok(listed.heuristic.clone().map(|heuristic| Yardstick {
+            library: "cuDNN",
+            solver: "cuda.cudnn",
+            heuristic,
+            find: listed.find.clone(),
+        }))
     }
 }
 
@@ -208,7 +215,12 @@ struct CudaWorkload {
 /// problem, and a workspace of the size `s` asks for.
 fn buffers_for<'g>(gpu: &'g mut DeviceTensors, problem: &ConvProblem, s: &Solution) -> Result<CudaBuffers<'g>> {
     if s.problem != *problem {
-        return Err(GconvError::Backend(format!("{} was built for {}, and the data is for {}", s.solver_id, s.problem.key(), problem.key())));
+        return Err(GconvError::Backend(format!(
+            "{} was built for {}, and the data is for {}",
+            s.solver_id,
+            s.problem.key(),
+            problem.key()
+        )));
     }
     gpu.reserve_workspace(s.workspace_bytes)?;
     gpu.buffers(problem, s.workspace_bytes)

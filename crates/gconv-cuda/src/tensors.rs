@@ -33,7 +33,8 @@ impl DeviceTensors {
         if bytes > 0 && self.workspace.as_ref().is_none_or(|w| (w.len() as u64) < bytes) {
             self.workspace = None;
             let stream = &self.stream;
-            let size = usize::try_from(bytes).map_err(|e| gconv_core::GconvError::Backend(format!("workspace size: {e}")))?;
+            let size =
+                usize::try_from(bytes).map_err(|e| gconv_core::GconvError::Backend(format!("workspace size: {e}")))?;
             self.workspace = Some(stream.alloc_zeros::<u8>(size).map_err(|e| driver_error("allocate a workspace", e))?);
         }
         Ok(())
@@ -45,7 +46,12 @@ impl DeviceTensors {
         let stream = &self.stream;
         let buffer = |s: &CudaSlice<u8>| Buffer { ptr: s.device_ptr(stream).0, bytes: s.len() as u64 };
         let workspace = self.workspace.as_ref().map_or(Buffer { ptr: 0, bytes: 0 }, buffer);
-        CudaBuffers::covering(p, workspace_bytes, [buffer(&self.x), buffer(&self.w), buffer(&self.y), workspace], stream)
+        CudaBuffers::covering(
+            p,
+            workspace_bytes,
+            [buffer(&self.x), buffer(&self.w), buffer(&self.y), workspace],
+            stream,
+        )
     }
 
     fn output(&self, direction: Direction) -> &CudaSlice<u8> {
@@ -64,12 +70,14 @@ impl DeviceTensors {
         let bytes = out.len();
         let (ptr, _) = out.device_ptr(stream);
         // SAFETY: writes exactly the bytes of a live allocation on its own stream.
-        unsafe { cudarc::driver::result::memset_d8_async(ptr, 0xff, bytes, stream.cu_stream()) }.map_err(|e| driver_error("poison the output", e))
+        unsafe { cudarc::driver::result::memset_d8_async(ptr, 0xff, bytes, stream.cu_stream()) }
+            .map_err(|e| driver_error("poison the output", e))
     }
 
     /// Copies the direction's output back into `out`, a host tensor of the same size.
     pub fn download_output(&self, p: &ConvProblem, out: &mut Tensor) -> Result<()> {
-        let bytes = self.stream.clone_dtoh(self.output(p.direction)).map_err(|e| driver_error("copy from the GPU", e))?;
+        let bytes =
+            self.stream.clone_dtoh(self.output(p.direction)).map_err(|e| driver_error("copy from the GPU", e))?;
         out.copy_from_bytes(&bytes)
     }
 }

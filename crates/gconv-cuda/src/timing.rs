@@ -55,12 +55,22 @@ pub struct GpuTimer<'a> {
 impl<'a> GpuTimer<'a> {
     /// Calibrates a timer for `launch`, which enqueues one call on `stream`: the calibration
     /// call, behind a spin, is the one-call estimate and may be the first call.
-    pub fn new(device: &CudaDevice, stream: Arc<CudaStream>, options: TimingOptions, mut launch: impl FnMut() -> Result<()> + 'a) -> Result<Self> {
+    pub fn new(
+        device: &CudaDevice,
+        stream: Arc<CudaStream>,
+        options: TimingOptions,
+        mut launch: impl FnMut() -> Result<()> + 'a,
+    ) -> Result<Self> {
         let ctx = device.context()?;
-        let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| driver_error("create an event", e));
+        let event =
+            || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| driver_error("create an event", e));
         let spin = device.function(&KernelSource::new("spin.cu", SPIN_SOURCE, DataType::F32), "gconv_spin")?;
         let flush = match options.cold_cache {
-            true => Some(stream.alloc_zeros::<u8>(2 * device.l2_bytes as usize).map_err(|e| driver_error("allocate the L2 flush buffer", e))?),
+            true => Some(
+                stream
+                    .alloc_zeros::<u8>(2 * device.l2_bytes as usize)
+                    .map_err(|e| driver_error("allocate the L2 flush buffer", e))?,
+            ),
             false => None,
         };
         let mut timer = GpuTimer {
@@ -103,10 +113,12 @@ impl<'a> GpuTimer<'a> {
     fn capture(&mut self) {
         let payload = std::mem::replace(&mut self.payload, Payload::Queued(Box::new(|| Ok(()))));
         self.payload = match payload {
-            Payload::Calibrated(mut launch) => match (0..CAPTURE_TRIES).find_map(|_| capture(&self.stream, self.calls, &mut launch).ok()) {
-                Some(graph) => Payload::Graph(graph, launch),
-                None => Payload::Queued(launch),
-            },
+            Payload::Calibrated(mut launch) => {
+                match (0..CAPTURE_TRIES).find_map(|_| capture(&self.stream, self.calls, &mut launch).ok()) {
+                    Some(graph) => Payload::Graph(graph, launch),
+                    None => Payload::Queued(launch),
+                }
+            }
             ready => ready,
         };
         // The spin must outlast the host's enqueueing of one sample: a graph launch costs a few
@@ -164,7 +176,9 @@ impl<'a> GpuTimer<'a> {
                 let t = self.time(|| (0..calls).try_for_each(|_| launch()));
                 (Payload::Queued(launch), t)
             }
-            calibrated @ Payload::Calibrated(_) => (calibrated, Err(gconv_core::GconvError::Backend("a sample before capture".into()))),
+            calibrated @ Payload::Calibrated(_) => {
+                (calibrated, Err(gconv_core::GconvError::Backend("a sample before capture".into())))
+            }
         };
         self.payload = payload;
         seconds
@@ -178,7 +192,8 @@ fn capture(stream: &Arc<CudaStream>, calls: u32, launch: &mut impl FnMut() -> Re
     // SAFETY: a live stream of the current context (the calibration call ran on it). Only this
     // thread's unsafe calls are checked against the capture, so other threads of the process
     // (another runtime, a framework) go on.
-    unsafe { stream_api::begin_capture(raw, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }.map_err(|e| driver_error("begin a graph capture", e))?;
+    unsafe { stream_api::begin_capture(raw, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }
+        .map_err(|e| driver_error("begin a graph capture", e))?;
     let enqueued = (0..calls).try_for_each(|_| launch());
     // Ended here, whatever happened: cudarc's own end_capture first returns any error a drop
     // recorded on the context, before ending the capture, which left the stream capturing and

@@ -10,10 +10,16 @@ mod support;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use gconv_core::testing::{channels_last_variants, check_conversions, check_every_solver, check_every_solver_is_reached, check_random_problems, check_solvers, watch_for, RUN_LIMIT};
+use gconv_core::testing::{
+    channels_last_variants, check_conversions, check_every_solver, check_every_solver_is_reached,
+    check_random_problems, check_solvers, watch_for, RUN_LIMIT,
+};
 use gconv_core::{Config, ConvProblem, ConvTensors, Direction, Runtime, Solver, TimingMethod, TimingOptions};
 use gconv_cuda::CudaRuntime;
-use support::{list_misses, persist_regression, prebuild_checks, quiet_gpu, regressions, runtime, sample_configs, shared_gpu, Stopwatch, SEED};
+use support::{
+    list_misses, persist_regression, prebuild_checks, quiet_gpu, regressions, runtime, sample_configs, shared_gpu,
+    Stopwatch, SEED,
+};
 
 /// Random problems per direction and run, drawn from [`SEED`]; proptest's PROPTEST_CASES sets
 /// fewer (a run under compute-sanitizer) or more.
@@ -81,7 +87,10 @@ fn gpu_cudnn_matches_the_reference_in_every_direction_dtype_and_layout() {
             for direction in ["fwd", "bwd-data", "bwd-weight"] {
                 for dtype in ["f32", "tf32", "f16", "bf16"] {
                     let p = ConvProblem::from_key(&format!("v1:{direction}:{dtype}:{layout}:{shape}")).unwrap();
-                    rt.solver("cuda.cudnn").unwrap().applicable(&p).unwrap_or_else(|r| panic!("{what}: cuda.cudnn cannot run {}: {r}", p.key()));
+                    rt.solver("cuda.cudnn")
+                        .unwrap()
+                        .applicable(&p)
+                        .unwrap_or_else(|r| panic!("{what}: cuda.cudnn cannot run {}: {r}", p.key()));
                     check_solvers(rt, &p, 8, |s| s.id() == "cuda.cudnn").unwrap_or_else(|e| panic!("{what}: {e}"));
                 }
             }
@@ -107,7 +116,9 @@ fn gpu_kernels_build_once_and_load_from_the_disk_cache() {
     assert!(!solver.needs_build(&p, &solver.default_config(&p)));
 
     // Threads preparing problems that share a source build it once between them.
-    let shared: Vec<ConvProblem> = (1..=8).map(|n| ConvProblem::from_key(&format!("v1:fwd:f16:NHWC:n{n}:c8:k8:i9x9:f3x3:s1x1:p1x1:d1x1")).unwrap()).collect();
+    let shared: Vec<ConvProblem> = (1..=8)
+        .map(|n| ConvProblem::from_key(&format!("v1:fwd:f16:NHWC:n{n}:c8:k8:i9x9:f3x3:s1x1:p1x1:d1x1")).unwrap())
+        .collect();
     let before = cold.device.build_stats().builds;
     std::thread::scope(|scope| {
         for q in &shared {
@@ -229,9 +240,13 @@ fn gpu_depthwise_tiles_on_medium_problems() {
     }
     // Backward-weight with a warp per row of taps or two staging buffers, and strided
     // backward-data (its phases fall differently on each tile's rows), at every tile.
-    let strided_backward_data = |p: &ConvProblem| p.direction == Direction::BackwardData && p.dims.iter().any(|d| d.stride > 1);
+    let strided_backward_data =
+        |p: &ConvProblem| p.direction == Direction::BackwardData && p.dims.iter().any(|d| d.stride > 1);
     list_misses(rt, "cuda.depthwise_tiled", &shapes, |solver, p| {
-        solver.configs(p).filter(|c| c.get("tr") == Some(1) || c.get("db") == Some(1) || strided_backward_data(p)).collect()
+        solver
+            .configs(p)
+            .filter(|c| c.get("tr") == Some(1) || c.get("db") == Some(1) || strided_backward_data(p))
+            .collect()
     });
 }
 
@@ -349,11 +364,15 @@ fn gpu_wgmma_implicit_gemm_on_medium_problems() {
     let sampled = |c: &Config| {
         let plain = c.get("cl") == Some(1) && c.get("ps") == Some(0) && c.get("red") != Some(3);
         let smallest = [c.get("bn"), c.get("wg"), c.get("st")] == [Some(64), Some(1), Some(3)];
-        let paired_cluster_sums = c.get("red") == Some(2) && [c.get("bn"), c.get("wg"), c.get("st"), c.get("cl")] == [Some(128), Some(2), Some(3), Some(2)];
-        (plain || c.get("st") == Some(3) || c.get("st") == Some(9)) && (c.get("ks").is_none_or(|ks| ks == 1) || smallest || paired_cluster_sums)
+        let paired_cluster_sums = c.get("red") == Some(2)
+            && [c.get("bn"), c.get("wg"), c.get("st"), c.get("cl")] == [Some(128), Some(2), Some(3), Some(2)];
+        (plain || c.get("st") == Some(3) || c.get("st") == Some(9))
+            && (c.get("ks").is_none_or(|ks| ks == 1) || smallest || paired_cluster_sums)
     };
     let mut covered = HashSet::new();
-    list_misses(rt, "cuda.igemm_wgmma", &shapes, |solver, p| sample_configs(solver, p, solver.configs(p).filter(sampled).collect(), &mut covered, SAMPLED_EXTRA));
+    list_misses(rt, "cuda.igemm_wgmma", &shapes, |solver, p| {
+        sample_configs(solver, p, solver.configs(p).filter(sampled).collect(), &mut covered, SAMPLED_EXTRA)
+    });
     let grouped = ConvProblem::from_key("v1:fwd:bf16:NHWC:n1:c48:k48:i8x8:f3x3:s1x1:p1x1:d1x1:g2").unwrap();
     let reason = rt.solver("cuda.igemm_wgmma").unwrap().applicable(&grouped).unwrap_err().to_string();
     assert!(reason.contains("grouped layer"), "{reason}");
@@ -410,7 +429,8 @@ fn verified_and_timed(rt: &dyn Runtime, key: &str) -> Result<(), String> {
             if !checked.passed && !solver.find_times_every_config() {
                 return Err(format!("{}: error {:e} > {:e}", what(&config), checked.max_error, checked.tolerance));
             }
-            let mut timer = data.timer(&solution, TimingOptions::default()).map_err(|e| format!("{}: {e}", what(&config)))?;
+            let mut timer =
+                data.timer(&solution, TimingOptions::default()).map_err(|e| format!("{}: {e}", what(&config)))?;
             let seconds = timer.sample().map_err(|e| format!("{}: {e}", what(&config)))?;
             if timer.method() != TimingMethod::GraphReplay || !(seconds.is_finite() && seconds > 0.0) {
                 return Err(format!("{}: timed {seconds} s by {:?}", what(&config), timer.method()));
@@ -470,7 +490,9 @@ fn gpu_solvers_run_from_several_threads() {
         let threads: Vec<_> = (0..8)
             .map(|t| {
                 let key = SHARED_PROBLEMS[t % SHARED_PROBLEMS.len()];
-                scope.spawn(move || (0..2).try_for_each(|_| verified_and_timed(runtime(), key)).map_err(|e| format!("thread {t}: {e}")))
+                scope.spawn(move || {
+                    (0..2).try_for_each(|_| verified_and_timed(runtime(), key)).map_err(|e| format!("thread {t}: {e}"))
+                })
             })
             .collect();
         let failures: Vec<String> = threads.into_iter().filter_map(|t| t.join().unwrap().err()).collect();

@@ -12,12 +12,43 @@ pub const FEATURE_VERSION: u32 = 1;
 
 /// The problem's columns, in order.
 const PROBLEM_FEATURES: [&str; 33] = [
-    "n", "c_per_group", "k_per_group", "groups", "depthwise", "rank", "channels_last", "dtype", "in_d", "in_h", "in_w", "out_d", "out_h",
-    "out_w", "filter_d", "filter_h", "filter_w", "stride_d", "stride_h", "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w",
-    "gemm_m", "gemm_n", "gemm_k", "gflop", "mbytes", "flop_per_byte", "reduction", "units", "clock_mhz",
+    "n",
+    "c_per_group",
+    "k_per_group",
+    "groups",
+    "depthwise",
+    "rank",
+    "channels_last",
+    "dtype",
+    "in_d",
+    "in_h",
+    "in_w",
+    "out_d",
+    "out_h",
+    "out_w",
+    "filter_d",
+    "filter_h",
+    "filter_w",
+    "stride_d",
+    "stride_h",
+    "stride_w",
+    "pad_h",
+    "pad_w",
+    "dilation_h",
+    "dilation_w",
+    "gemm_m",
+    "gemm_n",
+    "gemm_k",
+    "gflop",
+    "mbytes",
+    "flop_per_byte",
+    "reduction",
+    "units",
+    "clock_mhz",
 ];
 /// What a tile config implies, after the config fields.
-const TILE_FEATURES: [&str; 9] = ["waste_m", "waste_n", "waste_k", "blocks", "waves", "wave_efficiency", "split_k", "k_per_split", "workspace_mb"];
+const TILE_FEATURES: [&str; 9] =
+    ["waste_m", "waste_n", "waste_k", "blocks", "waves", "wave_efficiency", "split_k", "k_per_split", "workspace_mb"];
 
 /// The columns of a model: the problem's, one per solver, one per config field name seen in
 /// training, then the tile columns.
@@ -127,7 +158,14 @@ impl FeatureSpec {
     /// Appends one candidate's row to `out`. A config field the candidate does not have, and a
     /// tile column of a config without a tile, is NaN (missing, to the trees). `workspace` is
     /// `None` where it is known only once the vendor library plans the config.
-    pub fn push_row(&self, problem: &ProblemRow, solver: &str, config: &Config, workspace: Option<u64>, out: &mut Vec<f64>) {
+    pub fn push_row(
+        &self,
+        problem: &ProblemRow,
+        solver: &str,
+        config: &Config,
+        workspace: Option<u64>,
+        out: &mut Vec<f64>,
+    ) {
         out.extend_from_slice(&problem.values);
         out.extend(self.solvers.iter().map(|s| f64::from(u8::from(s == solver))));
         out.extend(self.fields.iter().map(|f| config.get(f).map_or(f64::NAN, f64::from)));

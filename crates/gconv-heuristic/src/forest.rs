@@ -32,7 +32,9 @@ impl Forest {
             // forust numbers a tree's nodes by `num`; children name nodes by number.
             let mut by_num: Vec<usize> = (0..tree.nodes.len()).collect();
             by_num.sort_by_key(|&i| tree.nodes[i].num);
-            let index_of = |num: usize| offset + by_num.iter().position(|&i| tree.nodes[i].num == num).expect("a child is a node") as u32;
+            let index_of = |num: usize| {
+                offset + by_num.iter().position(|&i| tree.nodes[i].num == num).expect("a child is a node") as u32
+            };
             forest.roots.push(index_of(0));
             for &i in &by_num {
                 let n = &tree.nodes[i];
@@ -40,7 +42,12 @@ impl Forest {
                     true => Node(LEAF, n.weight_value, 0, 0),
                     false => {
                         let missing_left = if n.missing_node == n.left_child { MISSING_LEFT } else { 0 };
-                        Node(n.split_feature as u32 | missing_left, n.split_value as f32, index_of(n.left_child), index_of(n.right_child))
+                        Node(
+                            n.split_feature as u32 | missing_left,
+                            n.split_value as f32,
+                            index_of(n.left_child),
+                            index_of(n.right_child),
+                        )
                     }
                 });
             }
@@ -73,7 +80,11 @@ impl Forest {
     /// trees that become a leaf folded into the base. A problem's columns are the same for all
     /// its candidates, so ranking walks only the splits that tell candidates apart.
     pub fn specialize(&self, fixed: &[f64]) -> Forest {
-        let mut out = Forest { base: self.base, roots: Vec::with_capacity(self.roots.len()), nodes: Vec::with_capacity(self.nodes.len() / 4) };
+        let mut out = Forest {
+            base: self.base,
+            roots: Vec::with_capacity(self.roots.len()),
+            nodes: Vec::with_capacity(self.nodes.len() / 4),
+        };
         for &root in &self.roots {
             let start = self.resolve(root, fixed);
             match self.nodes[start as usize] {
@@ -150,7 +161,10 @@ mod tests {
         let y: Vec<f64> = x0.iter().zip(&x1).map(|(a, b)| 3.0 * a - 2.0 * if b.is_nan() { 0.0 } else { *b }).collect();
         let columns: Vec<f64> = x0.iter().chain(&x1).copied().collect();
         let matrix = Matrix::new(&columns, rows, 2);
-        let mut booster = GradientBooster::default().set_objective_type(ObjectiveType::SquaredLoss).set_iterations(50).set_max_depth(4);
+        let mut booster = GradientBooster::default()
+            .set_objective_type(ObjectiveType::SquaredLoss)
+            .set_iterations(50)
+            .set_max_depth(4);
         booster.fit(&matrix, &y, &vec![1.0; rows], None).unwrap();
         let forest = Forest::from_booster(&booster);
         forest.check(2).unwrap();

@@ -56,7 +56,8 @@ pub struct Measured {
 }
 
 /// The columns this module reads.
-const NEEDED: [&str; 9] = ["key", "solver", "config", "latency_ms", "workspace_bytes", "device", "device_units", "device_mhz", "vendor"];
+const NEEDED: [&str; 9] =
+    ["key", "solver", "config", "latency_ms", "workspace_bytes", "device", "device_units", "device_mhz", "vendor"];
 
 /// Every row of the sweep CSVs at `paths`.
 pub fn read(paths: &[impl AsRef<Path>]) -> Result<Vec<Measured>> {
@@ -67,7 +68,12 @@ pub fn read(paths: &[impl AsRef<Path>]) -> Result<Vec<Measured>> {
         let bad = |reason: String| Error::BadData { path: path.to_path_buf(), reason };
         let mut reader = csv::Reader::from_path(path).map_err(|e| bad(e.to_string()))?;
         let header = reader.headers().map_err(|e| bad(e.to_string()))?.clone();
-        let column = |name: &str| header.iter().position(|h| h == name).ok_or_else(|| bad(format!("no `{name}` column: not a sweep CSV of this gconv")));
+        let column = |name: &str| {
+            header
+                .iter()
+                .position(|h| h == name)
+                .ok_or_else(|| bad(format!("no `{name}` column: not a sweep CSV of this gconv")))
+        };
         let [key, solver, config, ms, workspace, device, units, mhz, vendor] = {
             let mut found = [0; NEEDED.len()];
             for (slot, name) in found.iter_mut().zip(NEEDED) {
@@ -86,15 +92,23 @@ pub fn read(paths: &[impl AsRef<Path>]) -> Result<Vec<Measured>> {
                     p
                 }
             };
-            let number = |column: usize, what: &str| record[column].parse::<f64>().map_err(|e| at_line(what, e.to_string()));
+            let number =
+                |column: usize, what: &str| record[column].parse::<f64>().map_err(|e| at_line(what, e.to_string()));
             rows.push(Measured {
                 problem,
                 solver: record[solver].to_string(),
                 config: record[config].parse().map_err(|e: gconv_core::GconvError| at_line("config", e.to_string()))?,
-                ms: if record[ms].is_empty() { None } else { Some(number(ms, "latency_ms")?).filter(|t| t.is_finite() && *t > 0.0) },
+                ms: if record[ms].is_empty() {
+                    None
+                } else {
+                    Some(number(ms, "latency_ms")?).filter(|t| t.is_finite() && *t > 0.0)
+                },
                 workspace_bytes: number(workspace, "workspace_bytes")? as u64,
                 device: record[device].to_string(),
-                facts: DeviceFacts { units: number(units, "device_units")? as u32, clock_mhz: number(mhz, "device_mhz")? as u32 },
+                facts: DeviceFacts {
+                    units: number(units, "device_units")? as u32,
+                    clock_mhz: number(mhz, "device_mhz")? as u32,
+                },
                 vendor: VendorMarks::parse(&record[vendor]),
             });
         }

@@ -132,7 +132,8 @@ impl ModelSet {
     /// The models of a folder (every `*.json` in it).
     pub fn read_dir(dir: &Path) -> Result<Self> {
         let entries = std::fs::read_dir(dir).map_err(|e| Error::Io { path: dir.to_path_buf(), source: e })?;
-        let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "json")).collect();
+        let mut paths: Vec<PathBuf> =
+            entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "json")).collect();
         paths.sort();
         let models = paths
             .iter()
@@ -142,7 +143,10 @@ impl ModelSet {
             })
             .collect::<Result<Vec<_>>>()?;
         if models.is_empty() {
-            return Err(Error::BadModel { origin: dir.display().to_string(), reason: "the folder holds no model (*.json)".into() });
+            return Err(Error::BadModel {
+                origin: dir.display().to_string(),
+                reason: "the folder holds no model (*.json)".into(),
+            });
         }
         Ok(ModelSet { origin: dir.display().to_string(), models })
     }
@@ -170,7 +174,9 @@ impl ModelSet {
                 let path = dir.join(m.file_name());
                 let text = serde_json::to_string(m).expect("a model serialises");
                 let temp = path.with_extension("json.tmp");
-                std::fs::write(&temp, text).and_then(|_| std::fs::rename(&temp, &path)).map_err(|e| Error::Io { path: path.clone(), source: e })?;
+                std::fs::write(&temp, text)
+                    .and_then(|_| std::fs::rename(&temp, &path))
+                    .map_err(|e| Error::Io { path: path.clone(), source: e })?;
                 Ok(path)
             })
             .collect()
@@ -228,6 +234,7 @@ pub fn models_for(rt: &dyn gconv_core::Runtime, dir: Option<&Path>) -> Result<Op
     if user.is_dir() {
         return Ok(Some(ModelSet::read_dir(&user)?));
     }
-    let sets: Vec<ModelSet> = ModelSet::embedded()?.into_iter().filter(|s| s.models.iter().all(|m| rt.owns_device_key(&m.device))).collect();
+    let sets: Vec<ModelSet> =
+        ModelSet::embedded()?.into_iter().filter(|s| s.models.iter().all(|m| rt.owns_device_key(&m.device))).collect();
     Ok(ModelSet::for_device(sets, rt.device_key()))
 }

@@ -82,7 +82,15 @@ fn channels(rng: &mut SmallRng) -> u32 {
 
 fn draw(rng: &mut SmallRng) -> ConvProblem {
     let mut roll = rng.random_range(0..100);
-    let family = FAMILIES.iter().find(|(_, share)| roll < *share || { roll -= share; false }).map_or(Family::Dense3x3, |f| f.0);
+    let family = FAMILIES
+        .iter()
+        .find(|(_, share)| {
+            roll < *share || {
+                roll -= share;
+                false
+            }
+        })
+        .map_or(Family::Dense3x3, |f| f.0);
     let (mut c, mut k, mut g) = (channels(rng), channels(rng), 1);
     let stride = if rng.random_range(0..4) == 0 { 2 } else { 1 };
     let size = pick(rng, &SIZES);
@@ -109,13 +117,20 @@ fn draw(rng: &mut SmallRng) -> ConvProblem {
         }
         Family::Volumetric => {
             let filter = pick(rng, &[1, 3]);
-            let depth = SpatialDim { input: pick(rng, &[2, 4, 8, 16]), filter, stride: 1, pad: filter / 2, dilation: 1 };
+            let depth =
+                SpatialDim { input: pick(rng, &[2, 4, 8, 16]), filter, stride: 1, pad: filter / 2, dilation: 1 };
             let plane = SpatialDim { input: size.min(112), filter, stride, pad: filter / 2, dilation: 1 };
             vec![depth, plane, plane]
         }
         Family::Line => {
             let filter = pick(rng, &[3, 5, 7, 9]);
-            vec![SpatialDim { input: pick(rng, &[16, 50, 128, 400, 1000]), filter, stride, pad: filter / 2, dilation: 1 }]
+            vec![SpatialDim {
+                input: pick(rng, &[16, 50, 128, 400, 1000]),
+                filter,
+                stride,
+                pad: filter / 2,
+                dilation: 1,
+            }]
         }
     };
     let layout = match family {
@@ -128,7 +143,9 @@ fn draw(rng: &mut SmallRng) -> ConvProblem {
 /// Shrinks batch, then spatial sizes, until the problem fits the limits.
 fn fit(mut p: ConvProblem, limits: Limits) -> ConvProblem {
     let too_big = |p: &ConvProblem| {
-        p.flops() > limits.max_gflop * 1e9 || [p.input_elements(), p.output_elements(), p.weight_elements()].into_iter().max().unwrap_or(0) > limits.max_elements
+        p.flops() > limits.max_gflop * 1e9
+            || [p.input_elements(), p.output_elements(), p.weight_elements()].into_iter().max().unwrap_or(0)
+                > limits.max_elements
     };
     while too_big(&p) && p.n > 1 {
         p.n /= 2;
@@ -179,7 +196,10 @@ mod tests {
         assert_eq!(a.len(), 300);
         let shapes: std::collections::HashSet<String> = a.iter().map(shape_key).collect();
         assert_eq!(shapes.len(), a.len(), "shapes are distinct");
-        assert!(a.iter().all(|p| p.validate().is_ok() && (p.flops() <= 8e9 || p.n == 1)), "valid, and within the limit unless already at batch 1");
+        assert!(
+            a.iter().all(|p| p.validate().is_ok() && (p.flops() <= 8e9 || p.n == 1)),
+            "valid, and within the limit unless already at batch 1"
+        );
         for class in ["1D", "3D", "depthwise", "grouped", "dense 1x1", "dense"] {
             assert!(a.iter().any(|p| class_of(p) == class), "no {class} problem drawn");
         }

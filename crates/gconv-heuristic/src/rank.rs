@@ -43,7 +43,8 @@ impl ModelHeuristic {
             .into_iter()
             .map(|model| {
                 let listed = model.listed.keys().map(|s| (s.clone(), model.listed_configs(s))).collect();
-                let trained = model.trained.keys().filter_map(|s| Some((s.clone(), model.trained_configs(s)?))).collect();
+                let trained =
+                    model.trained.keys().filter_map(|s| Some((s.clone(), model.trained_configs(s)?))).collect();
                 Loaded { model, listed, trained }
             })
             .collect();
@@ -62,7 +63,9 @@ impl ModelHeuristic {
         let model = &loaded.model;
         let mut candidates: Vec<(&'static str, Config)> = Vec::new();
         let mut workspaces = Vec::new();
-        for solver in rt.solvers().into_iter().filter(|s| !s.is_oracle() && model.spec.solvers.iter().any(|id| id == s.id())) {
+        for solver in
+            rt.solvers().into_iter().filter(|s| !s.is_oracle() && model.spec.solvers.iter().any(|id| id == s.id()))
+        {
             if solver.find_times_every_config() {
                 for config in loaded.listed.get(solver.id()).into_iter().flatten() {
                     candidates.push((solver.id(), config.clone()));
@@ -74,7 +77,8 @@ impl ModelHeuristic {
                     Some(trained) => {
                         let default = solver.default_config(p);
                         let valid = trained.iter().filter(|c| **c != default && solver.check_config(p, c).is_ok());
-                        candidates.extend(std::iter::once(default.clone()).chain(valid.cloned()).map(|c| (solver.id(), c)));
+                        candidates
+                            .extend(std::iter::once(default.clone()).chain(valid.cloned()).map(|c| (solver.id(), c)));
                     }
                     None => candidates.extend(solver.configs(p).map(|c| (solver.id(), c))),
                 }
@@ -93,10 +97,14 @@ impl ModelHeuristic {
         let featured = Instant::now();
         let mut log_ms = Vec::new();
         model.forest.specialize(problem.values()).predict(&rows, model.spec.width(), &mut log_ms);
-        let mut ranked: Vec<Predicted> =
-            candidates.into_iter().zip(log_ms).map(|((solver, config), t)| Predicted { solver: solver.to_string(), config, ms: t.exp() }).collect();
+        let mut ranked: Vec<Predicted> = candidates
+            .into_iter()
+            .zip(log_ms)
+            .map(|((solver, config), t)| Predicted { solver: solver.to_string(), config, ms: t.exp() })
+            .collect();
         ranked.sort_by(|a, b| a.ms.total_cmp(&b.ms));
-        let phases = RankPhases { candidates: listed - started, features: featured - listed, trees: featured.elapsed() };
+        let phases =
+            RankPhases { candidates: listed - started, features: featured - listed, trees: featured.elapsed() };
         Some((Ranking { candidates: ranked }, phases))
     }
 }

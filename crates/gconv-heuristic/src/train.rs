@@ -34,7 +34,11 @@ pub fn train(rows: &[Measured], sources: &[String], opts: &TrainOptions) -> Resu
     let timed: Vec<&Measured> = rows.iter().filter(|r| r.ms.is_some()).collect();
     let devices: BTreeSet<&str> = timed.iter().map(|r| r.device.as_str()).collect();
     if devices.len() > 1 {
-        return Err(Error::Training(format!("the rows come from {} devices ({}); train one device's rows at a time", devices.len(), devices.into_iter().collect::<Vec<_>>().join(", "))));
+        return Err(Error::Training(format!(
+            "the rows come from {} devices ({}); train one device's rows at a time",
+            devices.len(),
+            devices.into_iter().collect::<Vec<_>>().join(", ")
+        )));
     }
     let mut groups: BTreeMap<(Direction, Family), Vec<&Measured>> = BTreeMap::new();
     for row in timed {
@@ -46,11 +50,18 @@ pub fn train(rows: &[Measured], sources: &[String], opts: &TrainOptions) -> Resu
     groups.into_iter().map(|((direction, family), rows)| fit(direction, family, &rows, sources, opts)).collect()
 }
 
-fn fit(direction: Direction, family: Family, rows: &[&Measured], sources: &[String], opts: &TrainOptions) -> Result<Model> {
+fn fit(
+    direction: Direction,
+    family: Family,
+    rows: &[&Measured],
+    sources: &[String],
+    opts: &TrainOptions,
+) -> Result<Model> {
     let solvers: BTreeSet<String> = rows.iter().map(|r| r.solver.clone()).collect();
     let fields: BTreeSet<String> = rows.iter().flat_map(|r| r.config.fields().iter().map(|(n, _)| n.clone())).collect();
     let spec = FeatureSpec::new(solvers.into_iter().collect(), fields.into_iter().collect());
-    let (mut listed, mut trained): (BTreeMap<String, BTreeSet<String>>, BTreeMap<String, BTreeSet<String>>) = Default::default();
+    let (mut listed, mut trained): (BTreeMap<String, BTreeSet<String>>, BTreeMap<String, BTreeSet<String>>) =
+        Default::default();
     for row in rows {
         let configs = if row.vendor.listed { &mut listed } else { &mut trained };
         configs.entry(row.solver.clone()).or_default().insert(row.config.to_string());
@@ -79,7 +90,8 @@ fn fit(direction: Direction, family: Family, rows: &[&Measured], sources: &[Stri
     let forest = Forest::from_booster(&booster);
     let mut predicted = Vec::new();
     forest.predict(&matrix, width, &mut predicted);
-    let train_rmse = (predicted.iter().zip(&targets).map(|(p, t)| (p - t).powi(2)).sum::<f64>() / targets.len() as f64).sqrt();
+    let train_rmse =
+        (predicted.iter().zip(&targets).map(|(p, t)| (p - t).powi(2)).sum::<f64>() / targets.len() as f64).sqrt();
     let problems: HashSet<&ConvProblem> = rows.iter().map(|r| &r.problem).collect();
     let shapes: HashSet<String> = problems.iter().map(|p| shape_key(p)).collect();
     Ok(Model {

@@ -57,7 +57,9 @@ pub fn evaluate(set: &ModelSet, rows: &[Measured]) -> Vec<Outcome> {
         let ms = |i: usize| timed[i].ms.expect("timed");
         let oracle = (0..timed.len()).min_by(|&a, &b| ms(a).total_cmp(&ms(b))).expect("a timed row");
         let pick = order[0];
-        let vendor_best = |marked: fn(&Measured) -> bool| timed.iter().filter(|r| marked(r)).filter_map(|r| r.ms).min_by(f64::total_cmp);
+        let vendor_best = |marked: fn(&Measured) -> bool| {
+            timed.iter().filter(|r| marked(r)).filter_map(|r| r.ms).min_by(f64::total_cmp)
+        };
         out.push(Outcome {
             problem: p.clone(),
             oracle: (timed[oracle].solver.clone(), timed[oracle].config.clone()),
@@ -112,7 +114,8 @@ pub fn summarize(outcomes: &[&Outcome]) -> Option<Summary> {
         return None;
     }
     let (mean, median, p10) = stats(outcomes.iter().map(|o| o.efficiency()).collect());
-    let share = |hit: &dyn Fn(&Outcome) -> bool| outcomes.iter().filter(|o| hit(o)).count() as f64 / outcomes.len() as f64;
+    let share =
+        |hit: &dyn Fn(&Outcome) -> bool| outcomes.iter().filter(|o| hit(o)).count() as f64 / outcomes.len() as f64;
     let heuristic: Vec<f64> = outcomes.iter().filter_map(|o| o.vendor_heuristic_ms.map(|h| o.oracle_ms / h)).collect();
     Some(Summary {
         problems: outcomes.len(),
@@ -121,7 +124,9 @@ pub fn summarize(outcomes: &[&Outcome]) -> Option<Summary> {
         p10,
         top1: share(&|o| o.oracle_rank == 0),
         top5: share(&|o| o.oracle_rank < 5),
-        vs_vendor_heuristic: geomean_ratio(outcomes.iter().filter_map(|o| o.vendor_heuristic_ms.map(|h| (h, o.pick_ms)))),
+        vs_vendor_heuristic: geomean_ratio(
+            outcomes.iter().filter_map(|o| o.vendor_heuristic_ms.map(|h| (h, o.pick_ms))),
+        ),
         vs_vendor_find: geomean_ratio(outcomes.iter().filter_map(|o| o.vendor_find_ms.map(|f| (f, o.pick_ms)))),
         vendor_heuristic_efficiency: (!heuristic.is_empty()).then(|| stats(heuristic)),
     })

@@ -26,7 +26,8 @@ impl Knobs {
         let mut given = Vec::new();
         for text in args {
             let bad = |reason: String| Error::BadKnob { text: text.clone(), reason };
-            let (name, values) = text.split_once('=').ok_or_else(|| bad("expected NAME=VALUE,VALUE (dtype or layout)".into()))?;
+            let (name, values) =
+                text.split_once('=').ok_or_else(|| bad("expected NAME=VALUE,VALUE (dtype or layout)".into()))?;
             if given.contains(&name) {
                 return Err(bad(format!("`{name}` is given twice")));
             }
@@ -36,8 +37,18 @@ impl Knobs {
                 return Err(bad("no values".into()));
             }
             match name {
-                "dtype" => knobs.dtypes = values.iter().map(|v| v.parse::<DataType>().map_err(|e| bad(e.to_string()))).collect::<Result<_>>()?,
-                "layout" => knobs.layouts = values.iter().map(|v| layout(v).ok_or_else(|| bad(format!("unknown layout `{v}` (NCHW or NHWC)")))).collect::<Result<_>>()?,
+                "dtype" => {
+                    knobs.dtypes = values
+                        .iter()
+                        .map(|v| v.parse::<DataType>().map_err(|e| bad(e.to_string())))
+                        .collect::<Result<_>>()?
+                }
+                "layout" => {
+                    knobs.layouts = values
+                        .iter()
+                        .map(|v| layout(v).ok_or_else(|| bad(format!("unknown layout `{v}` (NCHW or NHWC)"))))
+                        .collect::<Result<_>>()?
+                }
                 _ => return Err(bad(format!("unknown knob `{name}` (dtype or layout)"))),
             }
         }

@@ -86,13 +86,17 @@ impl Network {
                 Some((head, key)) => (head, Some(key.trim())),
                 None => (line, None),
             };
-            let (target, sources) = head.split_once("<-").ok_or_else(|| bad("expected `NAME <- SOURCES : KEY` or `output <- LAYERS`".into()))?;
+            let (target, sources) = head
+                .split_once("<-")
+                .ok_or_else(|| bad("expected `NAME <- SOURCES : KEY` or `output <- LAYERS`".into()))?;
             let target = target.trim();
             let mut inputs = Vec::new();
             for source in sources.split_whitespace() {
                 inputs.push(match source {
                     "input" => Source::Input,
-                    _ => Source::Layer(*index.get(source).ok_or_else(|| bad(format!("`{source}` is not a layer defined above")))?),
+                    _ => Source::Layer(
+                        *index.get(source).ok_or_else(|| bad(format!("`{source}` is not a layer defined above")))?,
+                    ),
                 });
             }
             if inputs.is_empty() {
@@ -143,7 +147,11 @@ impl Network {
         let mut names = std::collections::HashSet::new();
         for (i, layer) in layers.iter().enumerate() {
             layer.shape.validate().map_err(|e| bad(format!("layer `{}`: {e}", layer.name)))?;
-            if layer.name.is_empty() || layer.name == "input" || layer.name == "output" || !names.insert(layer.name.as_str()) {
+            if layer.name.is_empty()
+                || layer.name == "input"
+                || layer.name == "output"
+                || !names.insert(layer.name.as_str())
+            {
                 return Err(bad(format!("layer name `{}` is empty, reserved or used twice", layer.name)));
             }
             if layer.inputs.is_empty() || layer.inputs.iter().any(|s| matches!(s, Source::Layer(j) if *j >= i)) {
@@ -222,10 +230,13 @@ impl Network {
         for layer in &self.layers {
             hasher.update(layer.shape.key().as_bytes());
             for source in &layer.inputs {
-                hasher.update(match source {
-                    Source::Input => b"<input;".to_vec(),
-                    Source::Layer(i) => format!("<{i};").into_bytes(),
-                }.as_slice());
+                hasher.update(
+                    match source {
+                        Source::Input => b"<input;".to_vec(),
+                        Source::Layer(i) => format!("<{i};").into_bytes(),
+                    }
+                    .as_slice(),
+                );
             }
             hasher.update(b"\n");
         }

@@ -30,7 +30,10 @@ impl Graph {
 
     /// The setting for every node with the least total (infinite where none runs everywhere).
     pub fn best_global(&self) -> (usize, f64) {
-        (0..self.settings).map(|s| (s, self.total(&vec![s; self.nodes.len()]))).min_by(|a, b| a.1.total_cmp(&b.1)).expect("at least one setting")
+        (0..self.settings)
+            .map(|s| (s, self.total(&vec![s; self.nodes.len()])))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .expect("at least one setting")
     }
 
     /// A setting per node, and its total.
@@ -48,7 +51,8 @@ impl Graph {
         let mut choice: Vec<Option<usize>> = vec![None; n];
         for v in (0..n).rev() {
             let cost = |s: usize| {
-                let below: f64 = self.edges.iter().filter(|e| e.from == v).filter_map(|e| choice[e.to].map(|t| e.cost[s][t])).sum();
+                let below: f64 =
+                    self.edges.iter().filter(|e| e.from == v).filter_map(|e| choice[e.to].map(|t| e.cost[s][t])).sum();
                 best[v][s] + below
             };
             choice[v] = (0..m).min_by(|&a, &b| cost(a).total_cmp(&cost(b)));
@@ -64,7 +68,10 @@ impl Graph {
             for v in 0..n {
                 let local = |s: usize| {
                     let edges = self.edges.iter().filter(|e| e.from == v || e.to == v);
-                    self.nodes[v][s] + edges.map(|e| if e.from == v { e.cost[s][choice[e.to]] } else { e.cost[choice[e.from]][s] }).sum::<f64>()
+                    self.nodes[v][s]
+                        + edges
+                            .map(|e| if e.from == v { e.cost[s][choice[e.to]] } else { e.cost[choice[e.from]][s] })
+                            .sum::<f64>()
                 };
                 let better = (0..m).min_by(|&a, &b| local(a).total_cmp(&local(b))).expect("a setting");
                 if local(better) < local(choice[v]) {
@@ -108,7 +115,8 @@ mod tests {
         let (choice, total) = graph.best_per_node();
         assert_eq!((choice, total), (vec![1, 1, 1], 5.0));
         // Dearer switching for the ends, cheap middle: per node beats global.
-        let graph = Graph { nodes: vec![vec![1.0, 4.0], vec![10.0, 2.0], vec![1.0, 4.0]], edges: graph.edges, settings: 2 };
+        let graph =
+            Graph { nodes: vec![vec![1.0, 4.0], vec![10.0, 2.0], vec![1.0, 4.0]], edges: graph.edges, settings: 2 };
         let (choice, total) = graph.best_per_node();
         assert_eq!((choice, total), (vec![0, 1, 0], 6.0));
         assert!(total < graph.best_global().1);
@@ -116,7 +124,11 @@ mod tests {
 
     #[test]
     fn a_node_no_setting_runs_rules_that_setting_out() {
-        let graph = Graph { settings: 2, nodes: vec![vec![1.0, 0.5], vec![f64::INFINITY, 0.5]], edges: vec![Edge { from: 0, to: 1, cost: switch(0.1) }] };
+        let graph = Graph {
+            settings: 2,
+            nodes: vec![vec![1.0, 0.5], vec![f64::INFINITY, 0.5]],
+            edges: vec![Edge { from: 0, to: 1, cost: switch(0.1) }],
+        };
         assert_eq!(graph.best_global(), (1, 1.0));
         assert_eq!(graph.best_per_node().0, vec![1, 1]);
     }

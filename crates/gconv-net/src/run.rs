@@ -75,13 +75,21 @@ pub fn mismatch_reason(file: &TuningFile, net: &Network, device: &str) -> Option
 }
 
 /// Each layer problem's solver and config, from the file or (layer by layer) fast selection.
-pub fn plan(rt: &dyn Runtime, db: &mut Db, net: &Network, file: &TuningFile, mismatch: Mismatch, heuristic: Option<&dyn Heuristic>) -> Result<Vec<Planned>> {
+pub fn plan(
+    rt: &dyn Runtime,
+    db: &mut Db,
+    net: &Network,
+    file: &TuningFile,
+    mismatch: Mismatch,
+    heuristic: Option<&dyn Heuristic>,
+) -> Result<Vec<Planned>> {
     let bad = |reason: String| Error::BadTuning { path: format!("for {}", net.name), reason };
     let reason = mismatch_reason(file, net, rt.device_key());
     if let (Some(reason), Mismatch::Refuse) = (&reason, mismatch) {
         return Err(bad(format!("{reason}; pass --layer-by-layer to use its choices where the layer problems match")));
     }
-    let directions: Vec<Direction> = file.directions.iter().map(|d| d.parse().map_err(|e: String| bad(e))).collect::<Result<_>>()?;
+    let directions: Vec<Direction> =
+        file.directions.iter().map(|d| d.parse().map_err(|e: String| bad(e))).collect::<Result<_>>()?;
     // The file's choices by problem key.
     let mut chosen: HashMap<&str, (&str, &str)> = HashMap::new();
     for layer in &file.winner.layers {
@@ -99,7 +107,13 @@ pub fn plan(rt: &dyn Runtime, db: &mut Db, net: &Network, file: &TuningFile, mis
         // setting with the least total.
         let setting = match same {
             true => file.winner.layers.get(i).map(|l| l.setting.as_str()),
-            false => file.network.layers.iter().position(|l| l.key == layer.shape.key()).and_then(|j| file.winner.layers.get(j)).map(|l| l.setting.as_str()),
+            false => file
+                .network
+                .layers
+                .iter()
+                .position(|l| l.key == layer.shape.key())
+                .and_then(|j| file.winner.layers.get(j))
+                .map(|l| l.setting.as_str()),
         }
         .or(file.winner.setting.as_deref())
         .or_else(|| fastest_setting(file))
@@ -107,17 +121,28 @@ pub fn plan(rt: &dyn Runtime, db: &mut Db, net: &Network, file: &TuningFile, mis
         .ok_or_else(|| bad(format!("no setting for layer `{}`", layer.name)))?;
         for &direction in &directions {
             let p = net.problem(i, setting, direction);
-            let from_file = chosen.get(p.key().as_str()).ok_or_else(|| "the file has no choice for this problem".to_string()).and_then(|&(solver, config)| {
-                let s = rt.solver(solver).map_err(|e| e.to_string())?;
-                s.applicable(&p).map_err(|e| e.to_string())?;
-                let config: Config = config.parse().map_err(|e: gconv_core::GconvError| e.to_string())?;
-                s.check_config(&p, &config).map_err(|e| e.to_string())?;
-                Ok((s.id().to_string(), config))
-            });
+            let from_file = chosen
+                .get(p.key().as_str())
+                .ok_or_else(|| "the file has no choice for this problem".to_string())
+                .and_then(|&(solver, config)| {
+                    let s = rt.solver(solver).map_err(|e| e.to_string())?;
+                    s.applicable(&p).map_err(|e| e.to_string())?;
+                    let config: Config = config.parse().map_err(|e: gconv_core::GconvError| e.to_string())?;
+                    s.check_config(&p, &config).map_err(|e| e.to_string())?;
+                    Ok((s.id().to_string(), config))
+                });
             let (solver, config, origin) = match from_file {
                 Ok((solver, config)) => (solver, config, Origin::Tuned),
                 Err(reason) if mismatch == Mismatch::LayerByLayer => {
-                    let s = select(rt, db, &mut TestBed::new(rt, &p), &p, FindMode::Fast, &FindOptions::default(), heuristic)?;
+                    let s = select(
+                        rt,
+                        db,
+                        &mut TestBed::new(rt, &p),
+                        &p,
+                        FindMode::Fast,
+                        &FindOptions::default(),
+                        heuristic,
+                    )?;
                     (s.solution.solver_id.to_string(), s.solution.config, Origin::Fast(reason))
                 }
                 Err(reason) => return Err(bad(format!("layer `{}` ({}): {reason}", layer.name, p.key()))),
@@ -171,7 +196,13 @@ pub fn run(rt: &dyn Runtime, file: &TuningFile, planned: Vec<Planned>, warm: u32
     let first_ms = iteration()?;
     let mut warm_ms = (0..warm.max(1)).map(|_| iteration()).collect::<Result<Vec<f64>>>()?;
     warm_ms.sort_by(f64::total_cmp);
-    let tuned: HashMap<&str, f64> = file.winner.layers.iter().flat_map(|l| l.choices.iter()).filter_map(|c| Some((c.problem.as_str(), c.ms?))).collect();
+    let tuned: HashMap<&str, f64> = file
+        .winner
+        .layers
+        .iter()
+        .flat_map(|l| l.choices.iter())
+        .filter_map(|c| Some((c.problem.as_str(), c.ms?)))
+        .collect();
     let tuned_ms = planned.iter().filter_map(|p| tuned.get(p.problem.key().as_str())).sum();
     Ok(RunReport { planned, prepare_ms, first_ms, warm_ms: warm_ms[warm_ms.len() / 2], builds, tuned_ms })
 }

@@ -7,19 +7,23 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use gconv_core::{Config, Conversion, ConvProblem, ConvTensors, DataType, Direction, Format, Runtime, Solution, Solver};
+use gconv_core::{
+    Config, ConvProblem, ConvTensors, Conversion, DataType, Direction, Format, Runtime, Solution, Solver,
+};
 use gconv_tune::db::{Db, GCONV_VERSION};
 use gconv_tune::find::{find_among, guided_candidates, measure, FindOptions, TestBed, DATA_SEED};
 use gconv_tune::heuristic::Heuristic;
 use gconv_tune::measure::median_ms;
-use gconv_tune::search::SearchStrategy;
 use gconv_tune::prebuild::{build_threads, prepare_in_parallel, unbuilt};
+use gconv_tune::search::SearchStrategy;
 use gconv_tune::select::{select, FindMode, Source};
 use gconv_tune::tune::Searched;
 
 use crate::network::{Network, Source as Feeds};
 use crate::plan::{Edge, Graph};
-use crate::tuning::{Choice, ConversionRecord, LayerChoice, NetworkRecord, SettingRecord, ShapeRecord, TuningFile, Winner, TUNING_FORMAT};
+use crate::tuning::{
+    Choice, ConversionRecord, LayerChoice, NetworkRecord, SettingRecord, ShapeRecord, TuningFile, Winner, TUNING_FORMAT,
+};
 use crate::Result;
 
 /// How each layer's solution is chosen before it is timed.
@@ -86,7 +90,12 @@ impl Conversions {
         let mut records: Vec<ConversionRecord> = self
             .measured
             .iter()
-            .map(|(c, &ms)| ConversionRecord { tensor: tensor_text(c), from: c.from.to_string(), to: c.to.to_string(), ms })
+            .map(|(c, &ms)| ConversionRecord {
+                tensor: tensor_text(c),
+                from: c.from.to_string(),
+                to: c.to.to_string(),
+                ms,
+            })
             .collect();
         records.sort_by(|a, b| (&a.tensor, &a.from, &a.to).cmp(&(&b.tensor, &b.from, &b.to)));
         records
@@ -106,7 +115,13 @@ fn tensor(p: &ConvProblem, output: bool, from: Format, to: Format) -> Conversion
     }
 }
 
-pub fn tune_network(rt: &dyn Runtime, db: &mut Db, net: &Network, opts: &NetTuneOptions<'_>, progress: &mut dyn FnMut(Progress<'_>)) -> Result<TuningFile> {
+pub fn tune_network(
+    rt: &dyn Runtime,
+    db: &mut Db,
+    net: &Network,
+    opts: &NetTuneOptions<'_>,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<TuningFile> {
     let started = Instant::now();
     let problems = problems(net, opts);
     let (choices, phases) = measure_problems(rt, db, &problems, opts, progress)?;
@@ -129,7 +144,13 @@ pub fn problems(net: &Network, opts: &NetTuneOptions<'_>) -> Vec<ConvProblem> {
 }
 
 /// Each problem's pick by the method, timed, in the order given.
-pub fn measure_problems(rt: &dyn Runtime, db: &mut Db, problems: &[ConvProblem], opts: &NetTuneOptions<'_>, progress: &mut dyn FnMut(Progress<'_>)) -> Result<(Vec<Choice>, Phases)> {
+pub fn measure_problems(
+    rt: &dyn Runtime,
+    db: &mut Db,
+    problems: &[ConvProblem],
+    opts: &NetTuneOptions<'_>,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<(Vec<Choice>, Phases)> {
     let mut phases = Phases::default();
     let guided = guided_candidates_of(rt, db, problems, opts, &mut phases)?;
     let mut picked = Vec::with_capacity(problems.len());
@@ -142,10 +163,22 @@ pub fn measure_problems(rt: &dyn Runtime, db: &mut Db, problems: &[ConvProblem],
 
 /// The tuning file from every problem's choice ([`problems`]' order): the conversions
 /// measured on `rt`, each setting's totals, the winner.
-pub fn assemble(rt: &dyn Runtime, net: &Network, opts: &NetTuneOptions<'_>, choices: Vec<Choice>, mut phases: Phases, started: Instant) -> Result<TuningFile> {
+pub fn assemble(
+    rt: &dyn Runtime,
+    net: &Network,
+    opts: &NetTuneOptions<'_>,
+    choices: Vec<Choice>,
+    mut phases: Phases,
+    started: Instant,
+) -> Result<TuningFile> {
     let distinct = net.distinct();
     if choices.len() != opts.settings.len() * distinct.len() * opts.directions.len() {
-        return Err(gconv_core::GconvError::Backend(format!("{} choices for {} problems", choices.len(), opts.settings.len() * distinct.len() * opts.directions.len())).into());
+        return Err(gconv_core::GconvError::Backend(format!(
+            "{} choices for {} problems",
+            choices.len(),
+            opts.settings.len() * distinct.len() * opts.directions.len()
+        ))
+        .into());
     }
     // choices[setting][shape][direction]
     let mut picked = choices.into_iter();
@@ -167,12 +200,24 @@ pub fn assemble(rt: &dyn Runtime, net: &Network, opts: &NetTuneOptions<'_>, choi
         .iter()
         .enumerate()
         .map(|(s, format)| {
-            let shapes: Vec<ShapeRecord> =
-                distinct.iter().zip(&choices[s]).map(|((p, layers), c)| ShapeRecord { key: p.key(), count: layers.len(), choices: c.clone() }).collect();
-            let layers_ms = shapes.iter().map(|r| r.choices.iter().map(|c| c.ms).sum::<Option<f64>>().map(|ms| ms * r.count as f64)).sum::<Option<f64>>();
+            let shapes: Vec<ShapeRecord> = distinct
+                .iter()
+                .zip(&choices[s])
+                .map(|((p, layers), c)| ShapeRecord { key: p.key(), count: layers.len(), choices: c.clone() })
+                .collect();
+            let layers_ms = shapes
+                .iter()
+                .map(|r| r.choices.iter().map(|c| c.ms).sum::<Option<f64>>().map(|ms| ms * r.count as f64))
+                .sum::<Option<f64>>();
             let total_ms = graph.total(&vec![s; net.layers.len()]);
             let conversions_ms = layers_ms.map_or(0.0, |l| (total_ms - l).max(0.0));
-            SettingRecord { setting: format.to_string(), shapes, layers_ms, conversions_ms, total_ms: total_ms.is_finite().then_some(total_ms) }
+            SettingRecord {
+                setting: format.to_string(),
+                shapes,
+                layers_ms,
+                conversions_ms,
+                total_ms: total_ms.is_finite().then_some(total_ms),
+            }
         })
         .collect();
     let (choice, total_ms) = match opts.per_layer {
@@ -186,7 +231,11 @@ pub fn assemble(rt: &dyn Runtime, net: &Network, opts: &NetTuneOptions<'_>, choi
         .layers
         .iter()
         .enumerate()
-        .map(|(i, layer)| LayerChoice { name: layer.name.clone(), setting: opts.settings[choice[i]].to_string(), choices: choices[choice[i]][shape_of[i]].clone() })
+        .map(|(i, layer)| LayerChoice {
+            name: layer.name.clone(),
+            setting: opts.settings[choice[i]].to_string(),
+            choices: choices[choice[i]][shape_of[i]].clone(),
+        })
         .collect();
     let setting = choice.iter().all(|&s| s == choice[0]).then(|| opts.settings[choice[0]].to_string());
     Ok(TuningFile {
@@ -208,9 +257,17 @@ pub fn assemble(rt: &dyn Runtime, net: &Network, opts: &NetTuneOptions<'_>, choi
 /// The layer graph's costs: each layer's time in each setting (over the directions), the
 /// conversions at the input and output, and between layers where settings differ: forward
 /// moves activations from a layer to those it feeds, backward-data moves their gradients back.
-fn graph(rt: &dyn Runtime, net: &Network, opts: &NetTuneOptions<'_>, choices: &[Vec<Vec<Choice>>], shape_of: &[usize], conversions: &mut Conversions) -> Result<Graph> {
+fn graph(
+    rt: &dyn Runtime,
+    net: &Network,
+    opts: &NetTuneOptions<'_>,
+    choices: &[Vec<Vec<Choice>>],
+    shape_of: &[usize],
+    conversions: &mut Conversions,
+) -> Result<Graph> {
     let settings = &opts.settings;
-    let (forward, backward) = (opts.directions.contains(&Direction::Forward), opts.directions.contains(&Direction::BackwardData));
+    let (forward, backward) =
+        (opts.directions.contains(&Direction::Forward), opts.directions.contains(&Direction::BackwardData));
     let mut nodes = Vec::new();
     let mut edges = Vec::new();
     for (i, layer) in net.layers.iter().enumerate() {
@@ -279,7 +336,13 @@ impl Phases {
     }
 
     fn record(&self) -> BTreeMap<String, f64> {
-        let phases = [("model ranking", self.ranking_s), ("builds", self.builds_s), ("measuring", self.measuring_s), ("errors", self.errors_s), ("conversions", self.conversions_s)];
+        let phases = [
+            ("model ranking", self.ranking_s),
+            ("builds", self.builds_s),
+            ("measuring", self.measuring_s),
+            ("errors", self.errors_s),
+            ("conversions", self.conversions_s),
+        ];
         phases.into_iter().filter(|(_, s)| *s > 0.0).map(|(name, s)| (name.to_string(), s)).collect()
     }
 }
@@ -289,7 +352,13 @@ type Candidates<'r> = Vec<(&'r dyn Solver, Config)>;
 
 /// For the model-guided method, each problem's candidates (`None` where the model gives none),
 /// with every own kernel they need built first, all problems' builds in one parallel batch.
-fn guided_candidates_of<'r>(rt: &'r dyn Runtime, db: &Db, problems: &[ConvProblem], opts: &NetTuneOptions<'_>, phases: &mut Phases) -> Result<Vec<Option<Candidates<'r>>>> {
+fn guided_candidates_of<'r>(
+    rt: &'r dyn Runtime,
+    db: &Db,
+    problems: &[ConvProblem],
+    opts: &NetTuneOptions<'_>,
+    phases: &mut Phases,
+) -> Result<Vec<Option<Candidates<'r>>>> {
     let (Method::Model { top_k }, Some(model)) = (&opts.method, opts.heuristic) else {
         return Ok(vec![None; problems.len()]);
     };
@@ -298,13 +367,19 @@ fn guided_candidates_of<'r>(rt: &'r dyn Runtime, db: &Db, problems: &[ConvProble
     for p in problems {
         // A problem with nothing to measure from the model is found instead.
         guided.push(match model.rank(rt, p) {
-            Some(ranking) => Some(guided_candidates(rt, db, p, &ranking.candidates, *top_k, &opts.find)?).filter(|c| !c.is_empty()),
+            Some(ranking) => {
+                Some(guided_candidates(rt, db, p, &ranking.candidates, *top_k, &opts.find)?).filter(|c| !c.is_empty())
+            }
             None => None,
         });
     }
     phases.ranking_s += started.elapsed().as_secs_f64();
     let building = Instant::now();
-    let jobs: Vec<_> = problems.iter().zip(&guided).flat_map(|(p, c)| c.iter().flatten().flat_map(move |(s, c)| unbuilt(*s, p, [c.clone()]))).collect();
+    let jobs: Vec<_> = problems
+        .iter()
+        .zip(&guided)
+        .flat_map(|(p, c)| c.iter().flatten().flat_map(move |(s, c)| unbuilt(*s, p, [c.clone()])))
+        .collect();
     prepare_in_parallel(&jobs, build_threads());
     phases.builds_s += building.elapsed().as_secs_f64();
     Ok(guided)
@@ -312,8 +387,23 @@ fn guided_candidates_of<'r>(rt: &'r dyn Runtime, db: &Db, problems: &[ConvProble
 
 /// One problem's pick by the method, timed (and its error measured where asked): among the
 /// model-guided `candidates` where given, else by tuning and find.
-fn choose(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &NetTuneOptions<'_>, candidates: Option<&[(&dyn Solver, Config)]>, phases: &mut Phases) -> Result<Choice> {
-    let mut choice = Choice { direction: p.direction.to_string(), problem: p.key(), solver: None, config: None, ms: None, error: None, failure: None };
+fn choose(
+    rt: &dyn Runtime,
+    db: &mut Db,
+    p: &ConvProblem,
+    opts: &NetTuneOptions<'_>,
+    candidates: Option<&[(&dyn Solver, Config)]>,
+    phases: &mut Phases,
+) -> Result<Choice> {
+    let mut choice = Choice {
+        direction: p.direction.to_string(),
+        problem: p.key(),
+        solver: None,
+        config: None,
+        ms: None,
+        error: None,
+        failure: None,
+    };
     let measuring = Instant::now();
     let mut bed = TestBed::new(rt, p);
     let picked = match candidates {
@@ -343,17 +433,30 @@ fn choose(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, opts: &NetTuneOptions<
 type Picked = std::result::Result<(Solution, Option<f64>), String>;
 
 /// The fastest of the model-guided candidates; a failure where none ran.
-fn pick_among(rt: &dyn Runtime, bed: &mut TestBed<'_>, p: &ConvProblem, candidates: &[(&dyn Solver, Config)], find: &FindOptions) -> Result<Picked> {
+fn pick_among(
+    rt: &dyn Runtime,
+    bed: &mut TestBed<'_>,
+    p: &ConvProblem,
+    candidates: &[(&dyn Solver, Config)],
+    find: &FindOptions,
+) -> Result<Picked> {
     let rows = find_among(rt, bed, candidates, find)?;
     let Some(best) = rows.iter().find(|r| r.outcome.timed_ms().is_some()) else {
-        let reasons: Vec<String> = rows.iter().map(|r| format!("{} {}: {}", r.solver, r.config, r.outcome.status())).collect();
+        let reasons: Vec<String> =
+            rows.iter().map(|r| format!("{} {}: {}", r.solver, r.config, r.outcome.status())).collect();
         return Ok(Err(format!("none of the model's {} candidates ran ({})", rows.len(), reasons.join("; "))));
     };
     Ok(Ok((rt.build(best.solver, p, best.config.clone())?, best.outcome.timed_ms())))
 }
 
 /// The pick of a find (after tuning, for the tune method), its time that find's or measured.
-fn pick_by_find(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, p: &ConvProblem, opts: &NetTuneOptions<'_>) -> Result<Picked> {
+fn pick_by_find(
+    rt: &dyn Runtime,
+    db: &mut Db,
+    bed: &mut TestBed<'_>,
+    p: &ConvProblem,
+    opts: &NetTuneOptions<'_>,
+) -> Result<Picked> {
     if let Method::Tune(strategy) = opts.method {
         gconv_tune::tune::tune(rt, db, p, strategy, Searched::All, &opts.find, &mut |_| {})?;
     }
@@ -361,7 +464,11 @@ fn pick_by_find(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, p: &ConvPr
         Ok(s) => s,
         Err(e) => return Ok(Err(e.to_string())),
     };
-    let found = selection.find.as_ref().filter(|_| selection.source == Source::Find).and_then(|rows| rows.iter().find_map(|r| r.outcome.timed_ms()));
+    let found = selection
+        .find
+        .as_ref()
+        .filter(|_| selection.source == Source::Find)
+        .and_then(|rows| rows.iter().find_map(|r| r.outcome.timed_ms()));
     let ms = match found {
         Some(ms) => Some(ms),
         None => {
@@ -379,7 +486,12 @@ fn pick_by_find(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, p: &ConvPr
 /// max |out - out_fp32| / max |out_fp32|: the solution on the problem's data against the
 /// runtime's reference (or plain fallback) solver on the same data in fp32 before rounding (the random data of
 /// both come from one seed, one drawn in fp32, the other rounded from it).
-fn error_against_fp32(rt: &dyn Runtime, bed: &mut TestBed<'_>, p: &ConvProblem, solution: &gconv_core::Solution) -> Result<f64> {
+fn error_against_fp32(
+    rt: &dyn Runtime,
+    bed: &mut TestBed<'_>,
+    p: &ConvProblem,
+    solution: &gconv_core::Solution,
+) -> Result<f64> {
     let workload = bed.workload(false)?;
     workload.run(solution)?;
     let got = workload.output()?;

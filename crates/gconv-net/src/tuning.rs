@@ -126,7 +126,15 @@ impl NetworkRecord {
             name: net.name.clone(),
             fingerprint: net.fingerprint(),
             batch: net.batch(),
-            layers: net.layers.iter().map(|l| LayerRecord { name: l.name.clone(), key: l.shape.key(), inputs: l.inputs.iter().map(name).collect() }).collect(),
+            layers: net
+                .layers
+                .iter()
+                .map(|l| LayerRecord {
+                    name: l.name.clone(),
+                    key: l.shape.key(),
+                    inputs: l.inputs.iter().map(name).collect(),
+                })
+                .collect(),
             outputs: net.outputs.iter().map(|&i| net.layers[i].name.clone()).collect(),
             counts: net.counts(),
         }
@@ -134,7 +142,8 @@ impl NetworkRecord {
 
     /// The network back, for runs and reports that have only the file.
     pub fn network(&self) -> Result<Network> {
-        let bad = |reason: String| Error::BadNetwork { origin: format!("{} (tuning file)", self.name), line: 0, reason };
+        let bad =
+            |reason: String| Error::BadNetwork { origin: format!("{} (tuning file)", self.name), line: 0, reason };
         let mut layers: Vec<Layer> = Vec::new();
         for record in &self.layers {
             let inputs = record
@@ -142,13 +151,23 @@ impl NetworkRecord {
                 .iter()
                 .map(|s| match s.as_str() {
                     "input" => Ok(Source::Input),
-                    _ => layers.iter().position(|l| &l.name == s).map(Source::Layer).ok_or_else(|| bad(format!("`{s}` is not an earlier layer"))),
+                    _ => layers
+                        .iter()
+                        .position(|l| &l.name == s)
+                        .map(Source::Layer)
+                        .ok_or_else(|| bad(format!("`{s}` is not an earlier layer"))),
                 })
                 .collect::<Result<_>>()?;
             let shape = ConvProblem::from_key(&record.key).map_err(|e| bad(e.to_string()))?;
             layers.push(Layer { name: record.name.clone(), shape, inputs });
         }
-        let outputs = self.outputs.iter().map(|o| layers.iter().position(|l| &l.name == o).ok_or_else(|| bad(format!("output `{o}` is not a layer")))).collect::<Result<_>>()?;
+        let outputs = self
+            .outputs
+            .iter()
+            .map(|o| {
+                layers.iter().position(|l| &l.name == o).ok_or_else(|| bad(format!("output `{o}` is not a layer")))
+            })
+            .collect::<Result<_>>()?;
         Ok(Network { name: self.name.clone(), layers, outputs })
     }
 }
@@ -159,7 +178,10 @@ impl TuningFile {
         let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
         let file: TuningFile = serde_json::from_str(&text).map_err(|e| bad(format!("not a gconv tuning file: {e}")))?;
         if file.format != TUNING_FORMAT {
-            return Err(bad(format!("written in tuning format {}; this gconv reads format {TUNING_FORMAT}", file.format)));
+            return Err(bad(format!(
+                "written in tuning format {}; this gconv reads format {TUNING_FORMAT}",
+                file.format
+            )));
         }
         if file.winner.layers.iter().any(|l| parse_format(&l.setting).is_none()) {
             return Err(bad("a layer's setting is not DTYPE/LAYOUT".into()));
@@ -201,7 +223,12 @@ impl TuningFile {
         let time = &time;
         self.settings
             .iter()
-            .map(|s| s.shapes.iter().flat_map(|shape| shape.choices.iter().map(move |c| Some(time(&c.problem)? * shape.count as f64))).sum())
+            .map(|s| {
+                s.shapes
+                    .iter()
+                    .flat_map(|shape| shape.choices.iter().map(move |c| Some(time(&c.problem)? * shape.count as f64)))
+                    .sum()
+            })
             .collect()
     }
 

@@ -38,7 +38,8 @@ pub fn read(path: &Path, batch: Option<u32>) -> Result<Network, Error> {
         let node = &model.nodes[id];
         let Some(conv) = node.op_as::<Conv>() else { continue };
         let input = model.outlet_fact(node.inputs[0]).map_err(tract)?;
-        let shape = problem(conv, &input.shape).map_err(|reason| bad(format!("convolution `{}`: {reason}", node.name)))?;
+        let shape =
+            problem(conv, &input.shape).map_err(|reason| bad(format!("convolution `{}`: {reason}", node.name)))?;
         let feeds = sources(&model, node.inputs[0], &layer_of, &inputs);
         layer_of.insert(id, layers.len());
         layers.push(Layer { name: node.name.clone(), shape, inputs: feeds });
@@ -83,11 +84,17 @@ fn problem(conv: &Conv, shape: &ShapeFact) -> Result<ConvProblem, String> {
     if conv.kernel_fmt != KernelFormat::OIHW {
         return Err(format!("kernel format {:?}: ONNX models give OIHW", conv.kernel_fmt));
     }
-    let dims = shape.as_concrete().ok_or_else(|| format!("input shape {shape:?} is not concrete (a symbol other than the batch?)"))?;
+    let dims = shape
+        .as_concrete()
+        .ok_or_else(|| format!("input shape {shape:?} is not concrete (a symbol other than the batch?)"))?;
     let spec = &conv.pool_spec;
     let (n, c, spatial) = match (spec.data_format, dims) {
         (DataFormat::NCHW, [n, c, spatial @ ..]) => (*n, *c, spatial),
-        (format, _) => return Err(format!("input layout {format:?} with shape {dims:?}: expected N, C, then 1 to 3 spatial sizes")),
+        (format, _) => {
+            return Err(format!(
+                "input layout {format:?} with shape {dims:?}: expected N, C, then 1 to 3 spatial sizes"
+            ))
+        }
     };
     if !(1..=3).contains(&spatial.len()) {
         return Err(format!("{} spatial dimensions; gconv takes 1 to 3", spatial.len()));
@@ -99,7 +106,9 @@ fn problem(conv: &Conv, shape: &ShapeFact) -> Result<ConvProblem, String> {
     for (d, &input) in spatial.iter().enumerate() {
         let (before, after) = (padding[d].pad_before, padding[d].pad_after);
         if before != after {
-            return Err(format!("padding {before} before and {after} after along spatial axis {d}; gconv pads both sides alike"));
+            return Err(format!(
+                "padding {before} before and {after} after along spatial axis {d}; gconv pads both sides alike"
+            ));
         }
         out.push(SpatialDim {
             input: size(input, "input size")?,
@@ -122,7 +131,12 @@ fn problem(conv: &Conv, shape: &ShapeFact) -> Result<ConvProblem, String> {
 }
 
 /// The convolutions (or the model's input) that reach `outlet` through other operators.
-fn sources(model: &TypedModel, outlet: OutletId, layer_of: &HashMap<usize, usize>, inputs: &HashSet<usize>) -> Vec<Source> {
+fn sources(
+    model: &TypedModel,
+    outlet: OutletId,
+    layer_of: &HashMap<usize, usize>,
+    inputs: &HashSet<usize>,
+) -> Vec<Source> {
     let mut found: Vec<Source> = Vec::new();
     let mut seen: HashSet<usize> = HashSet::new();
     let mut stack = vec![outlet.node];

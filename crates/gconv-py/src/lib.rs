@@ -12,13 +12,18 @@ use gconv_heuristic::rank::ModelHeuristic;
 use gconv_tune::db::{default_cache_dir, default_user_path, Db};
 use gconv_tune::find::{FindOptions, TestBed};
 use gconv_tune::heuristic::Heuristic;
-use gconv_tune::TuneError;
 use gconv_tune::select::{select, stored, FindMode, Selection, Source};
+use gconv_tune::TuneError;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 pyo3::create_exception!(_native, Error, PyRuntimeError, "A convolution gconv could not select or run.");
-pyo3::create_exception!(_native, DeviceLost, Error, "A kernel faulted: the GPU's context is unusable for the rest of the process.");
+pyo3::create_exception!(
+    _native,
+    DeviceLost,
+    Error,
+    "A kernel faulted: the GPU's context is unusable for the rest of the process."
+);
 
 fn error(e: impl std::fmt::Display) -> PyErr {
     Error::new_err(e.to_string())
@@ -98,7 +103,10 @@ impl Engine {
     #[pyo3(signature = (backend, device = 0, db = None))]
     fn new(backend: &str, device: usize, db: Option<PathBuf>) -> PyResult<Self> {
         let rt: Box<dyn Runtime> = match backend {
-            "cuda" => Box::new(gconv_cuda::CudaRuntime::probe_ordinal(device, Some(default_cache_dir().join("kernels"))).map_err(error)?),
+            "cuda" => Box::new(
+                gconv_cuda::CudaRuntime::probe_ordinal(device, Some(default_cache_dir().join("kernels")))
+                    .map_err(error)?,
+            ),
             "cpu" => Box::new(gconv_cpu::CpuRuntime::detect()),
             other => return Err(PyValueError::new_err(format!("unknown backend `{other}` (expected cuda or cpu)"))),
         };

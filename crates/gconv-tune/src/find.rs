@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use gconv_core::{Config, ConvProblem, ConvTensors, Result as CoreResult, Runtime, Solver, SolverKind, TimingOptions, Workload};
+use gconv_core::{
+    Config, ConvProblem, ConvTensors, Result as CoreResult, Runtime, Solver, SolverKind, TimingOptions, Workload,
+};
 
 use crate::db::{Db, FindRecord, RecordKey, Warning, GCONV_VERSION};
 use crate::heuristic::Predicted;
@@ -32,7 +34,13 @@ pub struct FindOptions {
 
 impl Default for FindOptions {
     fn default() -> Self {
-        FindOptions { workspace_limit: 4 << 30, samples: 5, only_prebuilt: false, time_box: true, timing: TimingOptions::default() }
+        FindOptions {
+            workspace_limit: 4 << 30,
+            samples: 5,
+            only_prebuilt: false,
+            time_box: true,
+            timing: TimingOptions::default(),
+        }
     }
 }
 
@@ -126,7 +134,13 @@ pub fn find(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: &FindOpt
 
 /// [`find`], taking the fully timed rows of an `earlier` find on the same test bed as they are
 /// instead of measuring those candidates again.
-pub fn find_reusing(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: &FindOptions, earlier: &[Ranked]) -> Result<Ranking> {
+pub fn find_reusing(
+    rt: &dyn Runtime,
+    db: &mut Db,
+    bed: &mut TestBed<'_>,
+    opts: &FindOptions,
+    earlier: &[Ranked],
+) -> Result<Ranking> {
     let p = bed.p.clone();
     let key = RecordKey::new(&p, rt.device_key());
     let mut candidates = Vec::new();
@@ -149,7 +163,8 @@ pub fn find_reusing(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: 
     let mut best: Option<f64> = None;
     for (solver, config) in candidates {
         let workspace_bytes = solver.workspace_bytes(&p, &config);
-        let measured = earlier.iter().find(|r| r.solver == solver.id() && r.config == config && r.outcome.timed_ms().is_some());
+        let measured =
+            earlier.iter().find(|r| r.solver == solver.id() && r.config == config && r.outcome.timed_ms().is_some());
         let (outcome, spent) = if let Some(row) = measured {
             (row.outcome.clone(), Duration::ZERO)
         } else if let Some(skip) = skip(solver, &p, &config, opts) {
@@ -179,7 +194,14 @@ pub fn find_reusing(rt: &dyn Runtime, db: &mut Db, bed: &mut TestBed<'_>, opts: 
 /// would run, and the vendor library's own heuristic pick where the runtime has one (cheap to
 /// ask, and it covers shapes the model ranks badly). Where tuning stored a config for a
 /// solver, that config stands in for the predicted one: measured beats predicted.
-pub fn guided_candidates<'r>(rt: &'r dyn Runtime, db: &Db, p: &ConvProblem, ranked: &[Predicted], k: usize, opts: &FindOptions) -> Result<Vec<(&'r dyn Solver, Config)>> {
+pub fn guided_candidates<'r>(
+    rt: &'r dyn Runtime,
+    db: &Db,
+    p: &ConvProblem,
+    ranked: &[Predicted],
+    k: usize,
+    opts: &FindOptions,
+) -> Result<Vec<(&'r dyn Solver, Config)>> {
     let mut chosen: Vec<(&dyn Solver, Config)> = Vec::new();
     // Checking a vendor config plans it, which may compile; a shape the model's first picks do
     // not fit stops after a few times k, not at the end of the ranking.
@@ -211,7 +233,12 @@ pub fn guided_candidates<'r>(rt: &'r dyn Runtime, db: &Db, p: &ConvProblem, rank
 
 /// Measures `candidates` (verified) and ranks them like find; nothing is stored, since a
 /// ranking of a few candidates is not a find's.
-pub fn find_among(rt: &dyn Runtime, bed: &mut TestBed<'_>, candidates: &[(&dyn Solver, Config)], opts: &FindOptions) -> Result<Vec<Ranked>> {
+pub fn find_among(
+    rt: &dyn Runtime,
+    bed: &mut TestBed<'_>,
+    candidates: &[(&dyn Solver, Config)],
+    opts: &FindOptions,
+) -> Result<Vec<Ranked>> {
     let mut rows = Vec::new();
     let mut best: Option<f64> = None;
     for (solver, config) in candidates {
@@ -219,7 +246,14 @@ pub fn find_among(rt: &dyn Runtime, bed: &mut TestBed<'_>, candidates: &[(&dyn S
         if let Some(t) = outcome.timed_ms() {
             best = Some(best.map_or(t, |b| b.min(t)));
         }
-        rows.push(Ranked { solver: solver.id(), kind: solver.kind(), config: config.clone(), workspace_bytes: solver.workspace_bytes(&bed.p, config), outcome, spent });
+        rows.push(Ranked {
+            solver: solver.id(),
+            kind: solver.kind(),
+            config: config.clone(),
+            workspace_bytes: solver.workspace_bytes(&bed.p, config),
+            outcome,
+            spent,
+        });
     }
     rank(&mut rows);
     Ok(rows)
@@ -254,7 +288,8 @@ pub fn measure(
 ) -> Result<(Outcome, Duration)> {
     let (started, setup_before) = (Instant::now(), bed.setup_time());
     let sampling = Sampling { samples: opts.samples, best_ms: best.filter(|_| opts.time_box), options: opts.timing };
-    let evaluated = rt.build(solver.id(), &bed.p, config.clone()).and_then(|s| evaluate(bed.workload(check)?, &s, check, sampling));
+    let evaluated =
+        rt.build(solver.id(), &bed.p, config.clone()).and_then(|s| evaluate(bed.workload(check)?, &s, check, sampling));
     let outcome = match evaluated {
         Err(e) if e.is_device_lost() => return Err(e.into()),
         Err(e) => Outcome::Failed(e),

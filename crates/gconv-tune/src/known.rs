@@ -52,7 +52,13 @@ pub fn known_config(db: &Db, device: &str, solver: &dyn Solver, p: &ConvProblem)
     Ok(match checked(solver, p, &record.config) {
         Ok(config) => Known { config, origin: ConfigOrigin::Tuned, skipped: None },
         Err(e) => {
-            let skipped = Warning::Skipped { table: Table::Perf, problem: record.problem, solver: record.solver, config: record.config, reason: e.to_string() };
+            let skipped = Warning::Skipped {
+                table: Table::Perf,
+                problem: record.problem,
+                solver: record.solver,
+                config: record.config,
+                reason: e.to_string(),
+            };
             Known { config: default(), origin: ConfigOrigin::Default, skipped: Some(skipped) }
         }
     })

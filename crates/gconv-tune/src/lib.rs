@@ -10,8 +10,8 @@ pub mod measure;
 pub mod outcome;
 pub mod prebuild;
 pub mod search;
-pub mod sweep;
 pub mod select;
+pub mod sweep;
 pub mod tune;
 
 pub use error::{Result, TuneError};

@@ -44,7 +44,12 @@ impl Evaluation {
 /// over the time box stops there, so a slow one costs a single call. Otherwise a run verified
 /// against the workload's reference (when `check`) and up to `sampling.samples` samples; a
 /// failed verification ends the evaluation untimed.
-pub fn evaluate(workload: &mut dyn Workload, solution: &Solution, check: bool, sampling: Sampling) -> Result<Evaluation> {
+pub fn evaluate(
+    workload: &mut dyn Workload,
+    solution: &Solution,
+    check: bool,
+    sampling: Sampling,
+) -> Result<Evaluation> {
     if sampling.samples == 0 {
         workload.run(solution)?;
     } else {
@@ -59,7 +64,12 @@ pub fn evaluate(workload: &mut dyn Workload, solution: &Solution, check: bool, s
         return Ok(Evaluation { verification, timing: None, time_boxed: false });
     }
     let mut timer = workload.timer(solution, sampling.options)?;
-    let timing = Timing { ms: median_ms(timer.as_mut(), sampling.samples)?, samples: sampling.samples, calls: timer.calls(), method: timer.method() };
+    let timing = Timing {
+        ms: median_ms(timer.as_mut(), sampling.samples)?,
+        samples: sampling.samples,
+        calls: timer.calls(),
+        method: timer.method(),
+    };
     Ok(Evaluation { verification, timing: Some(timing), time_boxed: false })
 }
 

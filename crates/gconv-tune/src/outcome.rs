@@ -21,7 +21,10 @@ pub struct Timing {
 pub enum Skip {
     /// `dynamic-hybrid` runs only what is built already.
     NeedsBuild,
-    Workspace { bytes: u64, limit: u64 },
+    Workspace {
+        bytes: u64,
+        limit: u64,
+    },
     /// A fallback solver, and another candidate was timed.
     Fallback,
     /// The solver's reason to leave the config to tuning.
@@ -90,7 +93,9 @@ impl Outcome {
             Outcome::Timed(_) => STATUS_OK.into(),
             Outcome::TimeBoxed(_) => STATUS_TIME_BOXED.into(),
             Outcome::NotRun(skip) => format!("not run: {skip}"),
-            Outcome::WrongResult(v) => format!("failed verification: error {:.3e} > tolerance {:.3e}", v.max_error, v.tolerance),
+            Outcome::WrongResult(v) => {
+                format!("failed verification: error {:.3e} > tolerance {:.3e}", v.max_error, v.tolerance)
+            }
             Outcome::Failed(e) => format!("failed: {e}"),
         }
     }

@@ -39,7 +39,11 @@ pub fn prepare_in_parallel(jobs: &[BuildJob<'_>], threads: usize) -> Vec<String>
 }
 
 /// The jobs among `configs` of one solver that still need a build.
-pub fn unbuilt<'a>(solver: &'a dyn Solver, p: &ConvProblem, configs: impl IntoIterator<Item = Config>) -> Vec<BuildJob<'a>> {
+pub fn unbuilt<'a>(
+    solver: &'a dyn Solver,
+    p: &ConvProblem,
+    configs: impl IntoIterator<Item = Config>,
+) -> Vec<BuildJob<'a>> {
     configs
         .into_iter()
         .filter(|c| solver.needs_build(p, c))
@@ -80,7 +84,9 @@ mod tests {
     fn builds_each_unbuilt_config_once_and_reports_failures() {
         let solver = Counting(AtomicU32::new(0));
         let p = ConvProblem::from_key("v1:fwd:f32:NCHW:n1:c4:k4:i5x5:f3x3:s1x1:p1x1:d1x1").unwrap();
-        let configs = (1..=20).map(|i| Config::new([("tile", i)])).chain([Config::new([("built", 1)]), Config::new([("bad", 1)])]);
+        let configs = (1..=20)
+            .map(|i| Config::new([("tile", i)]))
+            .chain([Config::new([("built", 1)]), Config::new([("bad", 1)])]);
         let jobs = unbuilt(&solver, &p, configs);
         assert_eq!(jobs.len(), 21);
         let failures = prepare_in_parallel(&jobs, 4);

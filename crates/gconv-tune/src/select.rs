@@ -94,13 +94,25 @@ pub struct Selection {
 pub fn forced(rt: &dyn Runtime, db: &mut Db, p: &ConvProblem, id: &str) -> Result<Selection> {
     let known = known_config(db, rt.device_key(), rt.solver(id)?, p)?;
     let warnings = known.skipped.into_iter().collect();
-    Ok(Selection { solution: rt.build(id, p, known.config)?, source: Source::Forced, origin: known.origin, find: None, warnings })
+    Ok(Selection {
+        solution: rt.build(id, p, known.config)?,
+        source: Source::Forced,
+        origin: known.origin,
+        find: None,
+        warnings,
+    })
 }
 
 /// The solution of solver `id` with `config` (its text), which the solver checks first.
 pub fn forced_with_config(rt: &dyn Runtime, p: &ConvProblem, id: &str, config: &str) -> Result<Selection> {
     let config = checked(rt.solver(id)?, p, config)?;
-    Ok(Selection { solution: rt.build(id, p, config)?, source: Source::Forced, origin: ConfigOrigin::Given, find: None, warnings: Vec::new() })
+    Ok(Selection {
+        solution: rt.build(id, p, config)?,
+        source: Source::Forced,
+        origin: ConfigOrigin::Given,
+        find: None,
+        warnings: Vec::new(),
+    })
 }
 
 /// Selects by `mode`; a find runs on `bed`, whose data the caller may reuse. Where nothing is
@@ -161,9 +173,13 @@ fn from_find_db(rt: &dyn Runtime, db: &Db, p: &ConvProblem, warnings: &mut Vec<W
                 let warnings = std::mem::take(warnings);
                 return Ok(Some(Selection { solution, source: Source::FindDb, origin, find: None, warnings }));
             }
-            Err(reason) => {
-                warnings.push(Warning::Skipped { table: Table::Find, problem: key.problem.clone(), solver: solver_id, config: config_text, reason })
-            }
+            Err(reason) => warnings.push(Warning::Skipped {
+                table: Table::Find,
+                problem: key.problem.clone(),
+                solver: solver_id,
+                config: config_text,
+                reason,
+            }),
         }
     }
     Ok(None)
@@ -171,7 +187,14 @@ fn from_find_db(rt: &dyn Runtime, db: &Db, p: &ConvProblem, warnings: &mut Vec<W
 
 /// The model's pick where a model covers the problem and one of its candidates builds, else
 /// the rule's.
-fn unmeasured(rt: &dyn Runtime, db: &Db, p: &ConvProblem, workspace_limit: u64, model: Option<&dyn Heuristic>, warnings: Vec<Warning>) -> Result<Selection> {
+fn unmeasured(
+    rt: &dyn Runtime,
+    db: &Db,
+    p: &ConvProblem,
+    workspace_limit: u64,
+    model: Option<&dyn Heuristic>,
+    warnings: Vec<Warning>,
+) -> Result<Selection> {
     if let Some(ranking) = model.and_then(|m| m.rank(rt, p)) {
         if let Some(selection) = by_model(rt, db, p, &ranking.candidates, workspace_limit, &warnings) {
             return Ok(selection);
@@ -184,7 +207,14 @@ fn unmeasured(rt: &dyn Runtime, db: &Db, p: &ConvProblem, workspace_limit: u64, 
 /// vendor engine from the model's list may not support this problem, which only its plan says.
 /// A solver tuned for the problem runs its tuned config: measured beats predicted.
 /// `None` when none builds.
-fn by_model(rt: &dyn Runtime, db: &Db, p: &ConvProblem, ranked: &[Predicted], workspace_limit: u64, warnings: &[Warning]) -> Option<Selection> {
+fn by_model(
+    rt: &dyn Runtime,
+    db: &Db,
+    p: &ConvProblem,
+    ranked: &[Predicted],
+    workspace_limit: u64,
+    warnings: &[Warning],
+) -> Option<Selection> {
     for candidate in ranked {
         let (config, origin) = match rt.solver(&candidate.solver).map(|s| known_config(db, rt.device_key(), s, p)) {
             Ok(Ok(known)) if known.origin == ConfigOrigin::Tuned => (known.config, known.origin),
@@ -192,14 +222,26 @@ fn by_model(rt: &dyn Runtime, db: &Db, p: &ConvProblem, ranked: &[Predicted], wo
         };
         if let Ok(solution) = rt.build(&candidate.solver, p, config) {
             if solution.workspace_bytes <= workspace_limit {
-                return Some(Selection { solution, source: Source::Model, origin, find: None, warnings: warnings.to_vec() });
+                return Some(Selection {
+                    solution,
+                    source: Source::Model,
+                    origin,
+                    find: None,
+                    warnings: warnings.to_vec(),
+                });
             }
         }
     }
     None
 }
 
-fn by_rule(rt: &dyn Runtime, db: &Db, p: &ConvProblem, workspace_limit: u64, mut warnings: Vec<Warning>) -> Result<Selection> {
+fn by_rule(
+    rt: &dyn Runtime,
+    db: &Db,
+    p: &ConvProblem,
+    workspace_limit: u64,
+    mut warnings: Vec<Warning>,
+) -> Result<Selection> {
     let mut candidates: Vec<_> = rt.solvers().into_iter().filter(|s| s.applicable(p).is_ok()).collect();
     // Oracles and fallbacks run only when nothing else can.
     candidates.sort_by_key(|s| (s.is_oracle(), s.is_fallback()));
@@ -212,10 +254,16 @@ fn by_rule(rt: &dyn Runtime, db: &Db, p: &ConvProblem, workspace_limit: u64, mut
         }
         // A vendor library that lists no engine for the problem has no config to build.
         match rt.build(solver.id(), p, known.config) {
-            Ok(solution) => return Ok(Selection { solution, source: Source::Rule, origin: known.origin, find: None, warnings }),
+            Ok(solution) => {
+                return Ok(Selection { solution, source: Source::Rule, origin: known.origin, find: None, warnings })
+            }
             Err(e) => reasons.push(format!("{}: {e}", solver.id())),
         }
     }
     let why = if reasons.is_empty() { String::new() } else { format!(" ({})", reasons.join("; ")) };
-    Err(gconv_core::GconvError::Backend(format!("no solver can run {} within the workspace limit of {workspace_limit} bytes{why}", p.key())).into())
+    Err(gconv_core::GconvError::Backend(format!(
+        "no solver can run {} within the workspace limit of {workspace_limit} bytes{why}",
+        p.key()
+    ))
+    .into())
 }

@@ -14,7 +14,11 @@ use crate::Result;
 /// every config of its space (a vendor library's: every engine config it lists), or its
 /// default where it has nothing to tune (a vendor library listing nothing has no candidate).
 /// With `per_solver`, a solver's own space is cut to that many configs plus its default.
-pub fn candidates<'r>(rt: &'r dyn Runtime, p: &ConvProblem, per_solver: Option<usize>) -> Vec<(&'r dyn Solver, Config)> {
+pub fn candidates<'r>(
+    rt: &'r dyn Runtime,
+    p: &ConvProblem,
+    per_solver: Option<usize>,
+) -> Vec<(&'r dyn Solver, Config)> {
     let mut all = Vec::new();
     for s in rt.solvers().into_iter().filter(|s| !s.is_oracle() && s.applicable(p).is_ok()) {
         let mut configs: Vec<Config> = s.configs(p).collect();
@@ -51,7 +55,13 @@ pub enum SweepEvent {
 
 /// Builds the kernels of `items` ahead in parallel threads, then measures each on one test
 /// bed, telling `on` as it goes. A lost device ends the problem with that error.
-pub fn sweep_problem(rt: &dyn Runtime, p: &ConvProblem, items: &[(&dyn Solver, Config)], opts: &FindOptions, mut on: impl FnMut(SweepEvent)) -> Result<()> {
+pub fn sweep_problem(
+    rt: &dyn Runtime,
+    p: &ConvProblem,
+    items: &[(&dyn Solver, Config)],
+    opts: &FindOptions,
+    mut on: impl FnMut(SweepEvent),
+) -> Result<()> {
     let opts = FindOptions { time_box: false, ..*opts };
     let jobs: Vec<_> = items.iter().flat_map(|(s, c)| unbuilt(*s, p, [c.clone()])).collect();
     prepare_in_parallel(&jobs, build_threads());

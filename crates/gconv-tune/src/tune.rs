@@ -77,7 +77,11 @@ pub fn is_tuned(rt: &dyn Runtime, db: &Db, p: &ConvProblem, searched: Searched<'
 
 /// Searched solvers with a space to search. Those whose every config find times already (a
 /// vendor library's list) gain nothing from tuning.
-fn tunable<'a>(rt: &'a dyn Runtime, p: &'a ConvProblem, searched: Searched<'a>) -> impl Iterator<Item = &'a dyn Solver> + 'a {
+fn tunable<'a>(
+    rt: &'a dyn Runtime,
+    p: &'a ConvProblem,
+    searched: Searched<'a>,
+) -> impl Iterator<Item = &'a dyn Solver> + 'a {
     rt.solvers().into_iter().filter(move |s| searched.admits(s.id()) && why_untunable(*s, p).is_none())
 }
 
@@ -167,7 +171,10 @@ pub fn tune(
                 // Build the next batch of untried configs together, one per core.
                 let untried = schedule[done..(done + threads).min(schedule.len())]
                     .iter()
-                    .filter(|c| !earlier.iter().any(|t| t.config == c.to_string()) && solver.workspace_bytes(p, c) <= opts.workspace_limit)
+                    .filter(|c| {
+                        !earlier.iter().any(|t| t.config == c.to_string())
+                            && solver.workspace_bytes(p, c) <= opts.workspace_limit
+                    })
                     .cloned();
                 prepare_in_parallel(&unbuilt(solver, p, untried), threads);
             }

@@ -43,8 +43,7 @@ impl ConvProblem {
             let digits = field
                 .strip_prefix(prefix)
                 .ok_or_else(|| fail(format!("expected field `{prefix}<number>`, found `{field}`")))?;
-            parse_canonical_u32(digits)
-                .ok_or_else(|| fail(format!("`{field}` is not `{prefix}` followed by a number")))
+            parse_canonical_u32(digits).ok_or_else(|| fail(format!("`{field}` is not `{prefix}` followed by a number")))
         };
         let list = |field: &str, prefix: &str| -> Result<Vec<u32>> {
             let body = field
@@ -97,7 +96,6 @@ impl ConvProblem {
         problem.validate()?;
         Ok(problem)
     }
-
 }
 
 /// Only the canonical decimal form: no sign, no leading zeros, so keys stay unique.
@@ -107,4 +105,3 @@ fn parse_canonical_u32(s: &str) -> Option<u32> {
     }
     s.parse().ok()
 }
-

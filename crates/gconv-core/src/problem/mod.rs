@@ -150,9 +150,7 @@ impl Layout {
                 }
             }
         }
-        Err(format!(
-            "unknown layout `{name}` (expected one of NCW, NCHW, NCDHW, NWC, NHWC, NDHWC)"
-        ))
+        Err(format!("unknown layout `{name}` (expected one of NCW, NCHW, NCDHW, NWC, NHWC, NDHWC)"))
     }
 }
 
@@ -232,9 +230,7 @@ impl ConvProblem {
     }
 
     pub fn weight_elements(&self) -> u64 {
-        u64::from(self.k)
-            * u64::from(self.c_per_group())
-            * Self::product(self.dims.iter().map(|d| d.filter))
+        u64::from(self.k) * u64::from(self.c_per_group()) * Self::product(self.dims.iter().map(|d| d.filter))
     }
 
     pub fn output_elements(&self) -> u64 {
@@ -272,9 +268,7 @@ impl ConvProblem {
                 let stride = Self::product(self.dims.iter().map(|d| d.stride));
                 u64::from(self.k_per_group()) * filter.div_ceil(stride)
             }
-            Direction::BackwardWeight => {
-                u64::from(self.n) * Self::product(self.output_dims())
-            }
+            Direction::BackwardWeight => u64::from(self.n) * Self::product(self.output_dims()),
         }
     }
 
@@ -341,17 +335,12 @@ impl ConvProblem {
     }
 
     fn input_elements_checked(&self) -> Option<u64> {
-        Self::checked_product(
-            [self.n, self.c].into_iter().chain(self.dims.iter().map(|d| d.input)).map(u64::from),
-        )
+        Self::checked_product([self.n, self.c].into_iter().chain(self.dims.iter().map(|d| d.input)).map(u64::from))
     }
 
     fn weight_elements_checked(&self) -> Option<u64> {
         Self::checked_product(
-            [self.k, self.c_per_group()]
-                .into_iter()
-                .chain(self.dims.iter().map(|d| d.filter))
-                .map(u64::from),
+            [self.k, self.c_per_group()].into_iter().chain(self.dims.iter().map(|d| d.filter)).map(u64::from),
         )
     }
 

@@ -20,7 +20,10 @@ fn armed() -> &'static Armed {
     static WATCHER: OnceLock<()> = OnceLock::new();
     let armed = ARMED.get_or_init(|| Armed { cases: Mutex::default(), changed: Condvar::new() });
     WATCHER.get_or_init(|| {
-        std::thread::Builder::new().name("gconv-watchdog".into()).spawn(|| watch(armed)).expect("the watchdog thread starts");
+        std::thread::Builder::new()
+            .name("gconv-watchdog".into())
+            .spawn(|| watch(armed))
+            .expect("the watchdog thread starts");
     });
     armed
 }
@@ -31,7 +34,10 @@ fn watch(armed: &'static Armed) {
         let now = Instant::now();
         if let Some((_, (deadline, what))) = cases.iter().find(|(_, (deadline, _))| *deadline <= now) {
             let late = now.duration_since(*deadline);
-            eprintln!("watchdog: did not return in time ({:.0} s past its limit), aborting: {what}", late.as_secs_f64());
+            eprintln!(
+                "watchdog: did not return in time ({:.0} s past its limit), aborting: {what}",
+                late.as_secs_f64()
+            );
             for (_, (_, other)) in cases.iter().filter(|(_, (_, other))| other != what) {
                 eprintln!("watchdog: also running then: {other}");
             }
@@ -39,7 +45,13 @@ fn watch(armed: &'static Armed) {
         }
         let next = cases.values().map(|(deadline, _)| *deadline).min();
         cases = match next {
-            Some(deadline) => armed.changed.wait_timeout(cases, deadline.saturating_duration_since(now)).unwrap_or_else(|p| p.into_inner()).0,
+            Some(deadline) => {
+                armed
+                    .changed
+                    .wait_timeout(cases, deadline.saturating_duration_since(now))
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0
+            }
             None => armed.changed.wait(cases).unwrap_or_else(|p| p.into_inner()),
         };
     }

@@ -218,7 +218,13 @@ impl HostKernel for Kernel {
                     return;
                 }
                 let (m, kb) = (ow.len(), task.channels.len());
-                let dst = Span { offset: geo.y.offset(task.n, k0, [od, oh, ow.start]), rows: m, cols: kb, rs: geo.y.spatial[2], cs: geo.y.c };
+                let dst = Span {
+                    offset: geo.y.offset(task.n, k0, [od, oh, ow.start]),
+                    rows: m,
+                    cols: kb,
+                    rs: geo.y.spatial[2],
+                    cs: geo.y.c,
+                };
                 let lhs = Span {
                     offset: geo.x.offset(task.n, task.g * geo.cg, [id, ih, iw0]),
                     rows: m,
@@ -226,7 +232,8 @@ impl HostKernel for Kernel {
                     rs: geo.x.spatial[2] * geo.stride[2],
                     cs: geo.x.c,
                 };
-                let rhs = Span { offset: geo.w.offset(k0, 0, tap), rows: geo.cg, cols: kb, rs: geo.w.c, cs: geo.w.outer };
+                let rhs =
+                    Span { offset: geo.w.offset(k0, 0, tap), rows: geo.cg, cols: kb, rs: geo.w.c, cs: geo.w.outer };
                 // SAFETY: the task owns rows `task.rows`, channels `task.channels` of image n.
                 unsafe { gemm(View::at(y, dst), View::of(x, lhs), View::of(w, rhs), true, 1) };
             });
@@ -291,7 +298,13 @@ impl HostKernel for Kernel {
         }
         tasks.into_par_iter().for_each(|(g, ks, cs, tap)| {
             let (k0, c0) = (g * geo.kg + ks.start, g * geo.cg + cs.start);
-            let dst = Span { offset: geo.w.offset(k0, cs.start, tap), rows: ks.len(), cols: cs.len(), rs: geo.w.outer, cs: geo.w.c };
+            let dst = Span {
+                offset: geo.w.offset(k0, cs.start, tap),
+                rows: ks.len(),
+                cols: cs.len(),
+                rs: geo.w.outer,
+                cs: geo.w.c,
+            };
             let (iw0, ow) = self.columns(tap[2]);
             if ow.is_empty() {
                 return;

@@ -55,7 +55,13 @@ impl Gemm1x1Kernel {
     fn data_span(&self, strides: &gconv_core::geometry::Strides, per_group: usize, i: usize, g: usize) -> Span {
         let cols = self.images_per_item * self.geo.output_volume();
         let n = i * self.images_per_item;
-        Span { offset: strides.offset(n, g * per_group, [0; 3]), rows: per_group, cols, rs: strides.c, cs: strides.spatial[2] }
+        Span {
+            offset: strides.offset(n, g * per_group, [0; 3]),
+            rows: per_group,
+            cols,
+            rs: strides.c,
+            cs: strides.spatial[2],
+        }
     }
 
     fn x_span(&self, i: usize, g: usize) -> Span {
@@ -87,7 +93,8 @@ impl HostKernel for Gemm1x1Kernel {
     fn forward(&self, x: &[f32], w: &[f32], y: &mut [f32], _ws: &mut [f32]) {
         let y = SharedMut::new(y);
         self.for_each_item(|i, g| {
-            let (dst, lhs, rhs) = (View::at(y, self.y_span(i, g)), View::of(w, self.w_span(g)), View::of(x, self.x_span(i, g)));
+            let (dst, lhs, rhs) =
+                (View::at(y, self.y_span(i, g)), View::of(w, self.w_span(g)), View::of(x, self.x_span(i, g)));
             // SAFETY: each (item, group) writes its own part of y.
             unsafe { gemm(dst, lhs, rhs, false, self.gemm_threads) };
         });
@@ -96,7 +103,8 @@ impl HostKernel for Gemm1x1Kernel {
     fn backward_data(&self, dy: &[f32], w: &[f32], dx: &mut [f32], _ws: &mut [f32]) {
         let dx = SharedMut::new(dx);
         self.for_each_item(|i, g| {
-            let (dst, lhs, rhs) = (View::at(dx, self.x_span(i, g)), View::of(w, self.w_span(g)).t(), View::of(dy, self.y_span(i, g)));
+            let (dst, lhs, rhs) =
+                (View::at(dx, self.x_span(i, g)), View::of(w, self.w_span(g)).t(), View::of(dy, self.y_span(i, g)));
             // SAFETY: each (item, group) writes its own part of dx.
             unsafe { gemm(dst, lhs, rhs, false, self.gemm_threads) };
         });

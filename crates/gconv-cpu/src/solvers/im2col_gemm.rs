@@ -140,7 +140,13 @@ impl Plan {
     /// Image n, group g of y (or dy) as [K/G, output positions].
     fn y_span(&self, n: usize, g: usize) -> Span {
         let s = &self.geo.y;
-        Span { offset: s.offset(n, g * self.geo.kg, [0; 3]), rows: self.geo.kg, cols: self.cols, rs: s.c, cs: s.spatial[2] }
+        Span {
+            offset: s.offset(n, g * self.geo.kg, [0; 3]),
+            rows: self.geo.kg,
+            cols: self.cols,
+            rs: s.c,
+            cs: s.spatial[2],
+        }
     }
 
     fn im2col(&self, x: &[f32], n: usize, g: usize, col: &mut [f32]) {
@@ -245,7 +251,15 @@ impl HostKernel for Plan {
                 self.im2col(x, n, g, col);
                 let dst = View::at(y_shared, self.y_span(n, g));
                 // SAFETY: each item writes only image n, group g of y.
-                unsafe { gemm(dst, View::of(w, self.weight_span(g)), View::of(col, self.col_span()), false, self.gemm_threads()) };
+                unsafe {
+                    gemm(
+                        dst,
+                        View::of(w, self.weight_span(g)),
+                        View::of(col, self.col_span()),
+                        false,
+                        self.gemm_threads(),
+                    )
+                };
             }
         });
     }
@@ -268,7 +282,8 @@ impl HostKernel for Plan {
                     for (j, n) in images.clone().enumerate() {
                         for k in 0..geo.kg {
                             let src = geo.y.offset(n, g * geo.kg + k, [0; 3]);
-                            gathered[k * width + j * self.cols..][..self.cols].copy_from_slice(&dy[src..src + self.cols]);
+                            gathered[k * width + j * self.cols..][..self.cols]
+                                .copy_from_slice(&dy[src..src + self.cols]);
                         }
                     }
                     View::of(gathered, Span { offset: 0, rows: geo.kg, cols: width, rs: width, cs: 1 })
@@ -303,7 +318,15 @@ impl HostKernel for Plan {
                     for n in 0..geo.n {
                         self.im2col(x, n, g, col);
                         // SAFETY: this task owns group g of dw.
-                        unsafe { gemm(dst, View::of(dy, self.y_span(n, g)), View::of(col, self.col_span()).t(), true, gemm_threads) };
+                        unsafe {
+                            gemm(
+                                dst,
+                                View::of(dy, self.y_span(n, g)),
+                                View::of(col, self.col_span()).t(),
+                                true,
+                                gemm_threads,
+                            )
+                        };
                     }
                 }
             });
@@ -318,7 +341,15 @@ impl HostKernel for Plan {
                     self.im2col(x, n, g, col);
                     let dst = View::at(SharedMut::new(partial), self.weight_span(g));
                     // SAFETY: the partial sum belongs to this task alone.
-                    unsafe { gemm(dst, View::of(dy, self.y_span(n, g)), View::of(col, self.col_span()).t(), true, gemm_threads) };
+                    unsafe {
+                        gemm(
+                            dst,
+                            View::of(dy, self.y_span(n, g)),
+                            View::of(col, self.col_span()).t(),
+                            true,
+                            gemm_threads,
+                        )
+                    };
                 }
             }
         });

@@ -4,8 +4,8 @@
 use std::ffi::c_void;
 
 use cudarc::cudnn::sys::{
-    self, cudnnBackendAttributeName_t as Attr, cudnnBackendAttributeType_t as Type, cudnnBackendDescriptorType_t as Kind,
-    cudnnStatus_t,
+    self, cudnnBackendAttributeName_t as Attr, cudnnBackendAttributeType_t as Type,
+    cudnnBackendDescriptorType_t as Kind, cudnnStatus_t,
 };
 use gconv_core::{GconvError, Result};
 
@@ -47,7 +47,9 @@ impl Descriptor {
     /// Sets `attr` to `values`, which must be of the element type `ty` stands for.
     fn set<T>(&self, attr: Attr, ty: Type, values: &[T]) -> Result<()> {
         // SAFETY: `values` holds values.len() elements of the type `ty` names, valid for the call.
-        let status = unsafe { sys::cudnnBackendSetAttribute(self.raw, attr, ty, values.len() as i64, values.as_ptr() as *const c_void) };
+        let status = unsafe {
+            sys::cudnnBackendSetAttribute(self.raw, attr, ty, values.len() as i64, values.as_ptr() as *const c_void)
+        };
         check(&format!("set {attr:?} of {:?}", self.kind), status)
     }
 
@@ -96,7 +98,14 @@ impl Descriptor {
         let mut count = 0i64;
         // SAFETY: `out` holds `capacity` elements of the type `ty` names.
         let status = unsafe {
-            sys::cudnnBackendGetAttribute(self.raw, attr, ty, capacity as i64, &mut count, out.as_mut_ptr() as *mut c_void)
+            sys::cudnnBackendGetAttribute(
+                self.raw,
+                attr,
+                ty,
+                capacity as i64,
+                &mut count,
+                out.as_mut_ptr() as *mut c_void,
+            )
         };
         check(&format!("read {attr:?} of {:?}", self.kind), status)?;
         out.truncate((count.max(0) as usize).min(capacity));
@@ -119,7 +128,14 @@ impl Descriptor {
         let mut count = 0i64;
         // SAFETY: a count query: no elements requested, no buffer written.
         let status = unsafe {
-            sys::cudnnBackendGetAttribute(self.raw, attr, Type::CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &mut count, std::ptr::null_mut())
+            sys::cudnnBackendGetAttribute(
+                self.raw,
+                attr,
+                Type::CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                0,
+                &mut count,
+                std::ptr::null_mut(),
+            )
         };
         check(&format!("count {attr:?} of {:?}", self.kind), status)?;
         Ok(count.max(0) as usize)

@@ -46,9 +46,20 @@ fn spatial(p: &ConvProblem) -> std::ops::Range<usize> {
     }
 }
 
-fn tensor(p: &ConvProblem, uid: i64, outer: usize, channels: usize, sizes: [usize; 3], strides: &Strides) -> Result<Descriptor> {
+fn tensor(
+    p: &ConvProblem,
+    uid: i64,
+    outer: usize,
+    channels: usize,
+    sizes: [usize; 3],
+    strides: &Strides,
+) -> Result<Descriptor> {
     let dims: Vec<i64> = [outer, channels].into_iter().chain(spatial(p).map(|i| sizes[i])).map(|v| v as i64).collect();
-    let strides: Vec<i64> = [strides.outer, strides.c].into_iter().chain(spatial(p).map(|i| strides.spatial[i])).map(|v| v as i64).collect();
+    let strides: Vec<i64> = [strides.outer, strides.c]
+        .into_iter()
+        .chain(spatial(p).map(|i| strides.spatial[i]))
+        .map(|v| v as i64)
+        .collect();
     Descriptor::new(K::CUDNN_BACKEND_TENSOR_DESCRIPTOR)?
         .set_enum(A::CUDNN_ATTR_TENSOR_DATA_TYPE, T::CUDNN_TYPE_DATA_TYPE, data_type(p.dtype) as u32)?
         .set_i64s(A::CUDNN_ATTR_TENSOR_DIMENSIONS, &dims)?
@@ -70,7 +81,11 @@ impl OpGraph {
         let y = tensor(p, Y_UID, g.n, g.k(), g.output, &g.y)?;
         let pick = |v: [usize; 3]| -> Vec<i64> { spatial(p).map(|i| v[i] as i64).collect() };
         let conv = Descriptor::new(K::CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR)?
-            .set_enum(A::CUDNN_ATTR_CONVOLUTION_COMP_TYPE, T::CUDNN_TYPE_DATA_TYPE, cudnnDataType_t::CUDNN_DATA_FLOAT as u32)?
+            .set_enum(
+                A::CUDNN_ATTR_CONVOLUTION_COMP_TYPE,
+                T::CUDNN_TYPE_DATA_TYPE,
+                cudnnDataType_t::CUDNN_DATA_FLOAT as u32,
+            )?
             .set_enum(A::CUDNN_ATTR_CONVOLUTION_CONV_MODE, T::CUDNN_TYPE_CONVOLUTION_MODE, CROSS_CORRELATION)?
             .set_i64s(A::CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, &[spatial(p).len() as i64])?
             .set_i64s(A::CUDNN_ATTR_CONVOLUTION_DILATIONS, &pick(g.dilation))?
@@ -86,20 +101,24 @@ impl OpGraph {
                 .set_descriptors(A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, &[&x])?
                 .set_descriptors(A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, &[&w])?
                 .set_descriptors(A::CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, &[&y])?,
-            Direction::BackwardData => Descriptor::new(K::CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR)?
-                .set_f32(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, 1.0)?
-                .set_f32(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, 0.0)?
-                .set_descriptors(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, &[&conv])?
-                .set_descriptors(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, &[&x])?
-                .set_descriptors(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, &[&w])?
-                .set_descriptors(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, &[&y])?,
-            Direction::BackwardWeight => Descriptor::new(K::CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR)?
-                .set_f32(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, 1.0)?
-                .set_f32(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, 0.0)?
-                .set_descriptors(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, &[&conv])?
-                .set_descriptors(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, &[&x])?
-                .set_descriptors(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, &[&w])?
-                .set_descriptors(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, &[&y])?,
+            Direction::BackwardData => {
+                Descriptor::new(K::CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR)?
+                    .set_f32(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, 1.0)?
+                    .set_f32(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, 0.0)?
+                    .set_descriptors(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, &[&conv])?
+                    .set_descriptors(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, &[&x])?
+                    .set_descriptors(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, &[&w])?
+                    .set_descriptors(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, &[&y])?
+            }
+            Direction::BackwardWeight => {
+                Descriptor::new(K::CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR)?
+                    .set_f32(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, 1.0)?
+                    .set_f32(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, 0.0)?
+                    .set_descriptors(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, &[&conv])?
+                    .set_descriptors(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, &[&x])?
+                    .set_descriptors(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, &[&w])?
+                    .set_descriptors(A::CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, &[&y])?
+            }
         }
         .finalize()?;
         let graph = Descriptor::new(K::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?
@@ -154,7 +173,10 @@ impl Tag {
         };
         let knobs = fields
             .map(|(name, value)| {
-                let knob = name.strip_prefix('k').and_then(|t| t.parse::<u32>().ok()).ok_or_else(|| bad("knobs are k<type>=<value>"))?;
+                let knob = name
+                    .strip_prefix('k')
+                    .and_then(|t| t.parse::<u32>().ok())
+                    .ok_or_else(|| bad("knobs are k<type>=<value>"))?;
                 Ok((knob, i64::from(*value)))
             })
             .collect::<Result<_>>()?;
@@ -188,7 +210,11 @@ impl EngineConfig {
             .get_descriptors(A::CUDNN_ATTR_ENGINECFG_ENGINE, K::CUDNN_BACKEND_ENGINE_DESCRIPTOR, 1)?
             .pop()
             .ok_or_else(|| GconvError::Backend("cuDNN: an engine config without an engine".into()))?;
-        let knobs = config.get_descriptors(A::CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, K::CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, KNOB_CAPACITY)?;
+        let knobs = config.get_descriptors(
+            A::CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
+            K::CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR,
+            KNOB_CAPACITY,
+        )?;
         let tag = Tag {
             engine: engine.get_i64(A::CUDNN_ATTR_ENGINE_GLOBAL_INDEX)?,
             knobs: knobs
@@ -219,7 +245,8 @@ impl EngineConfig {
                     .finalize()
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut config = Descriptor::new(K::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR)?.set_descriptors(A::CUDNN_ATTR_ENGINECFG_ENGINE, &[&engine])?;
+        let mut config = Descriptor::new(K::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR)?
+            .set_descriptors(A::CUDNN_ATTR_ENGINECFG_ENGINE, &[&engine])?;
         if !knobs.is_empty() {
             config = config.set_descriptors(A::CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, &knobs.iter().collect::<Vec<_>>())?;
         }
@@ -239,7 +266,18 @@ impl EngineConfig {
 
     /// The notes in words, e.g. `notes: tensor-core, runtime-compiled`.
     pub fn describe_notes(&self) -> String {
-        let numerical = ["tensor-core", "down-convert", "reduced-precision-reduction", "fft", "nondeterministic", "winograd", "winograd-4x4", "winograd-6x6", "winograd-13x13", "strict-nan"];
+        let numerical = [
+            "tensor-core",
+            "down-convert",
+            "reduced-precision-reduction",
+            "fft",
+            "nondeterministic",
+            "winograd",
+            "winograd-4x4",
+            "winograd-6x6",
+            "winograd-13x13",
+            "strict-nan",
+        ];
         let behaviour = ["runtime-compiled", "int8x32-filter", "int8x32-bias", "graph-native", "cublaslt"];
         let words = |notes: &[u32], names: &[&str]| -> Vec<String> {
             notes.iter().map(|&n| names.get(n as usize).map_or(format!("note{n}"), |w| w.to_string())).collect()
@@ -259,7 +297,8 @@ impl EngineConfig {
 
     /// Whether cuDNN compiles this engine's kernel when the plan is built (150-610 ms).
     pub fn compiles_at_run_time(&self) -> bool {
-        self.behavior_notes.contains(&(cudarc::cudnn::sys::cudnnBackendBehaviorNote_t::CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION as u32))
+        self.behavior_notes
+            .contains(&(cudarc::cudnn::sys::cudnnBackendBehaviorNote_t::CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION as u32))
     }
 }
 
@@ -282,7 +321,15 @@ impl Plan {
     }
 
     /// Runs the plan on x, w, y and a workspace of at least `workspace_bytes`.
-    pub fn execute(&self, handle: &Handle, stream: cudarc::cudnn::sys::cudaStream_t, x: u64, w: u64, y: u64, workspace: u64) -> Result<()> {
+    pub fn execute(
+        &self,
+        handle: &Handle,
+        stream: cudarc::cudnn::sys::cudaStream_t,
+        x: u64,
+        w: u64,
+        y: u64,
+        workspace: u64,
+    ) -> Result<()> {
         let pointers = [x, w, y].map(|p| p as *mut c_void);
         let pack = Descriptor::new(K::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?
             .set_i64s(A::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, &[X_UID, W_UID, Y_UID])?

@@ -17,8 +17,8 @@ use gconv_core::{Config, ConvProblem, DataType, GconvError, Result};
 use crate::device::CudaDevice;
 pub use descriptor::library_version;
 use descriptor::Handle;
-use graph::{EngineConfig, OpGraph, Tag};
 pub use graph::Plan;
+use graph::{EngineConfig, OpGraph, Tag};
 
 /// One usable engine config of a problem.
 #[derive(Debug, Clone)]
@@ -105,7 +105,9 @@ impl Cudnn {
             streams.retain(|_, s| s.stream.strong_count() > 0);
             let state = match self.version() {
                 None => Err("cuDNN (libcudnn) not found".to_string()),
-                Some(_) => Handle::new().map(|handle| State { graphs: HashMap::new(), plans: HashMap::new(), handle }).map_err(|e| e.to_string()),
+                Some(_) => Handle::new()
+                    .map(|handle| State { graphs: HashMap::new(), plans: HashMap::new(), handle })
+                    .map_err(|e| e.to_string()),
             };
             streams.insert(key, StreamState { stream: Arc::downgrade(stream), state });
         }
@@ -154,7 +156,8 @@ impl Cudnn {
             let usable = configs.into_iter().filter_map(|c| EngineConfig::from_heuristic(c).ok());
             Ok(usable.filter(|c| p.dtype != DataType::F32 || c.exact_fp32()).find_map(|c| c.tag.to_config().ok()))
         })?;
-        self.listed.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).entry(p.clone()).or_default().heuristic = Some(pick.clone());
+        self.listed.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).entry(p.clone()).or_default().heuristic =
+            Some(pick.clone());
         Ok(pick)
     }
 
@@ -181,9 +184,17 @@ impl Cudnn {
     /// uses this thread's, as PyTorch keeps its plans per thread: a framework moves one thread's
     /// work between streams (a graph is captured on a stream of its own), and the plans made
     /// before the capture must serve in it, where making a handle is not allowed.
-    pub fn execute(&self, p: &ConvProblem, config: &Config, stream: &Arc<CudaStream>, [x, w, y, workspace]: [u64; 4]) -> Result<()> {
+    pub fn execute(
+        &self,
+        p: &ConvProblem,
+        config: &Config,
+        stream: &Arc<CudaStream>,
+        [x, w, y, workspace]: [u64; 4],
+    ) -> Result<()> {
         let owner = if self.device.is_borrowed(stream) { self.device.stream()? } else { stream.clone() };
-        self.with_state(&owner, |state| plan(state, p, config)?.execute(&state.handle, stream.cu_stream() as _, x, w, y, workspace))
+        self.with_state(&owner, |state| {
+            plan(state, p, config)?.execute(&state.handle, stream.cu_stream() as _, x, w, y, workspace)
+        })
     }
 }
 
@@ -204,7 +215,10 @@ fn plan(state: &mut State, p: &ConvProblem, config: &Config) -> Result<Arc<Plan>
     let graph = graph(state, p)?;
     let engine_config = EngineConfig::from_tag(&graph, &tag)?;
     if p.dtype == DataType::F32 && !engine_config.exact_fp32() {
-        return Err(GconvError::BadConfig { text: config.to_string(), reason: "the engine is not exact fp32 (tensor cores or down-converted inputs)".into() });
+        return Err(GconvError::BadConfig {
+            text: config.to_string(),
+            reason: "the engine is not exact fp32 (tensor cores or down-converted inputs)".into(),
+        });
     }
     let plan = Arc::new(Plan::new(&state.handle, &graph, engine_config)?);
     state.plans.entry(p.clone()).or_default().insert(config.clone(), plan.clone());
@@ -271,7 +285,8 @@ fn list(graph: &OpGraph, p: &ConvProblem) -> Candidates {
         candidate.on_find_list = out.find.contains(&candidate.config);
     }
     if out.all.is_empty() {
-        out.none_because = Some(if errors.is_empty() { "no cuDNN engine supports this problem".into() } else { errors.join("; ") });
+        out.none_because =
+            Some(if errors.is_empty() { "no cuDNN engine supports this problem".into() } else { errors.join("; ") });
     }
     out
 }

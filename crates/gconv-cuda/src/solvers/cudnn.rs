@@ -61,8 +61,9 @@ impl Solver for CudnnSolver {
     fn find_skips(&self, p: &ConvProblem, config: &Config) -> Option<String> {
         let listed = self.library.known_candidates(p)?;
         let candidate = listed.all.iter().find(|c| c.config == *config)?;
-        (candidate.compiles_at_run_time && !candidate.on_find_list && !self.library.is_planned(p, config))
-            .then(|| "cuDNN compiles this engine at run time, and neither heuristic A nor FALLBACK names it".to_string())
+        (candidate.compiles_at_run_time && !candidate.on_find_list && !self.library.is_planned(p, config)).then(|| {
+            "cuDNN compiles this engine at run time, and neither heuristic A nor FALLBACK names it".to_string()
+        })
     }
 
     fn describe_config(&self, p: &ConvProblem, config: &Config) -> Option<String> {
@@ -72,14 +73,23 @@ impl Solver for CudnnSolver {
 
     fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {
         if config.is_empty() {
-            let why = self.library.candidates(p)?.none_because.clone().unwrap_or_else(|| "an empty config names no engine".into());
+            let why = self
+                .library
+                .candidates(p)?
+                .none_because
+                .clone()
+                .unwrap_or_else(|| "an empty config names no engine".into());
             return Err(GconvError::BadConfig { text: config.to_string(), reason: why });
         }
         self.library.plan(p, config).map(|_| ())
     }
 
     fn needs_build(&self, p: &ConvProblem, config: &Config) -> bool {
-        let compiles = self.library.candidates(p).ok().and_then(|c| c.all.iter().find(|c| c.config == *config).map(|c| c.compiles_at_run_time));
+        let compiles = self
+            .library
+            .candidates(p)
+            .ok()
+            .and_then(|c| c.all.iter().find(|c| c.config == *config).map(|c| c.compiles_at_run_time));
         compiles.unwrap_or(true) && !self.library.is_planned(p, config)
     }
 

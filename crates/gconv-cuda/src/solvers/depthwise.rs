@@ -15,7 +15,8 @@ use crate::device::CudaDevice;
 use crate::launch::flat;
 use crate::{ConvParams, Cuda, KernelSource};
 
-const SOURCE: &str = concat!(include_str!("../kernels/depthwise.cu"), include_str!("../kernels/depthwise_weight_store.cuh"));
+const SOURCE: &str =
+    concat!(include_str!("../kernels/depthwise.cu"), include_str!("../kernels/depthwise_weight_store.cuh"));
 /// Per-thread fp32 sums of backward-weight (vec x FH x FW) kept in registers.
 const MAX_WEIGHT_ACCUMULATORS: u32 = 64;
 const COLUMN_TILES: [u32; 3] = [1, 2, 4];
@@ -163,7 +164,11 @@ impl Solve<Cuda> for Depthwise {
                 Kernels::Weight {
                     partial: function("dw_bwd_weight_partial")?,
                     store: function("dw_bwd_weight_store")?,
-                    partial_launch: LaunchConfig { grid_dim: (lane_blocks * row_blocks, params.filter[0] as u32, 1), block_dim: (block_x, block_y, 1), shared_mem_bytes: 0 },
+                    partial_launch: LaunchConfig {
+                        grid_dim: (lane_blocks * row_blocks, params.filter[0] as u32, 1),
+                        block_dim: (block_x, block_y, 1),
+                        shared_mem_bytes: 0,
+                    },
                     sums: p.weight_elements(),
                     blocks: (p.weight_elements() as u32).div_ceil(THREADS).clamp(1, sms * 8),
                 }

@@ -18,7 +18,10 @@ use std::sync::Arc;
 
 use cudarc::driver::LaunchConfig;
 use gconv_core::geometry::Geometry;
-use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
+use gconv_core::{
+    require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve,
+    Solver,
+};
 
 use super::direct::{self, check_filter, filter_hw, DirectInvoker, Kernels, THREADS};
 use super::{builds_from_kernel, BuiltFrom};
@@ -26,7 +29,8 @@ use crate::device::{CudaDevice, SmLimits};
 use crate::launch;
 use crate::{ConvParams, Cuda, KernelSource};
 
-const SOURCE: &str = concat!(include_str!("../kernels/depthwise_tiled.cu"), include_str!("../kernels/depthwise_weight_store.cuh"));
+const SOURCE: &str =
+    concat!(include_str!("../kernels/depthwise_tiled.cu"), include_str!("../kernels/depthwise_weight_store.cuh"));
 const WARPS: [u32; 2] = [4, 8];
 const ROWS: [u32; 3] = [1, 2, 4];
 const COLUMNS: [u32; 2] = [4, 8];
@@ -86,7 +90,10 @@ fn takes_groups(p: &ConvProblem) -> Result<(), NotApplicable> {
         p.k
     );
     if gc > 1 {
-        require!(p.direction != Direction::BackwardWeight, "backward-weight only depthwise (G = C = K); groups of {gc} channels are cuda.grouped_direct's");
+        require!(
+            p.direction != Direction::BackwardWeight,
+            "backward-weight only depthwise (G = C = K); groups of {gc} channels are cuda.grouped_direct's"
+        );
         let (fh, fw) = filter_hw(p);
         let weights = fh * fw * channels_per_thread(p) * gc;
         require!(weights <= MAX_GROUP_WEIGHTS, "groups of {gc} channels with a {fh}x{fw} filter would hold {weights} weights a thread, over {MAX_GROUP_WEIGHTS}");
@@ -96,13 +103,21 @@ fn takes_groups(p: &ConvProblem) -> Result<(), NotApplicable> {
 
 /// Channels per thread: a 4-byte pair of 16-bit values, or one fp32.
 fn channels_per_thread(p: &ConvProblem) -> u32 {
-    if p.dtype.size_bytes() == 2 { 2 } else { 1 }
+    if p.dtype.size_bytes() == 2 {
+        2
+    } else {
+        1
+    }
 }
 
 /// Bytes per staging copy: a 16-byte vector where every pixel's channels start 16-byte aligned,
 /// else one 4-byte chunk.
 fn staging_copy_bytes(p: &ConvProblem) -> u32 {
-    if (u64::from(p.c) * p.dtype.size_bytes() as u64).is_multiple_of(16) { 16 } else { 4 }
+    if (u64::from(p.c) * p.dtype.size_bytes() as u64).is_multiple_of(16) {
+        16
+    } else {
+        4
+    }
 }
 
 /// The problem's (stride, dilation) along H and W.
@@ -133,8 +148,14 @@ fn tiles(p: &ConvProblem) -> impl Iterator<Item = Tile> {
     let weight = p.direction == Direction::BackwardWeight;
     let tap_rows: &'static [bool] = if weight && filter_hw(p).0 > 1 { &[false, true] } else { &[false] };
     let double: &'static [bool] = if weight { &[false, true] } else { &[false] };
-    let shapes = WARPS.into_iter().flat_map(|th| ROWS.into_iter().flat_map(move |rh| COLUMNS.into_iter().map(move |tw| (th, rh, tw))));
-    shapes.flat_map(move |(th, rh, tw)| tap_rows.iter().flat_map(move |&tap_rows| double.iter().map(move |&double| Tile { th, rh, tw, tap_rows, double })))
+    let shapes = WARPS
+        .into_iter()
+        .flat_map(|th| ROWS.into_iter().flat_map(move |rh| COLUMNS.into_iter().map(move |tw| (th, rh, tw))));
+    shapes.flat_map(move |(th, rh, tw)| {
+        tap_rows
+            .iter()
+            .flat_map(move |&tap_rows| double.iter().map(move |&double| Tile { th, rh, tw, tap_rows, double }))
+    })
 }
 
 impl Tile {
@@ -153,7 +174,11 @@ impl Tile {
 
     /// Warps per block.
     fn warps(self, p: &ConvProblem) -> u32 {
-        if self.tap_rows { filter_hw(p).0 } else { self.th }
+        if self.tap_rows {
+            filter_hw(p).0
+        } else {
+            self.th
+        }
     }
 
     /// Shared memory a block takes: the source rectangle it stages, 128 bytes per pixel, and
@@ -168,7 +193,10 @@ impl Tile {
             let span = |outputs: u32, taps: u32, stride: u32| u64::from((outputs + taps - 2) / stride + 2);
             (span(self.th * self.rh, fh, sh), span(self.tw, fw, sw))
         } else {
-            (u64::from((self.th * self.rh - 1) * sh + (fh - 1) * dh + 1), u64::from((self.tw - 1) * sw + (fw - 1) * dw + 1))
+            (
+                u64::from((self.th * self.rh - 1) * sh + (fh - 1) * dh + 1),
+                u64::from((self.tw - 1) * sw + (fw - 1) * dw + 1),
+            )
         };
         let source = rows * cols * PIXEL;
         if p.direction != Direction::BackwardWeight {
@@ -198,8 +226,22 @@ impl Tile {
         let tap_rows = p.direction == Direction::BackwardWeight && fh > 1 && fh * fw >= 25;
         let fits = |t: &Tile| t.staged_bytes(p) <= MAX_STAGED_BYTES;
         let row_order = if group_channels(p) > 1 && p.direction == Direction::Forward { [2, 4, 1] } else { [4, 2, 1] };
-        let preferred = |double: bool| row_order.into_iter().filter(|&rh| rows >= 14 || rh <= 2).map(move |rh| Tile { th: 4, rh, tw: 8, tap_rows, double });
-        let single = preferred(false).find(fits).or_else(|| tiles(p).find(fits)).unwrap_or(Tile { th: 4, rh: 1, tw: 8, tap_rows, double: false });
+        let preferred = |double: bool| {
+            row_order.into_iter().filter(|&rh| rows >= 14 || rh <= 2).map(move |rh| Tile {
+                th: 4,
+                rh,
+                tw: 8,
+                tap_rows,
+                double,
+            })
+        };
+        let single = preferred(false).find(fits).or_else(|| tiles(p).find(fits)).unwrap_or(Tile {
+            th: 4,
+            rh: 1,
+            tw: 8,
+            tap_rows,
+            double: false,
+        });
         let per_sm = single.blocks_per_sm(p, sm);
         let waves = (single.blocks(p) as f64) / f64::from(sms * per_sm);
         if p.direction != Direction::BackwardWeight || tap_rows || waves < 2.5 || per_sm > 2 {
@@ -231,7 +273,9 @@ impl Tile {
             return Err(bad(format!("th must be one of {WARPS:?}, rh one of {ROWS:?} and tw one of {COLUMNS:?}")));
         }
         if tr > 1 || (tr == 1 && !tiles(p).any(|t| t.tap_rows)) {
-            return Err(bad("tr (a warp per row of taps) is 0, or 1 for backward-weight with filters of more than one row".into()));
+            return Err(bad(
+                "tr (a warp per row of taps) is 0, or 1 for backward-weight with filters of more than one row".into(),
+            ));
         }
         if db > 1 || (db == 1 && p.direction != Direction::BackwardWeight) {
             return Err(bad("db (two staging buffers) is 0, or 1 for backward-weight".into()));
@@ -265,7 +309,11 @@ impl Tile {
             .define("TAP_ROWS", u32::from(self.tap_rows))
             .define("BUFFERS", if self.double { 2 } else { 1 })
             .define("GC", group_channels(p));
-        if unit { source.define("SH", sh).define("SW", sw) } else { source }
+        if unit {
+            source.define("SH", sh).define("SW", sw)
+        } else {
+            source
+        }
     }
 }
 
@@ -278,12 +326,26 @@ impl Solver for DepthwiseTiled {
         takes_groups(p)?;
         check_filter(p)?;
         require!(p.layout == Layout::Nhwc, "needs a channels-last layout (NWC, NHWC, NDHWC)");
-        require!(p.dtype != DataType::Tf32, "tf32 has nothing to multiply on tensor cores here; the fp32 problem runs it");
-        require!(p.c.is_multiple_of(channels_per_thread(p)), "needs an even channel count in 16-bit types (two channels per 4-byte load), got C={}", p.c);
+        require!(
+            p.dtype != DataType::Tf32,
+            "tf32 has nothing to multiply on tensor cores here; the fp32 problem runs it"
+        );
+        require!(
+            p.c.is_multiple_of(channels_per_thread(p)),
+            "needs an even channel count in 16-bit types (two channels per 4-byte load), got C={}",
+            p.c
+        );
         phases_compile(p)?;
         // One block row per image and destination depth (backward-weight: per depth tap).
-        let rows = if p.direction == Direction::BackwardWeight { Geometry::new(p).filter[0] as u64 } else { u64::from(p.n) * u64::from(tiled(p)[0]) };
-        require!(rows <= u64::from(MAX_GRID_Z), "{rows} block rows (N x depth, or depth taps) are over the grid's {MAX_GRID_Z}");
+        let rows = if p.direction == Direction::BackwardWeight {
+            Geometry::new(p).filter[0] as u64
+        } else {
+            u64::from(p.n) * u64::from(tiled(p)[0])
+        };
+        require!(
+            rows <= u64::from(MAX_GRID_Z),
+            "{rows} block rows (N x depth, or depth taps) are over the grid's {MAX_GRID_Z}"
+        );
         require!(self.configs(p).next().is_some(), "no tile's halo fits in {MAX_STAGED_BYTES} bytes of shared memory");
         Ok(())
     }
@@ -337,16 +399,22 @@ impl Solve<Cuda> for DepthwiseTiled {
             let tiles = u64::from(p.n) * u64::from(depth) * u64::from(plane_tiles);
             let sms = self.device.sm_count;
             let per_sm = if tile.double { tile.blocks_per_sm(p, &self.device.sm) } else { 8 };
-            let workers = (sms * per_sm).div_ceil(channel_blocks(p) * taps).clamp(1, tiles.min(u64::from(u32::MAX)) as u32);
+            let workers =
+                (sms * per_sm).div_ceil(channel_blocks(p) * taps).clamp(1, tiles.min(u64::from(u32::MAX)) as u32);
             Kernels::Weight {
                 partial: main,
-                partial_launch: LaunchConfig { grid_dim: (workers, channel_blocks(p), taps), block_dim, shared_mem_bytes },
+                partial_launch: LaunchConfig {
+                    grid_dim: (workers, channel_blocks(p), taps),
+                    block_dim,
+                    shared_mem_bytes,
+                },
                 store: function("dw_bwd_weight_store")?,
                 sums: p.weight_elements(),
                 blocks: (p.weight_elements() as u32).div_ceil(THREADS).clamp(1, sms * 8),
             }
         } else {
-            let launch = LaunchConfig { grid_dim: (plane_tiles, channel_blocks(p), p.n * depth), block_dim, shared_mem_bytes };
+            let launch =
+                LaunchConfig { grid_dim: (plane_tiles, channel_blocks(p), p.n * depth), block_dim, shared_mem_bytes };
             Kernels::Gather { function: main, launch }
         };
         Ok(Box::new(DirectInvoker { solver: self.id(), params, direction: p.direction, kernels }))
@@ -367,7 +435,9 @@ mod tests {
         assert!(weight.contains("backward-weight only depthwise"), "{weight}");
         let eight = reason("v1:fwd:bf16:NHWC:n32:c256:k256:i56x56:f3x3:s1x1:p1x1:d1x1:g32").unwrap();
         assert!(eight.contains("channels per group"), "{eight}");
-        assert!(reason("v1:fwd:bf16:NHWC:n2:c64:k32:i9x9:f3x3:s1x1:p1x1:d1x1:g16").unwrap().contains("got G=16 C=64 K=32"));
+        assert!(reason("v1:fwd:bf16:NHWC:n2:c64:k32:i9x9:f3x3:s1x1:p1x1:d1x1:g16")
+            .unwrap()
+            .contains("got G=16 C=64 K=32"));
         // 5x5 x 2 channels x groups of 4: 200 weights a thread.
         assert!(reason("v1:fwd:bf16:NHWC:n2:c64:k64:i9x9:f5x5:s1x1:p2x2:d1x1:g16").unwrap().contains("200 weights"));
     }
@@ -386,7 +456,14 @@ mod tests {
 
     #[test]
     fn forward_groups_of_several_channels_default_to_two_rows_a_thread() {
-        let h100 = SmLimits { registers: 65536, warps: 64, blocks: 32, shared_bytes: 233_472, block_shared_bytes: 232_448, reserved_shared_bytes: 1024 };
+        let h100 = SmLimits {
+            registers: 65536,
+            warps: 64,
+            blocks: 32,
+            shared_bytes: 233_472,
+            block_shared_bytes: 232_448,
+            reserved_shared_bytes: 1024,
+        };
         let rows = |key: &str| Tile::default_for(&ConvProblem::from_key(key).unwrap(), &h100, 132).rh;
         assert_eq!(rows("v1:fwd:bf16:NHWC:n32:c128:k128:i56x56:f3x3:s1x1:p1x1:d1x1:g32"), 2);
         assert_eq!(rows("v1:bwd-data:bf16:NHWC:n32:c128:k128:i56x56:f3x3:s1x1:p1x1:d1x1:g32"), 4);
@@ -395,7 +472,8 @@ mod tests {
 
     #[test]
     fn tap_row_configs_round_trip_and_belong_to_backward_weight() {
-        let weight = ConvProblem::from_key("v1:bwd-weight:bf16:NHWC:n2:c64:k64:i14x14:f7x7:s1x1:p3x3:d1x1:g64").unwrap();
+        let weight =
+            ConvProblem::from_key("v1:bwd-weight:bf16:NHWC:n2:c64:k64:i14x14:f7x7:s1x1:p3x3:d1x1:g64").unwrap();
         let forward = ConvProblem { direction: Direction::Forward, ..weight.clone() };
         let all: Vec<Tile> = tiles(&weight).collect();
         assert_eq!(all.iter().filter(|t| t.tap_rows).count() * 2, all.len());
@@ -404,7 +482,10 @@ mod tests {
         }
         assert!(tiles(&forward).all(|t| !t.tap_rows));
         let tap_rows = Config::new([("th", 4), ("rh", 4), ("tw", 8), ("tr", 1)]);
-        assert!(Tile::from_config(&forward, &tap_rows).unwrap_err().to_string().contains("tr (a warp per row of taps)"));
+        assert!(Tile::from_config(&forward, &tap_rows)
+            .unwrap_err()
+            .to_string()
+            .contains("tr (a warp per row of taps)"));
         assert_eq!(Tile::from_config(&weight, &tap_rows).unwrap().warps(&weight), 7);
         // Configs written before tr existed read as the all-taps kernel.
         assert!(!Tile::from_config(&weight, &Config::new([("th", 4), ("rh", 4), ("tw", 8)])).unwrap().tap_rows);
@@ -412,9 +493,19 @@ mod tests {
 
     #[test]
     fn backward_weight_streams_through_two_buffers_where_few_blocks_an_sm_run_many_waves() {
-        let h100 = SmLimits { registers: 65536, warps: 64, blocks: 32, shared_bytes: 233_472, block_shared_bytes: 232_448, reserved_shared_bytes: 1024 };
+        let h100 = SmLimits {
+            registers: 65536,
+            warps: 64,
+            blocks: 32,
+            shared_bytes: 233_472,
+            block_shared_bytes: 232_448,
+            reserved_shared_bytes: 1024,
+        };
         let key = |direction: &str, c: u32, size: u32, stride: u32| {
-            ConvProblem::from_key(&format!("v1:{direction}:bf16:NHWC:n32:c{c}:k{c}:i{size}x{size}:f3x3:s{stride}x{stride}:p1x1:d1x1:g{c}")).unwrap()
+            ConvProblem::from_key(&format!(
+                "v1:{direction}:bf16:NHWC:n32:c{c}:k{c}:i{size}x{size}:f3x3:s{stride}x{stride}:p1x1:d1x1:g{c}"
+            ))
+            .unwrap()
         };
         let weight = key("bwd-weight", 144, 56, 2);
         let single = Tile { th: 4, rh: 4, tw: 8, tap_rows: false, double: false };
@@ -438,7 +529,10 @@ mod tests {
             assert_eq!(Tile::from_config(&weight, &tile.to_config()).unwrap(), tile);
         }
         let forward = ConvProblem { direction: Direction::Forward, ..weight.clone() };
-        assert!(Tile::from_config(&forward, &double.to_config()).unwrap_err().to_string().contains("db (two staging buffers)"));
+        assert!(Tile::from_config(&forward, &double.to_config())
+            .unwrap_err()
+            .to_string()
+            .contains("db (two staging buffers)"));
         let unordered = Config::new([("th", 4), ("rh", 2), ("tw", 8), ("db", 1), ("tr", 1)]);
         assert!(Tile::from_config(&weight, &unordered).unwrap_err().to_string().contains("in that order"));
     }

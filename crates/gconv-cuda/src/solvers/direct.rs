@@ -25,7 +25,10 @@ pub fn filter_hw(p: &ConvProblem) -> (u32, u32) {
 /// Why the filter is too large for the compiled sizes, if it is.
 pub fn check_filter(p: &ConvProblem) -> std::result::Result<(), NotApplicable> {
     let (fh, fw) = filter_hw(p);
-    require!(fh <= MAX_FILTER && fw <= MAX_FILTER, "filter {fh}x{fw} is larger than the compiled sizes (up to {MAX_FILTER}x{MAX_FILTER})");
+    require!(
+        fh <= MAX_FILTER && fw <= MAX_FILTER,
+        "filter {fh}x{fw} is larger than the compiled sizes (up to {MAX_FILTER}x{MAX_FILTER})"
+    );
     Ok(())
 }
 
@@ -62,12 +65,30 @@ impl Invoker<Cuda> for DirectInvoker {
                     Direction::Forward => (b.x, b.y),
                     _ => (b.y, b.x),
                 };
-                launch::kernel(b, function, *launch, &[params, Arg::Buffer(src), Arg::Buffer(b.w), Arg::Buffer(dst)], &what)
+                launch::kernel(
+                    b,
+                    function,
+                    *launch,
+                    &[params, Arg::Buffer(src), Arg::Buffer(b.w), Arg::Buffer(dst)],
+                    &what,
+                )
             }
             Kernels::Weight { partial, partial_launch, store, sums, blocks } => {
                 b.zero_workspace(sums * 4)?;
-                launch::kernel(b, partial, *partial_launch, &[Arg::Params(&self.params), Arg::Buffer(b.x), Arg::Buffer(b.y), Arg::Buffer(b.workspace)], &what)?;
-                launch::kernel(b, store, flat(*blocks, THREADS), &[params, Arg::Buffer(b.workspace), Arg::Buffer(b.w)], &what)
+                launch::kernel(
+                    b,
+                    partial,
+                    *partial_launch,
+                    &[Arg::Params(&self.params), Arg::Buffer(b.x), Arg::Buffer(b.y), Arg::Buffer(b.workspace)],
+                    &what,
+                )?;
+                launch::kernel(
+                    b,
+                    store,
+                    flat(*blocks, THREADS),
+                    &[params, Arg::Buffer(b.workspace), Arg::Buffer(b.w)],
+                    &what,
+                )
             }
         }
     }

@@ -12,7 +12,10 @@ use std::sync::{Arc, OnceLock};
 
 use cudarc::cublas::sys::{cublasComputeType_t, cudaDataType};
 use cudarc::driver::CudaFunction;
-use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver, SolverKind};
+use gconv_core::{
+    require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve,
+    Solver, SolverKind,
+};
 
 use super::{builds_from_kernel, BuiltFrom};
 use crate::blas::{BlasHandle, Gemm as BlasGemm, Matrix, WORKSPACE_BYTES as BLAS_WORKSPACE_BYTES};
@@ -140,11 +143,44 @@ fn plan(p: &ConvProblem) -> Vec<(Gemm, f32)> {
             let (red, kg, batch) = (red as i32, kg as i32, g as i32);
             let gemm = match p.direction {
                 // y^T (Kg x NP) = W (Kg x red) . x^T (red x NP)
-                Direction::Forward => Gemm { trans_a: true, trans_b: false, m: kg, n: np, k: red, a: weights, b: x, c: y, batch, c_fp32: false },
+                Direction::Forward => Gemm {
+                    trans_a: true,
+                    trans_b: false,
+                    m: kg,
+                    n: np,
+                    k: red,
+                    a: weights,
+                    b: x,
+                    c: y,
+                    batch,
+                    c_fp32: false,
+                },
                 // dx^T (red x NP) = W^T (red x Kg) . dy^T (Kg x NP)
-                Direction::BackwardData => Gemm { trans_a: false, trans_b: false, m: red, n: np, k: kg, a: weights, b: y, c: x, batch, c_fp32: x.tensor == Role::Col },
+                Direction::BackwardData => Gemm {
+                    trans_a: false,
+                    trans_b: false,
+                    m: red,
+                    n: np,
+                    k: kg,
+                    a: weights,
+                    b: y,
+                    c: x,
+                    batch,
+                    c_fp32: x.tensor == Role::Col,
+                },
                 // dW^T (red x Kg) = x^T (red x NP) . dy (NP x Kg)
-                Direction::BackwardWeight => Gemm { trans_a: false, trans_b: true, m: red, n: kg, k: np, a: x, b: y, c: weights, batch, c_fp32: false },
+                Direction::BackwardWeight => Gemm {
+                    trans_a: false,
+                    trans_b: true,
+                    m: red,
+                    n: kg,
+                    k: np,
+                    a: x,
+                    b: y,
+                    c: weights,
+                    batch,
+                    c_fp32: false,
+                },
             };
             vec![(gemm, 0.0)]
         }
@@ -156,11 +192,44 @@ fn plan(p: &ConvProblem) -> Vec<(Gemm, f32)> {
                 let weights = op(Role::W, 0, cg, kg * cg);
                 let gemm = match p.direction {
                     // y^T (P x Kg) = x^T (P x Cg) . W^T (Cg x Kg)
-                    Direction::Forward => Gemm { trans_a: false, trans_b: false, m: p32, n: kg as i32, k: cg as i32, a: x, b: weights, c: y, batch: g as i32, c_fp32: false },
+                    Direction::Forward => Gemm {
+                        trans_a: false,
+                        trans_b: false,
+                        m: p32,
+                        n: kg as i32,
+                        k: cg as i32,
+                        a: x,
+                        b: weights,
+                        c: y,
+                        batch: g as i32,
+                        c_fp32: false,
+                    },
                     // dx^T (P x Cg) = dy^T (P x Kg) . W (Kg x Cg)
-                    Direction::BackwardData => Gemm { trans_a: false, trans_b: true, m: p32, n: cg as i32, k: kg as i32, a: y, b: weights, c: x, batch: g as i32, c_fp32: false },
+                    Direction::BackwardData => Gemm {
+                        trans_a: false,
+                        trans_b: true,
+                        m: p32,
+                        n: cg as i32,
+                        k: kg as i32,
+                        a: y,
+                        b: weights,
+                        c: x,
+                        batch: g as i32,
+                        c_fp32: false,
+                    },
                     // dW^T (Cg x Kg) += x (Cg x P) . dy^T (P x Kg)
-                    Direction::BackwardWeight => Gemm { trans_a: true, trans_b: false, m: cg as i32, n: kg as i32, k: p32, a: x, b: y, c: weights, batch: g as i32, c_fp32: false },
+                    Direction::BackwardWeight => Gemm {
+                        trans_a: true,
+                        trans_b: false,
+                        m: cg as i32,
+                        n: kg as i32,
+                        k: p32,
+                        a: x,
+                        b: y,
+                        c: weights,
+                        batch: g as i32,
+                        c_fp32: false,
+                    },
                 };
                 let beta = if p.direction == Direction::BackwardWeight && image > 0 { 1.0 } else { 0.0 };
                 (gemm, beta)
@@ -183,8 +252,15 @@ impl Solver for GemmBlas {
         if !explicit(p) {
             return Ok(());
         }
-        require!(p.layout == Layout::Nhwc, "not a plain 1x1 GEMM, and the im2col path reads channels-last (NHWC) tensors only");
-        require!(col_elements(p) <= i32::MAX as u64, "the im2col matrix would have {} elements, more than 2^31", col_elements(p));
+        require!(
+            p.layout == Layout::Nhwc,
+            "not a plain 1x1 GEMM, and the im2col path reads channels-last (NHWC) tensors only"
+        );
+        require!(
+            col_elements(p) <= i32::MAX as u64,
+            "the im2col matrix would have {} elements, more than 2^31",
+            col_elements(p)
+        );
         Ok(())
     }
 
@@ -246,7 +322,13 @@ impl Columns {
         let columns = b.workspace.from_byte(BLAS_WORKSPACE_BYTES);
         let (src, dst) = if self.after_gemm { (columns, b.x) } else { (b.x, columns) };
         let args = [Arg::Params(&self.params), Arg::Buffer(src), Arg::Buffer(dst)];
-        launch::kernel(b, &self.function, launch::flat(self.blocks, THREADS), &args, "launch the im2col of cuda.gemm_blas")
+        launch::kernel(
+            b,
+            &self.function,
+            launch::flat(self.blocks, THREADS),
+            &args,
+            "launch the im2col of cuda.gemm_blas",
+        )
     }
 }
 

@@ -59,7 +59,12 @@ impl GroupPacking {
     pub fn of(p: &ConvProblem, row: u32) -> Option<GroupPacking> {
         let cg = p.c_per_group();
         let blocked = row.checked_div(cg)?;
-        let fits = p.g > 1 && p.layout == Layout::Nhwc && cg < row && row.is_multiple_of(cg) && (2..=MAX_BLOCKED).contains(&blocked) && p.g.is_multiple_of(blocked);
+        let fits = p.g > 1
+            && p.layout == Layout::Nhwc
+            && cg < row
+            && row.is_multiple_of(cg)
+            && (2..=MAX_BLOCKED).contains(&blocked)
+            && p.g.is_multiple_of(blocked);
         let rows = p.weight_elements() / u64::from(cg);
         // The kernels index the blocked filter in 32 bits.
         if !fits || rows * u64::from(row) > i32::MAX as u64 {
@@ -83,7 +88,8 @@ impl GroupPacking {
     /// stages across units).
     pub fn reads_user_filter(&self, held: bool) -> bool {
         let p = &self.packed;
-        let reads_w = p.direction == Direction::Forward || p.direction == Direction::BackwardData && p.dtype != DataType::Tf32;
+        let reads_w =
+            p.direction == Direction::Forward || p.direction == Direction::BackwardData && p.dtype != DataType::Tf32;
         reads_w && self.blocked == 2 || self.fills_filter(held)
     }
 
@@ -128,7 +134,11 @@ impl GroupPacking {
             .map(|i| {
                 let (r, column) = (i / (blocked * cg), i % (blocked * cg));
                 let j = r / taps % (blocked * kg) / kg;
-                if column / cg == j { w[(r * cg + column % cg) as usize] } else { 0.0 }
+                if column / cg == j {
+                    w[(r * cg + column % cg) as usize]
+                } else {
+                    0.0
+                }
             })
             .collect()
     }
@@ -156,7 +166,12 @@ impl GroupPacking {
     }
 
     /// The packed layer's invoker (forward or backward-data) after the filter's packing.
-    pub fn invoker(self, device: &CudaDevice, inner: Box<dyn Invoker<Cuda>>, inner_workspace: u64) -> Result<GroupPackedInvoker> {
+    pub fn invoker(
+        self,
+        device: &CudaDevice,
+        inner: Box<dyn Invoker<Cuda>>,
+        inner_workspace: u64,
+    ) -> Result<GroupPackedInvoker> {
         let function = device.function(&source(self.packed.dtype), "pack_groups")?;
         let blocks = device.sm_count * 8;
         Ok(GroupPackedInvoker { packing: self, function, inner, inner_workspace, blocks })
@@ -179,8 +194,19 @@ impl Invoker<Cuda> for GroupPackedInvoker {
         let inner_workspace = Buffer { ptr: b.workspace.ptr, bytes: self.inner_workspace.min(b.workspace.bytes) };
         let mut args = vec![Arg::Buffer(b.w), Arg::Buffer(w)];
         args.extend(self.packing.args());
-        launch::kernel(b, &self.function, launch::flat(self.blocks, THREADS), &args, "launch cuda.igemm_wgmma's group blocking")?;
-        self.inner.run(&mut CudaBuffers::covering(packed, self.inner_workspace, [b.x, w, b.y, inner_workspace], b.stream())?)
+        launch::kernel(
+            b,
+            &self.function,
+            launch::flat(self.blocks, THREADS),
+            &args,
+            "launch cuda.igemm_wgmma's group blocking",
+        )?;
+        self.inner.run(&mut CudaBuffers::covering(
+            packed,
+            self.inner_workspace,
+            [b.x, w, b.y, inner_workspace],
+            b.stream(),
+        )?)
     }
 }
 

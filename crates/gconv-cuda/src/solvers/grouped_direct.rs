@@ -8,7 +8,9 @@
 use std::sync::Arc;
 
 use cudarc::driver::LaunchConfig;
-use gconv_core::{require, Config, ConvProblem, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
+use gconv_core::{
+    require, Config, ConvProblem, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver,
+};
 
 use super::direct::{self, check_filter, filter_hw, DirectInvoker, Kernels, THREADS};
 use super::{builds_from_kernel, BuiltFrom};
@@ -33,12 +35,18 @@ fn column_tile(p: &ConvProblem, config: &Config) -> Result<u32> {
         return if config.is_empty() {
             Ok(1)
         } else {
-            Err(GconvError::BadConfig { text: config.to_string(), reason: "backward-weight has nothing to tune".into() })
+            Err(GconvError::BadConfig {
+                text: config.to_string(),
+                reason: "backward-weight has nothing to tune".into(),
+            })
         };
     }
     let [tw] = config.expect_fields(["tw"])?;
     if !COLUMN_TILES.contains(&tw) {
-        return Err(GconvError::BadConfig { text: config.to_string(), reason: format!("tw must be one of {COLUMN_TILES:?}") });
+        return Err(GconvError::BadConfig {
+            text: config.to_string(),
+            reason: format!("tw must be one of {COLUMN_TILES:?}"),
+        });
     }
     Ok(tw)
 }
@@ -119,7 +127,11 @@ impl Solve<Cuda> for GroupedDirect {
                     Direction::Forward => ("gd_fwd", params.output),
                     _ => ("gd_bwd_data", params.input),
                 };
-                let threads = u64::from(p.n) * dst[0] as u64 * dst[1] as u64 * (dst[2] as u64).div_ceil(u64::from(tw)) * u64::from(groups);
+                let threads = u64::from(p.n)
+                    * dst[0] as u64
+                    * dst[1] as u64
+                    * (dst[2] as u64).div_ceil(u64::from(tw))
+                    * u64::from(groups);
                 let blocks = threads.div_ceil(u64::from(THREADS)).clamp(1, u64::from(sms) * 32) as u32;
                 Kernels::Gather { function: function(name)?, launch: flat(blocks, THREADS) }
             }
@@ -136,7 +148,11 @@ impl Solve<Cuda> for GroupedDirect {
                 Kernels::Weight {
                     partial: function("gd_bwd_weight_partial")?,
                     store: function("weight_store")?,
-                    partial_launch: LaunchConfig { grid_dim: (group_blocks * row_blocks, taps, 1), block_dim: (block_x, block_y, 1), shared_mem_bytes: 0 },
+                    partial_launch: LaunchConfig {
+                        grid_dim: (group_blocks * row_blocks, taps, 1),
+                        block_dim: (block_x, block_y, 1),
+                        shared_mem_bytes: 0,
+                    },
                     sums: p.weight_elements(),
                     blocks: weights.div_ceil(THREADS).clamp(1, sms * 8),
                 }

@@ -40,7 +40,10 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, LaunchConfig};
 use gconv_core::geometry::Geometry;
-use gconv_core::{applicability, require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
+use gconv_core::{
+    applicability, require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable,
+    Result, Solve, Solver,
+};
 
 use super::group_packing::{self, GroupPacking};
 use super::tap_packing::{self, Packing};
@@ -51,7 +54,12 @@ use crate::params::{FilterBlocks, ProductArgs, Products, TapMap, MAX_PRODUCTS};
 use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
 
 /// split_reduce only in the builds whose split launches it (the kernel's SPLIT 1 and 2).
-const SOURCE: &str = concat!(include_str!("../kernels/igemm_wgmma.cu"), "#if SPLIT == 1 || SPLIT == 2\n", include_str!("../kernels/split_reduce.cuh"), "#endif\n");
+const SOURCE: &str = concat!(
+    include_str!("../kernels/igemm_wgmma.cu"),
+    "#if SPLIT == 1 || SPLIT == 2\n",
+    include_str!("../kernels/split_reduce.cuh"),
+    "#endif\n"
+);
 /// Tiles are rows of 128 bytes (the swizzle's width): a reduction block of forward and
 /// backward-data is one such row of source channels of one tap (64 16-bit values, 32 fp32).
 const ROW_BYTES: u32 = 128;
@@ -154,11 +162,16 @@ impl Tile {
             return Err(format!("mr must be one of {ROW_SLICES:?}"));
         }
         if self.halo && (!self.persistent || self.cl > 1 || self.taps > 1) {
-            return Err("hl 1 (the source staged with its halo) takes a persistent grid of lone CTAs: ps 1, cl 1".into());
+            return Err(
+                "hl 1 (the source staged with its halo) takes a persistent grid of lone CTAs: ps 1, cl 1".into()
+            );
         }
         let accumulators = self.bn / 2 * self.taps * self.mr;
         if accumulators > MAX_ACCUMULATORS {
-            return Err(format!("bn {} x tp {} x mr {} needs {accumulators} accumulators a thread, the kernel holds {MAX_ACCUMULATORS}", self.bn, self.taps, self.mr));
+            return Err(format!(
+                "bn {} x tp {} x mr {} needs {accumulators} accumulators a thread, the kernel holds {MAX_ACCUMULATORS}",
+                self.bn, self.taps, self.mr
+            ));
         }
         let shared = self.shared_bytes(dtype);
         if shared > MAX_SHARED_BYTES {
@@ -185,7 +198,10 @@ impl Tile {
         let elem = dtype.size_bytes() as u32;
         let staging = if self.persistent { 1024 + self.rows() * self.bn * elem } else { 0 };
         let a_rows = if self.halo { 0 } else { self.rows() };
-        1024 + self.st * (a_rows + self.bn * self.taps) * ROW_BYTES + self.st * BARRIERS_PER_STAGE * 8 + HALO_BARRIERS * 8 + staging
+        1024 + self.st * (a_rows + self.bn * self.taps) * ROW_BYTES
+            + self.st * BARRIERS_PER_STAGE * 8
+            + HALO_BARRIERS * 8
+            + staging
     }
 
     /// Whether `slices` slices of the tile's reduction can sum in one cluster (see the kernel's
@@ -206,9 +222,15 @@ impl Tile {
     }
 
     fn all(dtype: DataType) -> impl Iterator<Item = Tile> {
-        let shapes = COLUMNS.into_iter().flat_map(|bn| CONSUMERS.into_iter().flat_map(move |wg| STAGES.into_iter().map(move |st| (bn, wg, st))));
+        let shapes = COLUMNS
+            .into_iter()
+            .flat_map(|bn| CONSUMERS.into_iter().flat_map(move |wg| STAGES.into_iter().map(move |st| (bn, wg, st))));
         shapes
-            .flat_map(|(bn, wg, st)| CLUSTERS.into_iter().flat_map(move |cl| [false, true].map(|persistent| Tile { bn, wg, st, cl, persistent, taps: 1, mr: 1, halo: false })))
+            .flat_map(|(bn, wg, st)| {
+                CLUSTERS.into_iter().flat_map(move |cl| {
+                    [false, true].map(|persistent| Tile { bn, wg, st, cl, persistent, taps: 1, mr: 1, halo: false })
+                })
+            })
             .filter(move |t| t.check(dtype).is_ok())
     }
 
@@ -284,7 +306,10 @@ const CLUSTER_SPLITS: [u32; 2] = [2, 4];
 
 impl Split {
     fn all() -> impl Iterator<Item = Split> {
-        SPLITS.into_iter().flat_map(|slices| Reduction::ALL.map(|reduction| Split { slices, reduction })).filter(|s| s.check().is_ok())
+        SPLITS
+            .into_iter()
+            .flat_map(|slices| Reduction::ALL.map(|reduction| Split { slices, reduction }))
+            .filter(|s| s.check().is_ok())
     }
 
     fn check(self) -> std::result::Result<(), String> {
@@ -293,15 +318,23 @@ impl Split {
         }
         match self.reduction {
             Reduction::TwoStage if self.slices == 1 => Err("red 1 (two-stage) needs ks over 1".into()),
-            Reduction::Cluster if !CLUSTER_SPLITS.contains(&self.slices) => Err(format!("red 2 (sums in the cluster) takes ks {CLUSTER_SPLITS:?}")),
-            Reduction::StreamK if self.slices != 1 => Err("red 3 (stream-K) shares the reduction out itself: ks must be 1".into()),
+            Reduction::Cluster if !CLUSTER_SPLITS.contains(&self.slices) => {
+                Err(format!("red 2 (sums in the cluster) takes ks {CLUSTER_SPLITS:?}"))
+            }
+            Reduction::StreamK if self.slices != 1 => {
+                Err("red 3 (stream-K) shares the reduction out itself: ks must be 1".into())
+            }
             _ => Ok(()),
         }
     }
 
     /// The slices that sum in one cluster (the kernel's KSPLIT): 1 unless the reduction is there.
     fn cluster_slices(self) -> u32 {
-        if self.reduction == Reduction::Cluster { self.slices } else { 1 }
+        if self.reduction == Reduction::Cluster {
+            self.slices
+        } else {
+            1
+        }
     }
 
     /// The kernel's output mode: 0 the destination, 1 atomics into the workspace, 2 a slice of
@@ -402,7 +435,10 @@ fn reads_source_tiled(p: &ConvProblem) -> bool {
 /// 0.997x.
 fn stores_tiles(p: &ConvProblem, config: WgmmaConfig, product: &Product, one_product: bool) -> bool {
     let (_, columns) = product.channels();
-    one_product && (p.g == 1 || columns.is_multiple_of(config.tile.bn)) && config.split.cluster_slices() == 1 && !config.tile.halo
+    one_product
+        && (p.g == 1 || columns.is_multiple_of(config.tile.bn))
+        && config.split.cluster_slices() == 1
+        && !config.tile.halo
 }
 
 /// The elements of the tensor a direction writes.
@@ -443,7 +479,12 @@ impl Packed {
             Packed::Taps(_) => reason,
             Packed::Groups(packing) => {
                 let layer = &packing.packed;
-                NotApplicable(format!("its groups blocked {} at a time (as {} groups of {} input channels): {reason}", packing.blocked(), layer.g, layer.c_per_group()))
+                NotApplicable(format!(
+                    "its groups blocked {} at a time (as {} groups of {} input channels): {reason}",
+                    packing.blocked(),
+                    layer.g,
+                    layer.c_per_group()
+                ))
             }
         }
     }
@@ -471,7 +512,13 @@ impl Packed {
         }
     }
 
-    fn invoker(self, device: &CudaDevice, dtype: DataType, inner: Box<dyn Invoker<Cuda>>, inner_workspace: u64) -> Result<Box<dyn Invoker<Cuda>>> {
+    fn invoker(
+        self,
+        device: &CudaDevice,
+        dtype: DataType,
+        inner: Box<dyn Invoker<Cuda>>,
+        inner_workspace: u64,
+    ) -> Result<Box<dyn Invoker<Cuda>>> {
         Ok(match self {
             Packed::Taps(packing) => Box::new(packing.invoker(device, dtype, inner, inner_workspace)?),
             Packed::Groups(packing) => Box::new(packing.invoker(device, inner, inner_workspace)?),
@@ -548,16 +595,24 @@ impl WgmmaConfig {
             _ => (fields, 1, 1),
         };
         let leading = Config::new(fields.iter().map(|(name, value)| (name.as_str(), *value)));
-        fn expect<const N: usize>(leading: &Config, names: [&str; N], bad: impl Fn(String) -> GconvError) -> Result<[u32; N]> {
+        fn expect<const N: usize>(
+            leading: &Config,
+            names: [&str; N],
+            bad: impl Fn(String) -> GconvError,
+        ) -> Result<[u32; N]> {
             leading.expect_fields(names).map_err(|e| match e {
-                GconvError::BadConfig { reason, .. } => bad(format!("{reason}, then tp or mr where over 1, then hl where 1")),
+                GconvError::BadConfig { reason, .. } => {
+                    bad(format!("{reason}, then tp or mr where over 1, then hl where 1"))
+                }
                 e => e,
             })
         }
         let parsed = if p.direction == Direction::BackwardWeight || leading.get("ks").is_some() {
             let [bn, wg, st, cl, ps, slices, red] = expect(&leading, ["bn", "wg", "st", "cl", "ps", "ks", "red"], bad)?;
             let tile = Tile { bn, wg, st, cl, persistent: flag("ps", ps)?, taps, mr, halo };
-            let reduction = Reduction::from_code(red).ok_or_else(|| bad("red must be 0 (atomics), 1 (two-stage), 2 (sums in the cluster) or 3 (stream-K)".into()))?;
+            let reduction = Reduction::from_code(red).ok_or_else(|| {
+                bad("red must be 0 (atomics), 1 (two-stage), 2 (sums in the cluster) or 3 (stream-K)".into())
+            })?;
             WgmmaConfig { tile, split: Split { slices, reduction } }
         } else {
             let [bn, wg, st, cl, ps] = expect(&leading, ["bn", "wg", "st", "cl", "ps"], bad)?;
@@ -629,7 +684,11 @@ impl WgmmaConfig {
         }
         let (row_tiles, units) = self.work(p);
         if self.tile.cl > 1 && row_tiles < 2 {
-            return Err(format!("cl {} shares loads between row tiles, and this problem has one of {} rows", self.tile.cl, self.tile.rows()));
+            return Err(format!(
+                "cl {} shares loads between row tiles, and this problem has one of {} rows",
+                self.tile.cl,
+                self.tile.rows()
+            ));
         }
         if units * u64::from(self.tile.cl) > MAX_GRID_X {
             return Err(format!("{units} work units exceed the grid"));
@@ -642,7 +701,11 @@ impl WgmmaConfig {
         }
         let bytes = self.split.workspace_bytes(destination_elements(p));
         if bytes > MAX_WORKSPACE_BYTES {
-            return Err(format!("{slices} slices would need {} MiB of fp32 workspace, more than {}", bytes >> 20, MAX_WORKSPACE_BYTES >> 20));
+            return Err(format!(
+                "{slices} slices would need {} MiB of fp32 workspace, more than {}",
+                bytes >> 20,
+                MAX_WORKSPACE_BYTES >> 20
+            ));
         }
         Ok(())
     }
@@ -653,13 +716,15 @@ impl WgmmaConfig {
         if p.direction == Direction::BackwardWeight {
             let geo = Geometry::new(p);
             let row_tiles = (geo.kg as u64).div_ceil(u64::from(self.tile.rows()));
-            let per_tap_group = row_tiles.div_ceil(u64::from(self.tile.cl)) * (geo.cg as u64).div_ceil(u64::from(self.tile.bn));
+            let per_tap_group =
+                row_tiles.div_ceil(u64::from(self.tile.cl)) * (geo.cg as u64).div_ceil(u64::from(self.tile.bn));
             let tap_groups = geo.filter_volume() as u64 / u64::from(self.tile.taps);
             return (row_tiles, per_tap_group * tap_groups * u64::from(self.split.slices) * u64::from(p.g));
         }
         let products = Product::all(p);
         let largest = products.iter().max_by_key(|product| product.rows);
-        largest.map_or((0, 0), |product| (product.row_tiles(self.tile), product.units(self.tile, p.g, self.split.slices)))
+        largest
+            .map_or((0, 0), |product| (product.row_tiles(self.tile), product.units(self.tile, p.g, self.split.slices)))
     }
 
     /// Stream-K's grid and workspace for backward-weight's `p` on `sms` SMs.
@@ -672,7 +737,8 @@ impl WgmmaConfig {
     /// other build; backward-weight's builds compile only the epilogue of their own output
     /// mode: a third to half the NVRTC time of a build).
     fn source(self, p: &ConvProblem, user: &ConvProblem) -> KernelSource {
-        let source = self.tile.source(p).define("KSPLIT", self.split.cluster_slices()).define("SPLIT", self.split.mode());
+        let source =
+            self.tile.source(p).define("KSPLIT", self.split.cluster_slices()).define("SPLIT", self.split.mode());
         // Defined only where set, so that other builds keep their keys.
         let filled = filled_filter(user, self.tile);
         let source = match filled {
@@ -686,13 +752,22 @@ impl WgmmaConfig {
         let reads_filter_groups = p.direction != Direction::BackwardWeight && user.g != p.g && filled.is_none();
         let source = if reads_filter_groups { source.define("FILTER_GROUPS", 1) } else { source };
         match p.direction {
-            Direction::BackwardWeight => source.define("TAPS", self.tile.taps).define("SRC_TILED", u32::from(reads_source_tiled(p))),
+            Direction::BackwardWeight => {
+                source.define("TAPS", self.tile.taps).define("SRC_TILED", u32::from(reads_source_tiled(p)))
+            }
             _ => {
                 let products = if Product::all(p).len() == 1 { 1 } else { MAX_PRODUCTS };
                 let source = source.define("FILTER_MN", u32::from(reads_filter_directly(p)));
                 // Defined only where set, so that other builds keep their keys.
-                let source = if p.direction == Direction::BackwardData && !reads_filter_directly(p) { source.define("FLIP_FILTER", 1) } else { source };
-                source.define("MAX_PRODUCTS", MAX_PRODUCTS).define("PRODUCTS", products).define("SRC_TILED", u32::from(reads_source_tiled(p)))
+                let source = if p.direction == Direction::BackwardData && !reads_filter_directly(p) {
+                    source.define("FLIP_FILTER", 1)
+                } else {
+                    source
+                };
+                source
+                    .define("MAX_PRODUCTS", MAX_PRODUCTS)
+                    .define("PRODUCTS", products)
+                    .define("SRC_TILED", u32::from(reads_source_tiled(p)))
             }
         }
     }
@@ -710,15 +785,23 @@ impl WgmmaConfig {
     /// Every config for `p`'s direction.
     fn all(p: &ConvProblem) -> Vec<WgmmaConfig> {
         let splits: Vec<Split> = Split::all().collect();
-        let (unit_taps, row_slices): (&[u32], &[u32]) = if p.direction == Direction::BackwardWeight { (&UNIT_TAPS, &[1]) } else { (&[1], &ROW_SLICES) };
+        let (unit_taps, row_slices): (&[u32], &[u32]) =
+            if p.direction == Direction::BackwardWeight { (&UNIT_TAPS, &[1]) } else { (&[1], &ROW_SLICES) };
         let halos: &[bool] = if p.direction == Direction::BackwardWeight { &[false] } else { &[false, true] };
         // Each tile with and without the halo, and the first stage count's twin at HELD_STAGES.
         let variants = move |tile: Tile| {
             let held = (tile.st == STAGES[0]).then_some(Tile { st: HELD_STAGES, halo: true, ..tile });
             halos.iter().map(move |&halo| Tile { halo, ..tile }).chain(held.filter(|_| halos.contains(&true)))
         };
-        let tiles = Tile::all(p.dtype).flat_map(|tile| unit_taps.iter().flat_map(move |&taps| row_slices.iter().flat_map(move |&mr| variants(Tile { taps, mr, ..tile }))));
-        tiles.flat_map(|tile| splits.iter().map(move |&split| WgmmaConfig { tile, split })).filter(|c| c.check(p).is_ok()).collect()
+        let tiles = Tile::all(p.dtype).flat_map(|tile| {
+            unit_taps
+                .iter()
+                .flat_map(move |&taps| row_slices.iter().flat_map(move |&mr| variants(Tile { taps, mr, ..tile })))
+        });
+        tiles
+            .flat_map(|tile| splits.iter().map(move |&split| WgmmaConfig { tile, split }))
+            .filter(|c| c.check(p).is_ok())
+            .collect()
     }
 }
 
@@ -759,7 +842,12 @@ impl PhaseTaps {
         let before = (0..taps).filter(|&f| of(f) < phase).count() as i64;
         let mut mine = (0..taps).filter(|&f| of(f) == phase);
         let first = mine.next();
-        PhaseTaps { before, count: i64::from(first.is_some()) + mine.count() as i64, first: first.unwrap_or(0), step: stride / gcd(stride, dil) }
+        PhaseTaps {
+            before,
+            count: i64::from(first.is_some()) + mine.count() as i64,
+            first: first.unwrap_or(0),
+            step: stride / gcd(stride, dil),
+        }
     }
 }
 
@@ -781,7 +869,8 @@ impl ProductDim {
     /// dil' = dil / gcd, and with the taps flipped (t' = count - 1 - t) a forward read of dy
     /// at unit stride, dilation dil' and padding (count - 1) * dil' - base.
     fn backward_data_phase(geo: &Geometry, i: usize, phase: i64) -> Self {
-        let (extent, stride, pad, dil) = (geo.input[i] as i64, geo.stride[i] as i64, geo.pad[i] as i64, geo.dilation[i] as i64);
+        let (extent, stride, pad, dil) =
+            (geo.input[i] as i64, geo.stride[i] as i64, geo.pad[i] as i64, geo.dilation[i] as i64);
         let origin = (phase - pad).rem_euclid(stride);
         let count = if origin < extent { (extent - origin + stride - 1) / stride } else { 0 };
         let taps = PhaseTaps::new(geo.filter[i] as i64, dil, stride, phase);
@@ -792,7 +881,11 @@ impl ProductDim {
 }
 
 fn gcd(a: i64, b: i64) -> i64 {
-    if b == 0 { a } else { gcd(b, a % b) }
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 /// The kernel's HaloTile (HALO) for a product: the pitch (the source's padded width, the
@@ -836,19 +929,29 @@ impl HaloTile {
             return Err("hl 1 takes unsplit configs".into());
         }
         if reads_source_tiled(p) {
-            return Err("hl 1 is for filters wider than 1x1 or padded (1x1 layers read their source as a matrix)".into());
+            return Err(
+                "hl 1 is for filters wider than 1x1 or padded (1x1 layers read their source as a matrix)".into()
+            );
         }
         let products = Product::all(p);
-        let [product] = products.as_slice() else { return Err("hl 1 takes one product (backward-data at unit stride)".into()) };
+        let [product] = products.as_slice() else {
+            return Err("hl 1 takes one product (backward-data at unit stride)".into());
+        };
         if product.params.stride != [1; 3] {
             return Err("hl 1 takes unit strides".into());
         }
         let Some(halo) = HaloTile::of(&product.params, config.tile) else {
             let pitch = product.params.output[2] as u32 + HaloTile::reach(&product.params, 2);
-            return Err(format!("a destination row on a pitch of {pitch} pixels is longer than the tile's {} rows", config.tile.rows()));
+            return Err(format!(
+                "a destination row on a pitch of {pitch} pixels is longer than the tile's {} rows",
+                config.tile.rows()
+            ));
         };
         if halo.pitch > MAX_BOX || halo.loaded > MAX_BOX {
-            return Err(format!("the halo's box of {} x {} pixels passes TMA's {MAX_BOX} a side", halo.pitch, halo.loaded));
+            return Err(format!(
+                "the halo's box of {} x {} pixels passes TMA's {MAX_BOX} a side",
+                halo.pitch, halo.loaded
+            ));
         }
         let shared = config.tile.shared_bytes(p.dtype) + 2 * halo.buffer_bytes(&product.params, config.tile);
         if shared > MAX_SHARED_BYTES {
@@ -881,17 +984,33 @@ struct Product {
 }
 
 impl Product {
-    fn new(p: &ConvProblem, params: ConvParams, src_extent: [usize; 3], src_channels: u32, dst_offset: u64, filter_offset: u64, tap_map: TapMap) -> Self {
+    fn new(
+        p: &ConvProblem,
+        params: ConvParams,
+        src_extent: [usize; 3],
+        src_channels: u32,
+        dst_offset: u64,
+        filter_offset: u64,
+        tap_map: TapMap,
+    ) -> Self {
         let active = 3 - p.dims.len()..3;
         let (mut lower, mut upper) = (Vec::new(), Vec::new());
         for i in active.clone().rev() {
-            let (src, dst, stride, pad) = (src_extent[i] as i64, i64::from(params.output[i]), i64::from(params.stride[i]), i64::from(params.pad[i]));
+            let (src, dst, stride, pad) = (
+                src_extent[i] as i64,
+                i64::from(params.output[i]),
+                i64::from(params.stride[i]),
+                i64::from(params.pad[i]),
+            );
             // At tap offset zero the window starts at -pad and ends at the last destination
             // position's first tap, (dst - 1) * stride - pad, written as an offset from the extent.
             lower.push(-pad);
             upper.push((dst - 1) * stride + 1 - src - pad);
         }
-        let src = std::iter::once(u64::from(src_channels)).chain(active.rev().map(|i| src_extent[i] as u64)).chain([u64::from(p.n)]).collect();
+        let src = std::iter::once(u64::from(src_channels))
+            .chain(active.rev().map(|i| src_extent[i] as u64))
+            .chain([u64::from(p.n)])
+            .collect();
         let rows = params.n as u64 * params.output.iter().map(|&o| o as u64).product::<u64>();
         Product { params, src, rows, lower, upper, dst_offset, filter_offset, tap_map }
     }
@@ -905,7 +1024,9 @@ impl Product {
             let identity = TapMap { origin: [0; 3], step: [1; 3], filter: params.filter };
             return vec![Product::new(p, params, geo.input, p.c, 0, 0, identity)];
         }
-        let phases: [Vec<ProductDim>; 3] = std::array::from_fn(|i| (0..geo.stride[i] as i64).map(|r| ProductDim::backward_data_phase(&geo, i, r)).collect());
+        let phases: [Vec<ProductDim>; 3] = std::array::from_fn(|i| {
+            (0..geo.stride[i] as i64).map(|r| ProductDim::backward_data_phase(&geo, i, r)).collect()
+        });
         let filter = geo.filter.map(|f| f as i64);
         let group_filter = (geo.g * geo.cg * geo.kg) as i64;
         let mut products = Vec::new();
@@ -926,18 +1047,29 @@ impl Product {
                         pad: dims.map(|dim| dim.pad as i32),
                         dilation: dims.map(|dim| dim.dil as i32),
                         xs: params.ys,
-                        ys: std::array::from_fn(|j| if j < 2 { params.xs[j] } else { params.xs[j] * params.stride[j - 2] }),
+                        ys: std::array::from_fn(
+                            |j| if j < 2 { params.xs[j] } else { params.xs[j] * params.stride[j - 2] },
+                        ),
                         ..params
                     };
                     let dst_offset = (0..3).map(|i| dims[i].origin * i64::from(params.xs[2 + i])).sum::<i64>() as u64;
-                    let tap_offset = d.taps.before * filter[1] * filter[2] + d.taps.count * (h.taps.before * filter[2] + h.taps.count * w.taps.before);
+                    let tap_offset = d.taps.before * filter[1] * filter[2]
+                        + d.taps.count * (h.taps.before * filter[2] + h.taps.count * w.taps.before);
                     // The phase's taps f = first + step x t, walked flipped.
                     let tap_map = TapMap {
                         origin: dims.map(|dim| (dim.taps.first + dim.taps.step * (dim.taps.count - 1)) as i32),
                         step: dims.map(|dim| -dim.taps.step as i32),
                         filter: params.filter,
                     };
-                    products.push(Product::new(p, phase, geo.output, p.k, dst_offset, (tap_offset * group_filter) as u64, tap_map));
+                    products.push(Product::new(
+                        p,
+                        phase,
+                        geo.output,
+                        p.k,
+                        dst_offset,
+                        (tap_offset * group_filter) as u64,
+                        tap_map,
+                    ));
                 }
             }
         }
@@ -977,7 +1109,10 @@ impl Product {
     /// The kernel's work units: clusters' worth of row tiles x column tiles x slices x groups.
     fn units(&self, tile: Tile, groups: u32, slices: u32) -> u64 {
         let (_, columns) = self.channels();
-        self.row_tiles(tile).div_ceil(u64::from(tile.cl)) * u64::from(columns.div_ceil(tile.bn)) * u64::from(slices) * u64::from(groups)
+        self.row_tiles(tile).div_ceil(u64::from(tile.cl))
+            * u64::from(columns.div_ceil(tile.bn))
+            * u64::from(slices)
+            * u64::from(groups)
     }
 
     /// The reduction's blocks: a 128-byte row of source channels per tap.
@@ -993,11 +1128,18 @@ impl Product {
 
     /// Why TMA cannot make this product's im2col loads, if it cannot.
     fn im2col_limits(&self, spatial: usize) -> Result<(), NotApplicable> {
-        let reach = (0..3).map(|i| i64::from((self.params.filter[i] - 1).max(0) * self.params.dilation[i])).max().unwrap_or(0);
+        let reach =
+            (0..3).map(|i| i64::from((self.params.filter[i] - 1).max(0) * self.params.dilation[i])).max().unwrap_or(0);
         let max = max_offset(spatial);
-        require!(reach <= max, "taps reach {reach} positions, further than TMA's im2col offsets (up to {max} in {spatial}D)");
+        require!(
+            reach <= max,
+            "taps reach {reach} positions, further than TMA's im2col offsets (up to {max} in {spatial}D)"
+        );
         let (corners, lower, upper) = (corner_range(spatial), &self.lower, &self.upper);
-        require!(lower.iter().chain(upper).all(|c| corners.contains(c)), "the im2col window's corners {lower:?} / {upper:?} leave TMA's {corners:?} in {spatial}D");
+        require!(
+            lower.iter().chain(upper).all(|c| corners.contains(c)),
+            "the im2col window's corners {lower:?} / {upper:?} leave TMA's {corners:?} in {spatial}D"
+        );
         Ok(())
     }
 
@@ -1036,7 +1178,11 @@ impl WgmmaConfig {
     fn default_for(p: &ConvProblem, sms: u64) -> WgmmaConfig {
         let with_stages = |bn: u32, wg: u32| {
             let tile = |st: u32| Tile { bn, wg, st, cl: 1, persistent: false, taps: 1, mr: 1, halo: false };
-            if tile(4).check(p.dtype).is_ok() { tile(4) } else { tile(3) }
+            if tile(4).check(p.dtype).is_ok() {
+                tile(4)
+            } else {
+                tile(3)
+            }
         };
         let by_channels = |c: u32, wide: bool| match c {
             c if c <= 64 => 64,
@@ -1046,7 +1192,9 @@ impl WgmmaConfig {
         if p.direction == Direction::BackwardWeight {
             let geo = Geometry::new(p);
             let (kg, cg) = (geo.kg as u32, geo.cg as u32);
-            let blocks = |tile: Tile| u64::from(kg.div_ceil(tile.rows()) * cg.div_ceil(tile.bn)) * geo.filter_volume() as u64 * u64::from(p.g);
+            let blocks = |tile: Tile| {
+                u64::from(kg.div_ceil(tile.rows()) * cg.div_ceil(tile.bn)) * geo.filter_volume() as u64 * u64::from(p.g)
+            };
             let pixel_blocks = (geo.n * geo.output_volume()) as u64 / u64::from(row_elements(p.dtype));
             // Dense filters whose taps do not come in threes have units of one tap, each a 1x1
             // layer's: c384 k768 14x14 2x2 s2 ran its rule's 256-column tiles in 22.1 us on 48
@@ -1057,7 +1205,8 @@ impl WgmmaConfig {
                     return config;
                 }
             }
-            let worth: Vec<u32> = SPLITS.into_iter().filter(|&s| s == 1 || u64::from(s) * MIN_BLOCKS_PER_SLICE <= pixel_blocks).collect();
+            let worth: Vec<u32> =
+                SPLITS.into_iter().filter(|&s| s == 1 || u64::from(s) * MIN_BLOCKS_PER_SLICE <= pixel_blocks).collect();
             let most = u64::from(worth[worth.len() - 1]);
             // Where even split as far as is worth it the widest tile's blocks would leave more
             // than half the SMs idle (7x7 layers: 24 blocks of pixels, two slices, and 256-wide
@@ -1066,10 +1215,16 @@ impl WgmmaConfig {
             // the GPU (five 14x14 1x1 layers on the H100, session-28 sweep: 128 columns in 16
             // slices ran 0.80-0.93x the time of the narrower tiles in 8 the rule took).
             let widest = with_stages(by_channels(cg, true), if kg <= 64 { 1 } else { 2 });
-            let narrower: Vec<Tile> = [(128, 2), (128, 1), (64, 1)].map(|(bn, wg)| with_stages(bn, wg)).into_iter().filter(|t| t.bn <= widest.bn && t.rows() <= widest.rows()).collect();
+            let narrower: Vec<Tile> = [(128, 2), (128, 1), (64, 1)]
+                .map(|(bn, wg)| with_stages(bn, wg))
+                .into_iter()
+                .filter(|t| t.bn <= widest.bn && t.rows() <= widest.rows())
+                .collect();
             let filled = if transposes(p) { sms.div_ceil(2) } else { sms };
             let tile = match narrower.last() {
-                Some(&narrowest) if blocks(widest) * most * 2 <= sms => narrower.iter().copied().find(|&t| blocks(t) * most >= filled).unwrap_or(narrowest),
+                Some(&narrowest) if blocks(widest) * most * 2 <= sms => {
+                    narrower.iter().copied().find(|&t| blocks(t) * most >= filled).unwrap_or(narrowest)
+                }
                 _ => widest,
             };
             // Units of three taps where the filter's taps come in threes and the accumulators fit
@@ -1079,10 +1234,19 @@ impl WgmmaConfig {
             // there they ran 0.74-0.94x the time of one tap at 128 on the H100's four 3x3 layers
             // of 128 input channels (session-28 sweep).
             let narrower = if transposes(p) && tile.bn == 128 { 64 } else { tile.bn };
-            let three_taps = [tile.bn, narrower].into_iter().flat_map(|bn| [4, 3].map(|st| Tile { bn, st, taps: 3, ..tile })).find(|&tile| WgmmaConfig { tile, split: UNSPLIT }.check(p).is_ok());
+            let three_taps = [tile.bn, narrower]
+                .into_iter()
+                .flat_map(|bn| [4, 3].map(|st| Tile { bn, st, taps: 3, ..tile }))
+                .find(|&tile| WgmmaConfig { tile, split: UNSPLIT }.check(p).is_ok());
             let tile = three_taps.filter(|_| geo.filter_volume().is_multiple_of(3)).unwrap_or(tile);
             let taps = u64::from(tile.taps);
-            let slices = quickest_split(blocks(tile) / taps, u64::from(tile.rows() * tile.bn) * taps, pixel_blocks * taps, sms, &worth);
+            let slices = quickest_split(
+                blocks(tile) / taps,
+                u64::from(tile.rows() * tile.bn) * taps,
+                pixel_blocks * taps,
+                sms,
+                &worth,
+            );
             let config = WgmmaConfig { tile, split: Split { slices, reduction: Reduction::Atomic } };
             return if config.check(p).is_ok() { config } else { WgmmaConfig { tile, split: UNSPLIT } };
         }
@@ -1093,10 +1257,15 @@ impl WgmmaConfig {
         // The tile and split the wave model (TILE_COSTS, TILE_COSTS_TF32) expects to finish first.
         let model = if p.dtype == DataType::Tf32 { &TILE_COSTS_TF32 } else { &TILE_COSTS };
         let modelled = model.costs.iter().filter_map(|cost| cost.tile(p.dtype).map(|tile| (tile, cost)));
-        let candidates = modelled.flat_map(|(tile, cost)| MODELLED_SPLITS.map(|slices| (WgmmaConfig { tile, split: Split { slices, reduction: Reduction::Atomic } }, cost)));
+        let candidates = modelled.flat_map(|(tile, cost)| {
+            MODELLED_SPLITS
+                .map(|slices| (WgmmaConfig { tile, split: Split { slices, reduction: Reduction::Atomic } }, cost))
+        });
         let longest = Product::longest_reduction(&products, p.dtype);
         let quickest = candidates
-            .filter(|(config, _)| config.check(p).is_ok() && (config.tile.persistent || longest >= MIN_UNOVERLAPPED_BLOCKS))
+            .filter(|(config, _)| {
+                config.check(p).is_ok() && (config.tile.persistent || longest >= MIN_UNOVERLAPPED_BLOCKS)
+            })
             .map(|(config, cost)| (modelled_us(&products, p, config, cost, model, sms), config))
             .min_by(|a, b| a.0.total_cmp(&b.0));
         let Some((_, config)) = quickest else {
@@ -1110,7 +1279,11 @@ impl WgmmaConfig {
         let (reduction, columns) = largest.channels();
         let narrow = reduction.min(columns) < 64 && largest.rows >= CLUSTER_MIN_WAVES * 64 * sms;
         let clustered = WgmmaConfig { tile: Tile { cl: 2, ..config.tile }, split: UNSPLIT };
-        if narrow && clustered.check(p).is_ok() { clustered } else { config }
+        if narrow && clustered.check(p).is_ok() {
+            clustered
+        } else {
+            config
+        }
     }
 }
 
@@ -1135,7 +1308,16 @@ const fn cost(bn: u32, wg: u32, mr: u32, persistent: bool, per_block_us: f64, pe
 impl TileCost {
     /// The costed tile shape at four stages, or three where four do not fit.
     fn tile(&self, dtype: DataType) -> Option<Tile> {
-        let tile = |st: u32| Tile { bn: self.bn, wg: self.wg, st, cl: 1, persistent: self.persistent, taps: 1, mr: self.mr, halo: false };
+        let tile = |st: u32| Tile {
+            bn: self.bn,
+            wg: self.wg,
+            st,
+            cl: 1,
+            persistent: self.persistent,
+            taps: 1,
+            mr: self.mr,
+            halo: false,
+        };
         [tile(4), tile(3)].into_iter().find(|t| t.check(dtype).is_ok())
     }
 }
@@ -1199,7 +1381,14 @@ const MIN_UNOVERLAPPED_BLOCKS: u64 = 8;
 /// The wave model's time of `config` on `p`: per launch, ceil(units / SMs) waves of its
 /// products with taps, each of their slices' reduction blocks (on average over the units) and
 /// the wave's own cost; and the split's cost.
-fn modelled_us(products: &[Product], p: &ConvProblem, config: WgmmaConfig, cost: &TileCost, model: &WaveModel, sms: u64) -> f64 {
+fn modelled_us(
+    products: &[Product],
+    p: &ConvProblem,
+    config: WgmmaConfig,
+    cost: &TileCost,
+    model: &WaveModel,
+    sms: u64,
+) -> f64 {
     let slices = config.split.slices;
     let launches = products.chunks(MAX_PRODUCTS).map(|launch| {
         let with_taps = launch.iter().filter(|product| product.has_taps());
@@ -1210,7 +1399,11 @@ fn modelled_us(products: &[Product], p: &ConvProblem, config: WgmmaConfig, cost:
         let mean_blocks = if units > 0 { blocks as f64 / units as f64 } else { 0.0 };
         units.div_ceil(sms) as f64 * (mean_blocks / f64::from(slices) * cost.per_block_us + cost.per_wave_us)
     });
-    let split = if slices > 1 { model.split_us + model.split_us_per_million_elements * destination_elements(p) as f64 / 1e6 } else { 0.0 };
+    let split = if slices > 1 {
+        model.split_us + model.split_us_per_million_elements * destination_elements(p) as f64 / 1e6
+    } else {
+        0.0
+    };
     launches.sum::<f64>() + split
 }
 
@@ -1327,10 +1520,14 @@ fn quickest_weight_one_tap(p: &ConvProblem, sms: u64) -> Option<WgmmaConfig> {
     }
     let model = if transposes(p) { &WEIGHT_1X1_TF32 } else { &WEIGHT_1X1 };
     let modelled = |config: WgmmaConfig, cost: &TileCost| {
-        let tiles = (geo.kg as u64).div_ceil(u64::from(config.tile.rows())) * (geo.cg as u64).div_ceil(u64::from(config.tile.bn)) * geo.filter_volume() as u64 * u64::from(p.g);
+        let tiles = (geo.kg as u64).div_ceil(u64::from(config.tile.rows()))
+            * (geo.cg as u64).div_ceil(u64::from(config.tile.bn))
+            * geo.filter_volume() as u64
+            * u64::from(p.g);
         let slices = u64::from(config.split.slices);
         let units = tiles * slices;
-        let waves = units.div_ceil(sms) as f64 * (pixel_blocks as f64 / slices as f64 * cost.per_block_us + cost.per_wave_us);
+        let waves =
+            units.div_ceil(sms) as f64 * (pixel_blocks as f64 / slices as f64 * cost.per_block_us + cost.per_wave_us);
         let sums = (units * u64::from(config.tile.rows() * config.tile.bn)) as f64;
         waves
             + match (slices, config.split.reduction) {
@@ -1392,7 +1589,11 @@ impl WgmmaConfig {
         let narrow = WgmmaConfig { tile: Tile { wg: 1, st: 3, ..wide }, split: UNSPLIT };
         let rows = |config: WgmmaConfig| (config.work(layer).1.div_ceil(sms) * u64::from(config.tile.rows())) as f64;
         let narrower = layer.direction == Direction::Forward && rows(narrow) * HALF_TILE_COST < rows(self);
-        if narrower && narrow.check(layer).is_ok() { narrow } else { self }
+        if narrower && narrow.check(layer).is_ok() {
+            narrow
+        } else {
+            self
+        }
     }
 
     /// The default for the user's `p`: its lowered layer's, except that a blocked layer's
@@ -1405,7 +1606,8 @@ impl WgmmaConfig {
         let layer = packed.as_ref().map_or(p, Packed::layer);
         if let Some(Packed::Groups(_)) = &packed {
             if p.direction != Direction::BackwardWeight {
-                return WgmmaConfig::held_halo(layer).unwrap_or_else(|| WgmmaConfig::default_for(layer, sms).blocked_waves(layer, sms));
+                return WgmmaConfig::held_halo(layer)
+                    .unwrap_or_else(|| WgmmaConfig::default_for(layer, sms).blocked_waves(layer, sms));
             }
         }
         let config = WgmmaConfig::default_for(layer, sms);
@@ -1413,9 +1615,14 @@ impl WgmmaConfig {
             return config;
         }
         let (_, units) = WgmmaConfig { split: UNSPLIT, ..config }.work(layer);
-        let slices = SPLITS.into_iter().filter(|&s| s <= config.split.slices && units * u64::from(s) <= sms).max().unwrap_or(1);
+        let slices =
+            SPLITS.into_iter().filter(|&s| s <= config.split.slices && units * u64::from(s) <= sms).max().unwrap_or(1);
         let one_wave = WgmmaConfig { split: Split { slices, ..config.split }, ..config };
-        if one_wave.check(layer).is_ok() { one_wave } else { config }
+        if one_wave.check(layer).is_ok() {
+            one_wave
+        } else {
+            config
+        }
     }
 }
 
@@ -1426,20 +1633,41 @@ impl Solver for IgemmWgmma {
 
     fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
         let (major, minor) = self.device.capability;
-        require!((major, minor) == (9, 0), "needs an sm_90 GPU (wgmma and TMA built for sm_90a), this is sm_{major}{minor}");
+        require!(
+            (major, minor) == (9, 0),
+            "needs an sm_90 GPU (wgmma and TMA built for sm_90a), this is sm_{major}{minor}"
+        );
         require!(p.layout == Layout::Nhwc, "needs a channels-last layout (NWC, NHWC, NDHWC)");
-        require!(matches!(p.dtype, DataType::Bf16 | DataType::F16 | DataType::Tf32), "needs bf16, fp16 or tf32 operands (wgmma has no fp32 multiply)");
+        require!(
+            matches!(p.dtype, DataType::Bf16 | DataType::F16 | DataType::Tf32),
+            "needs bf16, fp16 or tf32 operands (wgmma has no fp32 multiply)"
+        );
         if let Some(packed) = Packed::of(p) {
             return self.applicable(packed.layer()).map_err(|reason| packed.explain(reason));
         }
         let g = Geometry::new(p);
-        require!(g.stride.iter().all(|&s| s <= MAX_STRIDE), "strides over {MAX_STRIDE} are beyond TMA's element strides");
+        require!(
+            g.stride.iter().all(|&s| s <= MAX_STRIDE),
+            "strides over {MAX_STRIDE} are beyond TMA's element strides"
+        );
         let products = Product::all(p);
         require!(products.first().is_some_and(Product::has_taps), "no destination pixel is reached by a filter tap");
         for product in products.iter().filter(|product| product.has_taps()) {
             product.im2col_limits(p.dims.len())?;
         }
-        let narrowest = WgmmaConfig { tile: Tile { bn: COLUMNS[0], wg: CONSUMERS[0], st: STAGES[0], cl: 1, persistent: false, taps: 1, mr: 1, halo: false }, split: UNSPLIT };
+        let narrowest = WgmmaConfig {
+            tile: Tile {
+                bn: COLUMNS[0],
+                wg: CONSUMERS[0],
+                st: STAGES[0],
+                cl: 1,
+                persistent: false,
+                taps: 1,
+                mr: 1,
+                halo: false,
+            },
+            split: UNSPLIT,
+        };
         let (_, units) = narrowest.work(p);
         require!(units <= MAX_GRID_X, "{units} work units at the smallest tile exceed the grid");
         // The kernels count pixels in 32 bits, a cluster's row tiles past the last included.
@@ -1456,9 +1684,15 @@ impl Solver for IgemmWgmma {
         // A reduction block reads a 128-byte row of channels at each tap: past a dense layer's
         // last channel TMA reads zeros, but past a group's it would read the next group's.
         require!(p.g == 1 || src.is_multiple_of(row), "needs a grouped layer's channels it reduces per group a multiple of {row} (one 128-byte TMA row per tap), got {src}");
-        require!(dst.is_multiple_of(8), "needs the channels it writes per group a multiple of 8 (16-byte filter rows and paired stores), got {dst}");
+        require!(
+            dst.is_multiple_of(8),
+            "needs the channels it writes per group a multiple of 8 (16-byte filter rows and paired stores), got {dst}"
+        );
         if p.direction == Direction::BackwardData {
-            require!((p.g as usize * g.filter_volume()) as u64 <= MAX_GRID_YZ, "too many groups x taps for the filter transpose's grid");
+            require!(
+                (p.g as usize * g.filter_volume()) as u64 <= MAX_GRID_YZ,
+                "too many groups x taps for the filter transpose's grid"
+            );
         }
         Ok(())
     }
@@ -1467,7 +1701,9 @@ impl Solver for IgemmWgmma {
         let sms = self.device.sm_count;
         match Packed::of(p) {
             None => products_workspace(p, config, p, sms),
-            Some(packed) if packed.in_place(writes_held_filter(packed.layer(), config)) => products_workspace(packed.layer(), config, p, sms),
+            Some(packed) if packed.in_place(writes_held_filter(packed.layer(), config)) => {
+                products_workspace(packed.layer(), config, p, sms)
+            }
             Some(packed) => packed.workspace_bytes(products_workspace(packed.layer(), config, packed.layer(), sms)),
         }
     }
@@ -1504,10 +1740,15 @@ impl Solve<Cuda> for IgemmWgmma {
     fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
         match Packed::of(p) {
             None => self.products(p, config, p),
-            Some(packed) if packed.in_place(writes_held_filter(packed.layer(), config)) => self.products(packed.layer(), config, p),
+            Some(packed) if packed.in_place(writes_held_filter(packed.layer(), config)) => {
+                self.products(packed.layer(), config, p)
+            }
             Some(packed) => {
                 let layer = packed.layer();
-                let (inner, workspace) = (self.products(layer, config, layer)?, products_workspace(layer, config, layer, self.device.sm_count));
+                let (inner, workspace) = (
+                    self.products(layer, config, layer)?,
+                    products_workspace(layer, config, layer, self.device.sm_count),
+                );
                 packed.invoker(&self.device, p.dtype, inner, workspace)
             }
         }
@@ -1519,7 +1760,9 @@ impl Solve<Cuda> for IgemmWgmma {
 fn products_workspace(p: &ConvProblem, config: &Config, user: &ConvProblem, sms: u32) -> u64 {
     let Ok(config) = WgmmaConfig::from_config(p, config) else { return 0 };
     match p.direction {
-        Direction::BackwardData if !reads_filter_directly(p) => flipped_filter_start(p, config.split) + p.weight_elements() * p.dtype.size_bytes() as u64,
+        Direction::BackwardData if !reads_filter_directly(p) => {
+            flipped_filter_start(p, config.split) + p.weight_elements() * p.dtype.size_bytes() as u64
+        }
         _ if config.split.reduction == Reduction::StreamK => config.stream_k(p, sms).workspace_bytes(config.tile),
         _ => config.split.workspace_bytes(destination_elements(user)),
     }
@@ -1578,7 +1821,12 @@ impl IgemmWgmma {
         let blocked = (user.g != p.g).then(|| (user.k / user.g, user.c_per_group()));
         let filled = filled_filter(user, tile);
         let blocks = match blocked {
-            Some((kg, cg)) => FilterBlocks { rows: gcd(i64::from(share), i64::from(kg)) as u32, group_rows: kg as i32, channels: cg as i32, w: 0 },
+            Some((kg, cg)) => FilterBlocks {
+                rows: gcd(i64::from(share), i64::from(kg)) as u32,
+                group_rows: kg as i32,
+                channels: cg as i32,
+                w: 0,
+            },
             None => FilterBlocks { rows: share, group_rows: 1, channels: 0, w: 0 },
         };
         let filter_box = [if direct { 64 } else { row_elements(p.dtype) }, 1, blocks.rows];
@@ -1592,21 +1840,35 @@ impl IgemmWgmma {
             .chunks(MAX_PRODUCTS)
             .map(|products| {
                 let units = products.iter().map(|product| product.units(tile, p.g, split.slices)).sum();
-                let launch = LaunchConfig { grid_dim: (tile.grid(units, sms), 1, 1), block_dim, shared_mem_bytes: shared };
+                let launch =
+                    LaunchConfig { grid_dim: (tile.grid(units, sms), 1, 1), block_dim, shared_mem_bytes: shared };
                 let products = products
                     .iter()
                     .map(|product| {
                         let source = product.has_taps().then(|| match halo {
                             // A 2D source's channels, columns, rows and images.
-                            Some(halo) => SourceMap::Halo(std::array::from_fn(|i| product.src[i]), [row_elements(p.dtype), halo.pitch, halo.loaded, 1]),
+                            Some(halo) => SourceMap::Halo(
+                                std::array::from_fn(|i| product.src[i]),
+                                [row_elements(p.dtype), halo.pitch, halo.loaded, 1],
+                            ),
                             None => product.source_map(p, row_elements(p.dtype), tile.rows()),
                         });
-                        let (offset, mut extents) = if direct { (0, [geo.cg as u64, geo.filter_volume() as u64, u64::from(p.k)]) } else { (product.filter_offset, product.filter_extents()) };
+                        let (offset, mut extents) = if direct {
+                            (0, [geo.cg as u64, geo.filter_volume() as u64, u64::from(p.k)])
+                        } else {
+                            (product.filter_offset, product.filter_extents())
+                        };
                         if let Some((_, cg)) = blocked {
                             extents[0] = u64::from(cg);
                         }
                         let filter = filled.is_none().then_some((offset, extents));
-                        ProductLaunch { params: product.params, tap_map: product.tap_map, source, filter, dst_offset: product.dst_offset }
+                        ProductLaunch {
+                            params: product.params,
+                            tap_map: product.tap_map,
+                            source,
+                            filter,
+                            dst_offset: product.dst_offset,
+                        }
                     })
                     .collect();
                 ProductsLaunch { launch, products }
@@ -1615,11 +1877,19 @@ impl IgemmWgmma {
         let flip = match p.direction {
             Direction::BackwardData if !direct => {
                 let launch = LaunchConfig {
-                    grid_dim: ((geo.cg as u32).div_ceil(FLIP_TILE), (geo.kg as u32).div_ceil(FLIP_TILE), p.g * geo.filter_volume() as u32),
+                    grid_dim: (
+                        (geo.cg as u32).div_ceil(FLIP_TILE),
+                        (geo.kg as u32).div_ceil(FLIP_TILE),
+                        p.g * geo.filter_volume() as u32,
+                    ),
                     block_dim: (FLIP_TILE, FLIP_ROWS, 1),
                     shared_mem_bytes: 0,
                 };
-                Some(Flip { function: self.device.function(&source, "flip_filter")?, launch, params: ConvParams::new(p) })
+                Some(Flip {
+                    function: self.device.function(&source, "flip_filter")?,
+                    launch,
+                    params: ConvParams::new(p),
+                })
             }
             _ => None,
         };
@@ -1630,7 +1900,18 @@ impl IgemmWgmma {
             reduce: split.reduce(destination_elements(p), &self.device, &source)?,
             filter_start: flipped_filter_start(p, split),
         };
-        Ok(Box::new(WgmmaInvoker { function, launches, one_product, destination, direction: p.direction, dtype: p.dtype, filter_box, blocks, flip, split }))
+        Ok(Box::new(WgmmaInvoker {
+            function,
+            launches,
+            one_product,
+            destination,
+            direction: p.direction,
+            dtype: p.dtype,
+            filter_box,
+            blocks,
+            flip,
+            split,
+        }))
     }
 }
 
@@ -1737,7 +2018,9 @@ impl Invoker<Cuda> for WgmmaInvoker {
             let Some(source) = &product.source else { return Ok(None) };
             let source = source.map(src, self.dtype)?;
             let filter = match product.filter {
-                Some((offset, extents)) => TensorMap::tiled(filter.from_byte(offset * elem), self.dtype, extents, self.filter_box)?,
+                Some((offset, extents)) => {
+                    TensorMap::tiled(filter.from_byte(offset * elem), self.dtype, extents, self.filter_box)?
+                }
                 // A map the kernel does not read.
                 None => source,
             };
@@ -1756,13 +2039,26 @@ impl Invoker<Cuda> for WgmmaInvoker {
                             own
                         }
                         (None, Some(first)) => first,
-                        (None, None) => return Err(GconvError::Backend("cuda.igemm_wgmma: a product without taps came before any with them".into())),
+                        (None, None) => {
+                            return Err(GconvError::Backend(
+                                "cuda.igemm_wgmma: a product without taps came before any with them".into(),
+                            ))
+                        }
                     };
-                    Ok(ProductArgs { src, filter, params: product.params, taps: product.tap_map, dst_offset: product.dst_offset as i64 })
+                    Ok(ProductArgs {
+                        src,
+                        filter,
+                        params: product.params,
+                        taps: product.tap_map,
+                        dst_offset: product.dst_offset as i64,
+                    })
                 })
                 .collect::<Result<Vec<_>>>()?;
             let Some(products) = Products::new(&products) else {
-                return Err(GconvError::Backend(format!("cuda.igemm_wgmma: {} products for one launch", products.len())));
+                return Err(GconvError::Backend(format!(
+                    "cuda.igemm_wgmma: {} products for one launch",
+                    products.len()
+                )));
             };
             // A kernel built for one product takes it in parameters of their own (see the kernel),
             // and the destination's map where it stores tiles (else a map it does not read).
@@ -1773,12 +2069,26 @@ impl Invoker<Cuda> for WgmmaInvoker {
                     None => products.src[0],
                 };
                 let [src, filter] = [&products.src[0], &products.filter[0]].map(Arg::TensorMap);
-                vec![src, filter, Arg::TensorMap(&dst_map), Arg::Params(&products.params[0]), Arg::Taps(&products.taps[0])]
+                vec![
+                    src,
+                    filter,
+                    Arg::TensorMap(&dst_map),
+                    Arg::Params(&products.params[0]),
+                    Arg::Taps(&products.taps[0]),
+                ]
             } else {
                 vec![Arg::Products(&products)]
             };
             let dst_tiled = i32::from(self.destination.is_some());
-            args.extend([Arg::Buffer(dst), Arg::Buffer(b.workspace), Arg::Int(split.slices), Arg::Int(split.mode), Arg::Int(split.elements), Arg::Int(dst_tiled), Arg::Blocks(&blocks)]);
+            args.extend([
+                Arg::Buffer(dst),
+                Arg::Buffer(b.workspace),
+                Arg::Int(split.slices),
+                Arg::Int(split.mode),
+                Arg::Int(split.elements),
+                Arg::Int(dst_tiled),
+                Arg::Blocks(&blocks),
+            ]);
             launch::kernel(b, &self.function, launch.launch, &args, "launch cuda.igemm_wgmma")?;
         }
         match &split.reduce {
@@ -1809,7 +2119,13 @@ impl Reduce {
     /// Sums the workspace's slices into `dst`.
     fn run(&self, b: &CudaBuffers<'_>, dst: Buffer) -> Result<()> {
         let args = [Arg::Buffer(b.workspace), Arg::Int(self.slices), Arg::Int(self.count), Arg::Buffer(dst)];
-        launch::kernel(b, &self.function, launch::flat(self.blocks, REDUCE_THREADS), &args, "launch cuda.igemm_wgmma's split reduction")
+        launch::kernel(
+            b,
+            &self.function,
+            launch::flat(self.blocks, REDUCE_THREADS),
+            &args,
+            "launch cuda.igemm_wgmma's split reduction",
+        )
     }
 }
 
@@ -1892,14 +2208,16 @@ mod tests {
         for tap in 0..fil.iter().product::<i64>() {
             let f = [tap / (fil[1] * fil[2]), tap / fil[2] % fil[1], tap % fil[2]];
             let t: [(i64, i64, i64); 3] = std::array::from_fn(|i| phase_tap(f[i], fil[i], dil[i], stride[i]));
-            let phase_start = (t[0].0 * fil[1] * fil[2] + t[0].1 * (t[1].0 * fil[2] + t[1].1 * t[2].0)) * groups * cg * kg;
+            let phase_start =
+                (t[0].0 * fil[1] * fil[2] + t[0].1 * (t[1].0 * fil[2] + t[1].1 * t[2].0)) * groups * cg * kg;
             let phase_taps = t[0].1 * t[1].1 * t[2].1;
             let flipped = (t[0].2 * t[1].1 + t[1].2) * t[2].1 + t[2].2;
             for g in 0..groups {
                 for k in 0..kg {
                     for c in 0..cg {
                         let source = geo.w.offset((g * kg + k) as usize, c as usize, f.map(|x| x as usize));
-                        wt[(phase_start + ((g * cg + c) * phase_taps + flipped) * kg + k) as usize] = f64::from(w[source]);
+                        wt[(phase_start + ((g * cg + c) * phase_taps + flipped) * kg + k) as usize] =
+                            f64::from(w[source]);
                     }
                 }
             }
@@ -1924,7 +2242,8 @@ mod tests {
         let mut dst = vec![f64::NAN; dst_len];
         for product in Product::all(p) {
             let q = &product.params;
-            let [fil, out, stride, pad, dil, input] = [q.filter, q.output, q.stride, q.pad, q.dilation, q.input].map(|a| a.map(i64::from));
+            let [fil, out, stride, pad, dil, input] =
+                [q.filter, q.output, q.stride, q.pad, q.dilation, q.input].map(|a| a.map(i64::from));
             let (groups, cg, kg) = (i64::from(q.g), i64::from(q.cg), i64::from(q.kg));
             let taps = fil.iter().product::<i64>();
             let pixels = out.iter().product::<i64>();
@@ -1942,10 +2261,15 @@ mod tests {
                 if !reads_filter_directly(p) {
                     return filter[(product.filter_offset as i64 + (row * extents[1] + tap) * extents[0] + c) as usize];
                 }
-                let mapped: [usize; 3] = std::array::from_fn(|i| (taps_of.origin[i] as i64 + taps_of.step[i] as i64 * f[i]) as usize);
+                let mapped: [usize; 3] =
+                    std::array::from_fn(|i| (taps_of.origin[i] as i64 + taps_of.step[i] as i64 * f[i]) as usize);
                 f64::from(w[geo.w.offset((row / kg * cg + c) as usize, (row % kg) as usize, mapped)])
             };
-            let at = |s: &[i32; 5], outer: i64, c: i64, pos: [i64; 3]| outer * i64::from(s[0]) + c * i64::from(s[1]) + (0..3).map(|i| pos[i] * i64::from(s[2 + i])).sum::<i64>();
+            let at = |s: &[i32; 5], outer: i64, c: i64, pos: [i64; 3]| {
+                outer * i64::from(s[0])
+                    + c * i64::from(s[1])
+                    + (0..3).map(|i| pos[i] * i64::from(s[2 + i])).sum::<i64>()
+            };
             for m in 0..product.rows as i64 {
                 let (image, pixel) = (m / pixels, m % pixels);
                 let o = [pixel / (out[1] * out[2]), pixel / out[2] % out[1], pixel % out[2]];
@@ -1964,7 +2288,11 @@ mod tests {
                         // Both maps read zeros past their channels: x's past the last group's,
                         // the filter's past each group's.
                         for c in c0..c0 + row_len {
-                            let s = if g * cg + c < all_channels { f64::from(src[at(&q.xs, image, g * cg + c, pos) as usize]) } else { 0.0 };
+                            let s = if g * cg + c < all_channels {
+                                f64::from(src[at(&q.xs, image, g * cg + c, pos) as usize])
+                            } else {
+                                0.0
+                            };
                             sum += s * filter_at(row, tap, f, c);
                         }
                     }
@@ -1981,7 +2309,8 @@ mod tests {
     fn emulate_weight(p: &ConvProblem, t: &ConvTensors, slices: u32) -> Vec<f64> {
         let product = Product::all(p).swap_remove(0);
         let q = &product.params;
-        let [fil, out, stride, pad, dil, input] = [q.filter, q.output, q.stride, q.pad, q.dilation, q.input].map(|a| a.map(i64::from));
+        let [fil, out, stride, pad, dil, input] =
+            [q.filter, q.output, q.stride, q.pad, q.dilation, q.input].map(|a| a.map(i64::from));
         let geo = Geometry::new(p);
         let (x, dy) = (t.x.to_f32(), t.y.to_f32());
         let pixels = out.iter().product::<i64>();
@@ -2002,9 +2331,11 @@ mod tests {
                         continue;
                     }
                     for k in 0..geo.k() {
-                        let (g, dy_value) = (k / geo.kg, f64::from(dy[geo.y.offset(image as usize, k, o.map(|v| v as usize))]));
+                        let (g, dy_value) =
+                            (k / geo.kg, f64::from(dy[geo.y.offset(image as usize, k, o.map(|v| v as usize))]));
                         for c in 0..geo.cg {
-                            let x_value = f64::from(x[geo.x.offset(image as usize, g * geo.cg + c, pos.map(|v| v as usize))]);
+                            let x_value =
+                                f64::from(x[geo.x.offset(image as usize, g * geo.cg + c, pos.map(|v| v as usize))]);
                             dw[geo.w.offset(k, c, f.map(|v| v as usize))] += dy_value * x_value;
                         }
                     }
@@ -2054,7 +2385,11 @@ mod tests {
         assert_eq!(grid % cl, 0, "whole clusters");
         let mut seen = Vec::new();
         for cta in 0..grid {
-            let walk = if tile.persistent { (cta / cl..units).step_by((grid / cl) as usize).collect() } else { vec![cta / cl] };
+            let walk = if tile.persistent {
+                (cta / cl..units).step_by((grid / cl) as usize).collect()
+            } else {
+                vec![cta / cl]
+            };
             seen.extend(walk.into_iter().filter_map(|u| decode(u, cta % cl)));
         }
         seen
@@ -2179,14 +2514,29 @@ mod tests {
         // 0.0058 so); squeeze-excite splits four ways (0.0078 -> 0.0058); 14x14 layers of 576
         // columns take 128 x 128 tiles (0.0092 in 128 x 256, 0.0064).
         assert_eq!(default_config("v1:fwd:bf16:NHWC:n32:c672:k192:i7x7:f1x1:s1x1:p0x0:d1x1"), "bn64_wg1_st4_cl1_ps1");
-        assert_eq!(default_config("v1:fwd:bf16:NHWC:n32:c1152:k48:i1x1:f1x1:s1x1:p0x0:d1x1"), "bn64_wg1_st4_cl1_ps1_ks4_red0");
+        assert_eq!(
+            default_config("v1:fwd:bf16:NHWC:n32:c1152:k48:i1x1:f1x1:s1x1:p0x0:d1x1"),
+            "bn64_wg1_st4_cl1_ps1_ks4_red0"
+        );
         assert_eq!(default_config("v1:fwd:bf16:NHWC:n32:c96:k576:i14x14:f1x1:s1x1:p0x0:d1x1"), "bn128_wg2_st4_cl1_ps1");
         // 256-row tiles split where they are few (0.0280 -> 0.0260; 3D 0.110 -> 0.079).
-        assert_eq!(default_config("v1:fwd:bf16:NHWC:n32:c512:k512:i7x7:f3x3:s1x1:p1x1:d1x1"), "bn128_wg2_st4_cl1_ps0_ks4_red0_mr2");
-        assert_eq!(default_config("v1:bwd-data:bf16:NDHWC:n32:c512:k512:i2x7x7:f3x3x3:s1x1x1:p1x1x1:d1x1x1"), "bn128_wg2_st4_cl1_ps0_ks2_red0_mr2");
+        assert_eq!(
+            default_config("v1:fwd:bf16:NHWC:n32:c512:k512:i7x7:f3x3:s1x1:p1x1:d1x1"),
+            "bn128_wg2_st4_cl1_ps0_ks4_red0_mr2"
+        );
+        assert_eq!(
+            default_config("v1:bwd-data:bf16:NDHWC:n32:c512:k512:i2x7x7:f3x3x3:s1x1x1:p1x1x1:d1x1x1"),
+            "bn128_wg2_st4_cl1_ps0_ks2_red0_mr2"
+        );
         // Many waves: unsplit, 256 rows where the columns fit 128.
-        assert_eq!(default_config("v1:fwd:bf16:NHWC:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1"), "bn64_wg2_st4_cl1_ps1_mr2");
-        assert_eq!(default_config("v1:bwd-data:bf16:NHWC:n32:c128:k128:i28x28:f3x3:s1x1:p1x1:d1x1"), "bn128_wg2_st4_cl1_ps0_mr2");
+        assert_eq!(
+            default_config("v1:fwd:bf16:NHWC:n32:c64:k64:i56x56:f3x3:s1x1:p1x1:d1x1"),
+            "bn64_wg2_st4_cl1_ps1_mr2"
+        );
+        assert_eq!(
+            default_config("v1:bwd-data:bf16:NHWC:n32:c128:k128:i28x28:f3x3:s1x1:p1x1:d1x1"),
+            "bn128_wg2_st4_cl1_ps0_mr2"
+        );
     }
 
     #[test]
@@ -2297,17 +2647,29 @@ mod tests {
     fn tf32_defaults_take_the_swept_tiles() {
         // The H100's fastest in session 28's sweep: three taps on 64 columns where 128 cannot
         // hold them beside the transposition, ...
-        assert_eq!(default_config("v1:bwd-weight:tf32:NHWC:n32:c128:k128:i28x28:f3x3:s1x1:p1x1:d1x1"), "bn64_wg2_st4_cl1_ps0_ks16_red0_tp3");
+        assert_eq!(
+            default_config("v1:bwd-weight:tf32:NHWC:n32:c128:k128:i28x28:f3x3:s1x1:p1x1:d1x1"),
+            "bn64_wg2_st4_cl1_ps0_ks16_red0_tp3"
+        );
         // ... 128 columns on 14x14 1x1 layers where the narrower tiles would fill the GPU, ...
-        assert_eq!(default_config("v1:bwd-weight:tf32:NHWC:n32:c480:k112:i14x14:f1x1:s1x1:p0x0:d1x1"), "bn128_wg1_st4_cl1_ps0_ks16_red0");
+        assert_eq!(
+            default_config("v1:bwd-weight:tf32:NHWC:n32:c480:k112:i14x14:f1x1:s1x1:p0x0:d1x1"),
+            "bn128_wg1_st4_cl1_ps0_ks16_red0"
+        );
         // ... and the wide 7x7 1x1 layers' two slices summed in the cluster.
-        assert_eq!(default_config("v1:bwd-weight:tf32:NHWC:n32:c1024:k2048:i7x7:f1x1:s1x1:p0x0:d1x1"), "bn256_wg2_st4_cl1_ps0_ks2_red2");
+        assert_eq!(
+            default_config("v1:bwd-weight:tf32:NHWC:n32:c1024:k2048:i7x7:f1x1:s1x1:p0x0:d1x1"),
+            "bn256_wg2_st4_cl1_ps0_ks2_red2"
+        );
         // Forward and backward-data by tf32's own wave model: persistent 128 x 128 tiles unsplit
         // on c3072 k768 7x7 1x1 forward (0.80x the time of the 16-bit costs' pick, 256 x 128
         // in two slices).
         assert_eq!(default_config("v1:fwd:tf32:NHWC:n32:c3072:k768:i7x7:f1x1:s1x1:p0x0:d1x1"), "bn128_wg2_st4_cl1_ps1");
         // Every default holds its accumulators beside the transposition.
-        for key in ["v1:bwd-weight:tf32:NHWC:n32:c256:k256:i14x14:f3x3:s1x1:p1x1:d1x1", "v1:bwd-weight:tf32:NDHWC:n32:c128:k128:i8x28x28:f3x3x3:s1x1x1:p1x1x1:d1x1x1"] {
+        for key in [
+            "v1:bwd-weight:tf32:NHWC:n32:c256:k256:i14x14:f3x3:s1x1:p1x1:d1x1",
+            "v1:bwd-weight:tf32:NDHWC:n32:c128:k128:i8x28x28:f3x3x3:s1x1x1:p1x1x1:d1x1x1",
+        ] {
             let p = ConvProblem::from_key(key).unwrap();
             assert!(default_of(key).check(&p).is_ok(), "{key}");
         }
@@ -2355,7 +2717,10 @@ mod tests {
         let three_tap_tiles = 34;
         // The 52 without a persistent grid sum 2 or 4 slices in the cluster too, and the 26 of
         // those of lone CTAs (17 of one tap, 9 of three) run stream-K.
-        assert_eq!(WgmmaConfig::all(&weight).len(), (tiles + three_tap_tiles) * (1 + 2 * (SPLITS.len() - 1)) + 2 * 52 + 26);
+        assert_eq!(
+            WgmmaConfig::all(&weight).len(),
+            (tiles + three_tap_tiles) * (1 + 2 * (SPLITS.len() - 1)) + 2 * 52 + 26
+        );
         let staged_in_fp32 = Tile { bn: 256, wg: 2, st: 3, cl: 1, persistent: true, taps: 1, mr: 1, halo: false };
         assert!(staged_in_fp32.check(DataType::Bf16).is_ok() && staged_in_fp32.check(DataType::Tf32).is_err());
         for p in [&forward, &weight] {
@@ -2363,14 +2728,19 @@ mod tests {
                 assert_eq!(WgmmaConfig::from_config(p, &config.to_config(p.direction)).unwrap(), config);
             }
         }
-        let tile = |bn: u32, wg: u32, st: u32, cl: u32, ps: u32| Config::new([("bn", bn), ("wg", wg), ("st", st), ("cl", cl), ("ps", ps)]);
+        let tile = |bn: u32, wg: u32, st: u32, cl: u32, ps: u32| {
+            Config::new([("bn", bn), ("wg", wg), ("st", st), ("cl", cl), ("ps", ps)])
+        };
         let error = |p: &ConvProblem, config: Config| WgmmaConfig::from_config(p, &config).unwrap_err().to_string();
         assert!(error(&forward, tile(256, 2, 5, 1, 0)).contains("shared memory"));
         assert!(error(&forward, tile(96, 2, 4, 1, 0)).contains("bn must be"));
         assert!(error(&forward, tile(64, 1, 4, 4, 0)).contains("cl must be"));
         assert!(error(&forward, tile(64, 1, 4, 1, 2)).contains("ps must be 0 or 1"));
-        let split = |cl: u32, ks: u32, red: u32| Config::new([("bn", 64), ("wg", 1), ("st", 4), ("cl", cl), ("ps", 0), ("ks", ks), ("red", red)]);
-        let one_row_tile = ConvProblem::from_key("v1:bwd-weight:bf16:NHWC:n2:c64:k64:i8x8:f3x3:s1x1:p1x1:d1x1").unwrap();
+        let split = |cl: u32, ks: u32, red: u32| {
+            Config::new([("bn", 64), ("wg", 1), ("st", 4), ("cl", cl), ("ps", 0), ("ks", ks), ("red", red)])
+        };
+        let one_row_tile =
+            ConvProblem::from_key("v1:bwd-weight:bf16:NHWC:n2:c64:k64:i8x8:f3x3:s1x1:p1x1:d1x1").unwrap();
         assert!(error(&one_row_tile, split(2, 1, 0)).contains("shares loads between row tiles"));
         assert!(error(&weight, split(1, 1, 1)).contains("needs ks over 1"));
         assert!(error(&weight, split(1, 8, 2)).contains("red 2 (sums in the cluster) takes ks [2, 4]"));
@@ -2378,28 +2748,38 @@ mod tests {
         assert!(error(&weight, split(1, 2, 3)).contains("ks must be 1"));
         assert!(error(&weight, split(2, 1, 3)).contains("cl 1, ps 0"));
         assert!(error(&forward, split(1, 1, 3)).contains("backward-weight's"));
-        let persistent_cluster_sums = Config::new([("bn", 64), ("wg", 1), ("st", 4), ("cl", 1), ("ps", 1), ("ks", 2), ("red", 2)]);
+        let persistent_cluster_sums =
+            Config::new([("bn", 64), ("wg", 1), ("st", 4), ("cl", 1), ("ps", 1), ("ks", 2), ("red", 2)]);
         assert!(error(&weight, persistent_cluster_sums).contains("not ps 1"));
-        let big_cluster_sums = Config::new([("bn", 256), ("wg", 2), ("st", 3), ("cl", 1), ("ps", 0), ("ks", 4), ("red", 2)]);
+        let big_cluster_sums =
+            Config::new([("bn", 256), ("wg", 2), ("st", 3), ("cl", 1), ("ps", 0), ("ks", 4), ("red", 2)]);
         assert!(error(&forward, big_cluster_sums).contains("past 65536 of staged results"));
-        let taps = |bn: u32, tp: u32| Config::new([("bn", bn), ("wg", 1), ("st", 3), ("cl", 1), ("ps", 0), ("ks", 1), ("red", 0), ("tp", tp)]);
+        let taps = |bn: u32, tp: u32| {
+            Config::new([("bn", bn), ("wg", 1), ("st", 3), ("cl", 1), ("ps", 0), ("ks", 1), ("red", 0), ("tp", tp)])
+        };
         assert_eq!(WgmmaConfig::from_config(&weight, &taps(64, 3)).unwrap().tile.taps, 3);
         assert!(error(&weight, taps(64, 2)).contains("does not divide the filter's 9 taps"));
         assert!(error(&weight, taps(256, 2)).contains("accumulators"));
         assert!(error(&weight, taps(64, 5)).contains("tp must be"));
         assert!(error(&forward, taps(64, 3)).contains("backward-weight's"));
-        let slices = |bn: u32, wg: u32, mr: u32| Config::new([("bn", bn), ("wg", wg), ("st", 3), ("cl", 1), ("ps", 1), ("mr", mr)]);
+        let slices = |bn: u32, wg: u32, mr: u32| {
+            Config::new([("bn", bn), ("wg", wg), ("st", 3), ("cl", 1), ("ps", 1), ("mr", mr)])
+        };
         assert_eq!(WgmmaConfig::from_config(&forward, &slices(128, 2, 2)).unwrap().tile.rows(), 256);
         assert!(error(&forward, slices(256, 1, 2)).contains("accumulators"));
         assert!(error(&forward, slices(64, 1, 3)).contains("mr must be"));
-        let weight_slices = Config::new([("bn", 64), ("wg", 1), ("st", 3), ("cl", 1), ("ps", 0), ("ks", 1), ("red", 0), ("mr", 2)]);
+        let weight_slices =
+            Config::new([("bn", 64), ("wg", 1), ("st", 3), ("cl", 1), ("ps", 0), ("ks", 1), ("red", 0), ("mr", 2)]);
         assert!(error(&weight, weight_slices).contains("forward's and backward-data's"));
         let misplaced = Config::new([("bn", 64), ("wg", 1), ("mr", 2), ("st", 3), ("cl", 1), ("ps", 1)]);
         assert!(error(&forward, misplaced).contains("then tp or mr"));
         assert!(WgmmaConfig::from_config(&weight, &tile(64, 1, 4, 1, 0)).is_err(), "backward-weight wants ks and red");
         // Forward reads its unsplit configs without ks and red, as they were written before splits.
         assert_eq!(WgmmaConfig::from_config(&forward, &tile(64, 1, 4, 1, 0)).unwrap().split, UNSPLIT);
-        assert_eq!(WgmmaConfig::from_config(&forward, &split(1, 4, 1)).unwrap().to_config(Direction::Forward), split(1, 4, 1));
+        assert_eq!(
+            WgmmaConfig::from_config(&forward, &split(1, 4, 1)).unwrap().to_config(Direction::Forward),
+            split(1, 4, 1)
+        );
         assert!(error(&forward, split(1, 16, 0)).contains("reduction of 9 blocks"));
     }
 }

@@ -5,13 +5,13 @@ pub mod depthwise;
 pub mod depthwise_tiled;
 mod direct;
 pub mod gemm_blas;
+mod group_packing;
 pub mod grouped_direct;
 pub mod grouped_mma;
 pub mod igemm;
 pub mod igemm_wgmma;
 pub mod naive;
 pub mod pointwise;
-mod group_packing;
 mod tap_packing;
 
 use gconv_core::{Config, ConvProblem, Result};

@@ -33,7 +33,9 @@ fn work_items(p: &ConvProblem, reference: bool) -> u64 {
     let blocks = |channels: u32| u64::from(p.g) * u64::from(channels.div_ceil(CH_BLOCK));
     match p.direction {
         Direction::Forward => u64::from(p.n) * blocks(p.k_per_group()) * spatial(p.output_dims()),
-        Direction::BackwardData => u64::from(p.n) * blocks(p.c_per_group()) * spatial(p.dims.iter().map(|d| d.input).collect()),
+        Direction::BackwardData => {
+            u64::from(p.n) * blocks(p.c_per_group()) * spatial(p.dims.iter().map(|d| d.input).collect())
+        }
         Direction::BackwardWeight => p.weight_elements() * if reference { u64::from(p.n) } else { 1 },
     }
 }
@@ -96,7 +98,8 @@ impl NaiveInvoker {
     fn new(device: &CudaDevice, p: &ConvProblem, source: KernelSource, reference: bool) -> Result<Self> {
         let function = device.function(&source, function_name(p.direction))?;
         // A grid-stride loop: enough blocks to fill the GPU, no more than the work needs.
-        let blocks = work_items(p, reference).div_ceil(u64::from(THREADS)).min(u64::from(device.sm_count) * 64).max(1) as u32;
+        let blocks =
+            work_items(p, reference).div_ceil(u64::from(THREADS)).min(u64::from(device.sm_count) * 64).max(1) as u32;
         Ok(NaiveInvoker { function, params: ConvParams::new(p), direction: p.direction, blocks })
     }
 }

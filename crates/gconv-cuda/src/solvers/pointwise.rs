@@ -9,7 +9,10 @@
 
 use std::sync::Arc;
 
-use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
+use gconv_core::{
+    require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve,
+    Solver,
+};
 
 use super::direct::{DirectInvoker, Kernels};
 use super::{builds_from_kernel, BuiltFrom};
@@ -43,18 +46,33 @@ struct Tile {
 
 /// (channels reduced, channels produced): forward C and K, backward-data K and C.
 fn sides(p: &ConvProblem) -> (u32, u32) {
-    if p.direction == Direction::BackwardData { (p.k, p.c) } else { (p.c, p.k) }
+    if p.direction == Direction::BackwardData {
+        (p.k, p.c)
+    } else {
+        (p.c, p.k)
+    }
 }
 
 /// Why `p` is not a pointwise layer this solver takes, if it is not.
 fn takes(p: &ConvProblem) -> Result<(), NotApplicable> {
-    require!(p.direction != Direction::BackwardWeight, "forward and backward-data only (backward-weight reduces over the pixels)");
+    require!(
+        p.direction != Direction::BackwardWeight,
+        "forward and backward-data only (backward-weight reduces over the pixels)"
+    );
     require!(matches!(p.dtype, DataType::Bf16 | DataType::F16), "16-bit types only (tensor-core MMAs of bf16 or fp16)");
-    require!(p.layout == Layout::Nhwc, "needs a channels-last layout (NWC, NHWC, NDHWC): the pixel rows are contiguous");
+    require!(
+        p.layout == Layout::Nhwc,
+        "needs a channels-last layout (NWC, NHWC, NDHWC): the pixel rows are contiguous"
+    );
     require!(p.g == 1, "dense layers only (G=1), got G={}", p.g);
     gconv_core::applicability::plain_1x1(p)?;
     let (red, cols) = sides(p);
-    require!(red.is_multiple_of(8) && cols.is_multiple_of(8), "needs channel counts in multiples of 8 (16-byte rows, 8-column MMA tiles), got C={} K={}", p.c, p.k);
+    require!(
+        red.is_multiple_of(8) && cols.is_multiple_of(8),
+        "needs channel counts in multiples of 8 (16-byte rows, 8-column MMA tiles), got C={} K={}",
+        p.c,
+        p.k
+    );
     require!(
         red.min(cols) <= MAX_NARROW && red.max(cols) <= MAX_WIDE,
         "needs one side of at most {MAX_NARROW} channels and the other of at most {MAX_WIDE} (memory-bound GEMMs), got C={} K={}",
@@ -124,7 +142,9 @@ fn column_group(tiles: u32) -> u32 {
 }
 
 fn tiles() -> impl Iterator<Item = Tile> {
-    WARPS.into_iter().flat_map(|warps| TILES_PER_WARP.into_iter().map(move |tiles_per_warp| Tile { warps, tiles_per_warp }))
+    WARPS
+        .into_iter()
+        .flat_map(|warps| TILES_PER_WARP.into_iter().map(move |tiles_per_warp| Tile { warps, tiles_per_warp }))
 }
 
 impl Solver for Pointwise {
@@ -134,7 +154,10 @@ impl Solver for Pointwise {
 
     fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
         takes(p)?;
-        require!(self.configs(p).next().is_some(), "no tile's rows and filter fit in {MAX_STAGED_BYTES} bytes of shared memory");
+        require!(
+            self.configs(p).next().is_some(),
+            "no tile's rows and filter fit in {MAX_STAGED_BYTES} bytes of shared memory"
+        );
         Ok(())
     }
 
@@ -181,8 +204,17 @@ impl Solve<Cuda> for Pointwise {
         // Each block walks tiles a grid apart, after staging the filter once.
         let resident = u64::from(self.device.sm_count * tile.blocks_per_sm(p, &self.device.sm));
         let blocks = pixels.div_ceil(u64::from(tile.pixels())).min(resident) as u32;
-        let launch = cudarc::driver::LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (32 * tile.warps, 1, 1), shared_mem_bytes };
-        Ok(Box::new(DirectInvoker { solver: self.id(), params, direction: p.direction, kernels: Kernels::Gather { function, launch } }))
+        let launch = cudarc::driver::LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (32 * tile.warps, 1, 1),
+            shared_mem_bytes,
+        };
+        Ok(Box::new(DirectInvoker {
+            solver: self.id(),
+            params,
+            direction: p.direction,
+            kernels: Kernels::Gather { function, launch },
+        }))
     }
 }
 
@@ -198,15 +230,27 @@ mod tests {
     fn takes_narrow_pointwise_layers_and_says_why_not_others() {
         assert_eq!(reason("v1:fwd:bf16:NHWC:n32:c32:k16:i112x112:f1x1:s1x1:p0x0:d1x1"), None);
         assert_eq!(reason("v1:fwd:f16:NDHWC:n2:c144:k24:i4x9x9:f1x1x1:s1x1x1:p0x0x0:d1x1x1"), None);
-        assert!(reason("v1:bwd-weight:bf16:NHWC:n32:c32:k16:i112x112:f1x1:s1x1:p0x0:d1x1").unwrap().contains("backward-weight"));
+        assert!(reason("v1:bwd-weight:bf16:NHWC:n32:c32:k16:i112x112:f1x1:s1x1:p0x0:d1x1")
+            .unwrap()
+            .contains("backward-weight"));
         assert!(reason("v1:fwd:f32:NHWC:n32:c32:k16:i112x112:f1x1:s1x1:p0x0:d1x1").unwrap().contains("16-bit"));
         assert!(reason("v1:fwd:bf16:NCHW:n32:c32:k16:i112x112:f1x1:s1x1:p0x0:d1x1").unwrap().contains("channels-last"));
-        assert!(reason("v1:fwd:bf16:NHWC:n32:c32:k16:i112x112:f1x1:s2x2:p0x0:d1x1").unwrap().contains("needs stride 1"));
-        assert!(reason("v1:fwd:bf16:NHWC:n32:c32:k16:i112x112:f3x3:s1x1:p1x1:d1x1").unwrap().contains("needs a 1x1 filter"));
-        assert!(reason("v1:fwd:bf16:NHWC:n32:c36:k16:i56x56:f1x1:s1x1:p0x0:d1x1").unwrap().contains("multiples of 8 (16-byte rows, 8-column MMA tiles), got C=36 K=16"));
+        assert!(reason("v1:fwd:bf16:NHWC:n32:c32:k16:i112x112:f1x1:s2x2:p0x0:d1x1")
+            .unwrap()
+            .contains("needs stride 1"));
+        assert!(reason("v1:fwd:bf16:NHWC:n32:c32:k16:i112x112:f3x3:s1x1:p1x1:d1x1")
+            .unwrap()
+            .contains("needs a 1x1 filter"));
+        assert!(reason("v1:fwd:bf16:NHWC:n32:c36:k16:i56x56:f1x1:s1x1:p0x0:d1x1")
+            .unwrap()
+            .contains("multiples of 8 (16-byte rows, 8-column MMA tiles), got C=36 K=16"));
         assert_eq!(reason("v1:fwd:bf16:NHWC:n32:c24:k144:i56x56:f1x1:s1x1:p0x0:d1x1"), None);
-        assert!(reason("v1:fwd:bf16:NHWC:n32:c64:k64:i56x56:f1x1:s1x1:p0x0:d1x1").unwrap().contains("one side of at most 32 channels"));
-        assert!(reason("v1:bwd-data:bf16:NHWC:n32:c32:k512:i56x56:f1x1:s1x1:p0x0:d1x1").unwrap().contains("the other of at most 256"));
+        assert!(reason("v1:fwd:bf16:NHWC:n32:c64:k64:i56x56:f1x1:s1x1:p0x0:d1x1")
+            .unwrap()
+            .contains("one side of at most 32 channels"));
+        assert!(reason("v1:bwd-data:bf16:NHWC:n32:c32:k512:i56x56:f1x1:s1x1:p0x0:d1x1")
+            .unwrap()
+            .contains("the other of at most 256"));
     }
 
     #[test]
@@ -215,7 +259,14 @@ mod tests {
         // x's 40 channels padded to 48, 8 more a row: 56 elements; two tiles of 8 x 4 x 16
         // pixels and 24 filter rows; 8 warps' 16 results rows of 3 column tiles and 8 more.
         assert_eq!(Tile { warps: 8, tiles_per_warp: 4 }.staged_bytes(&p), (2 * 512 + 24) * 56 * 2 + 8 * 16 * 32 * 2);
-        let h100 = SmLimits { registers: 65536, warps: 64, blocks: 32, shared_bytes: 233_472, block_shared_bytes: 232_448, reserved_shared_bytes: 1024 };
+        let h100 = SmLimits {
+            registers: 65536,
+            warps: 64,
+            blocks: 32,
+            shared_bytes: 233_472,
+            block_shared_bytes: 232_448,
+            reserved_shared_bytes: 1024,
+        };
         // 4 warps, 128 pixels: 35 KB a block (and the driver's 1 KB), six an SM.
         assert_eq!(Tile { warps: 4, tiles_per_warp: 2 }.blocks_per_sm(&p, &h100), 6);
         assert_eq!((column_group(3), column_group(18), column_group(32), column_group(7)), (3, 6, 8, 7));

@@ -45,7 +45,17 @@ impl TapPacking {
     }
 
     fn args(&self) -> [Arg<'static>; 8] {
-        [self.rows as i32, self.width as i32, self.out as i32, self.channels as i32, self.taps as i32, self.stride as i32, self.pad as i32, self.packed as i32].map(Arg::Int)
+        [
+            self.rows as i32,
+            self.width as i32,
+            self.out as i32,
+            self.channels as i32,
+            self.taps as i32,
+            self.stride as i32,
+            self.pad as i32,
+            self.packed as i32,
+        ]
+        .map(Arg::Int)
     }
 
     /// pack_taps on the CPU.
@@ -57,7 +67,11 @@ impl TapPacking {
                 let (channel, rest) = (i % packed, i / packed);
                 let (f, ch, wo, row) = (channel / c, channel % c, rest % out, rest / out);
                 let w = wo * self.stride as i64 - self.pad as i64 + f;
-                if f < self.taps as i64 && (0..width).contains(&w) { src[((row * width + w) * c + ch) as usize] } else { 0.0 }
+                if f < self.taps as i64 && (0..width).contains(&w) {
+                    src[((row * width + w) * c + ch) as usize]
+                } else {
+                    0.0
+                }
             })
             .collect()
     }
@@ -98,7 +112,12 @@ impl Packing {
     pub fn of(p: &ConvProblem, row: u32) -> Option<Packing> {
         let last = p.dims.last()?;
         let packed_channels = (last.filter * p.c).next_multiple_of(8);
-        let fits = p.g == 1 && p.layout == Layout::Nhwc && !p.c.is_multiple_of(8) && p.k.is_multiple_of(8) && last.dilation == 1 && packed_channels <= row;
+        let fits = p.g == 1
+            && p.layout == Layout::Nhwc
+            && !p.c.is_multiple_of(8)
+            && p.k.is_multiple_of(8)
+            && last.dilation == 1
+            && packed_channels <= row;
         if !fits {
             return None;
         }
@@ -119,7 +138,14 @@ impl Packing {
             pad: last.pad,
             packed: packed_channels,
         };
-        let filter = TapPacking { rows: u64::from(p.k) * outer(geo.filter), width: last.filter, out: 1, stride: 1, pad: 0, ..activation };
+        let filter = TapPacking {
+            rows: u64::from(p.k) * outer(geo.filter),
+            width: last.filter,
+            out: 1,
+            stride: 1,
+            pad: 0,
+            ..activation
+        };
         Some(Packing { packed, activation, filter })
     }
 
@@ -136,7 +162,13 @@ impl Packing {
     }
 
     /// The packed layer's invoker wrapped in the packing around it.
-    pub fn invoker(self, device: &CudaDevice, dtype: DataType, inner: Box<dyn Invoker<Cuda>>, inner_workspace: u64) -> Result<PackedInvoker> {
+    pub fn invoker(
+        self,
+        device: &CudaDevice,
+        dtype: DataType,
+        inner: Box<dyn Invoker<Cuda>>,
+        inner_workspace: u64,
+    ) -> Result<PackedInvoker> {
         let source = source(dtype);
         let [pack, unpack] = ["pack_taps", "unpack_taps"].map(|name| device.function(&source, name));
         let blocks = device.sm_count * 8;
@@ -154,7 +186,14 @@ pub(super) struct PackedInvoker {
 }
 
 impl PackedInvoker {
-    fn launch(&self, b: &CudaBuffers<'_>, function: &CudaFunction, packing: &TapPacking, from: Buffer, to: Buffer) -> Result<()> {
+    fn launch(
+        &self,
+        b: &CudaBuffers<'_>,
+        function: &CudaFunction,
+        packing: &TapPacking,
+        from: Buffer,
+        to: Buffer,
+    ) -> Result<()> {
         let mut args = vec![Arg::Buffer(from), Arg::Buffer(to)];
         args.extend(packing.args());
         launch::kernel(b, function, launch::flat(self.blocks, THREADS), &args, "launch cuda.igemm_wgmma's tap packing")
@@ -171,16 +210,31 @@ impl Invoker<Cuda> for PackedInvoker {
             Direction::Forward => {
                 self.launch(b, &self.pack, activation, b.x, x)?;
                 self.launch(b, &self.pack, filter, b.w, w)?;
-                self.inner.run(&mut CudaBuffers::covering(packed, self.inner_workspace, [x, w, b.y, inner_workspace], b.stream())?)
+                self.inner.run(&mut CudaBuffers::covering(
+                    packed,
+                    self.inner_workspace,
+                    [x, w, b.y, inner_workspace],
+                    b.stream(),
+                )?)
             }
             Direction::BackwardWeight => {
                 self.launch(b, &self.pack, activation, b.x, x)?;
-                self.inner.run(&mut CudaBuffers::covering(packed, self.inner_workspace, [x, w, b.y, inner_workspace], b.stream())?)?;
+                self.inner.run(&mut CudaBuffers::covering(
+                    packed,
+                    self.inner_workspace,
+                    [x, w, b.y, inner_workspace],
+                    b.stream(),
+                )?)?;
                 self.launch(b, &self.unpack, filter, w, b.w)
             }
             Direction::BackwardData => {
                 self.launch(b, &self.pack, filter, b.w, w)?;
-                self.inner.run(&mut CudaBuffers::covering(packed, self.inner_workspace, [x, w, b.y, inner_workspace], b.stream())?)?;
+                self.inner.run(&mut CudaBuffers::covering(
+                    packed,
+                    self.inner_workspace,
+                    [x, w, b.y, inner_workspace],
+                    b.stream(),
+                )?)?;
                 self.launch(b, &self.unpack, activation, x, b.x)
             }
         }

@@ -23,7 +23,9 @@ pub const SEED: u64 = 0x6763_6f6e_7631;
 /// test at once from the test harness's threads.
 pub fn runtime() -> &'static CudaRuntime {
     static RUNTIME: OnceLock<CudaRuntime> = OnceLock::new();
-    RUNTIME.get_or_init(|| CudaRuntime::probe(Some(std::env::temp_dir().join("gconv-test-kernels"))).expect("a usable CUDA GPU"))
+    RUNTIME.get_or_init(|| {
+        CudaRuntime::probe(Some(std::env::temp_dir().join("gconv-test-kernels"))).expect("a usable CUDA GPU")
+    })
 }
 
 /// Tests that compare timings take the GPU alone; the others share it.
@@ -51,7 +53,9 @@ fn regressions_file() -> PathBuf {
 pub fn regressions(direction: Direction) -> Vec<ConvProblem> {
     let text = std::fs::read_to_string(regressions_file()).unwrap_or_default();
     let keys = text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#'));
-    keys.map(|k| ConvProblem::from_key(k).unwrap_or_else(|e| panic!("{}: {k}: {e}", regressions_file().display()))).filter(|p| p.direction == direction).collect()
+    keys.map(|k| ConvProblem::from_key(k).unwrap_or_else(|e| panic!("{}: {k}: {e}", regressions_file().display())))
+        .filter(|p| p.direction == direction)
+        .collect()
 }
 
 /// Adds a failing problem to the regressions file (best effort: the failure is reported either
@@ -95,7 +99,13 @@ fn mix(mut z: u64) -> u64 {
 /// yet run for the problem's direction and type (`covered` keeps them across the test's
 /// problems), and `extra` more drawn from the seed. Every config value the test lists is run
 /// each time, on some problem; which problem meets which config varies with the seed.
-pub fn sample_configs(solver: &dyn Solver, p: &ConvProblem, candidates: Vec<Config>, covered: &mut HashSet<String>, extra: usize) -> Vec<Config> {
+pub fn sample_configs(
+    solver: &dyn Solver,
+    p: &ConvProblem,
+    candidates: Vec<Config>,
+    covered: &mut HashSet<String>,
+    extra: usize,
+) -> Vec<Config> {
     let class = format!("{}:{}", p.direction, p.dtype);
     let feature = |(name, value): &(String, u32)| format!("{class}:{name}={value}");
     let default = solver.default_config(p);
@@ -139,16 +149,29 @@ fn build_ahead(runs: &[(&ConvProblem, &dyn Solver, Config)]) {
 
 /// Builds ahead every kernel [`check_solvers`] will run on `problems`, so that the builds of
 /// all of them share the machine's cores.
-pub fn prebuild_checks(rt: &dyn Runtime, problems: &[ConvProblem], sample: usize, chosen: impl Fn(&dyn Solver) -> bool) {
-    let runs: Vec<(&ConvProblem, &dyn Solver, Config)> =
-        problems.iter().flat_map(|p| configs_to_check(rt, p, sample, &chosen).into_iter().map(move |(s, c)| (p, s, c))).collect();
+pub fn prebuild_checks(
+    rt: &dyn Runtime,
+    problems: &[ConvProblem],
+    sample: usize,
+    chosen: impl Fn(&dyn Solver) -> bool,
+) {
+    let runs: Vec<(&ConvProblem, &dyn Solver, Config)> = problems
+        .iter()
+        .flat_map(|p| configs_to_check(rt, p, sample, &chosen).into_iter().map(move |(s, c)| (p, s, c)))
+        .collect();
     build_ahead(&runs);
 }
 
 /// Where a solution's output misses the reference, by destination channel and pixel
 /// (channels-last): whole pixels wrong point at the source tile, whole channels at the filter
 /// tile or the epilogue, everything at the MMA's operand layout. `None` when it matches.
-fn misses(rt: &dyn Runtime, p: &ConvProblem, (inputs, exact): (&ConvTensors, &[f64]), config: &Config, solver: &str) -> Result<Option<String>, String> {
+fn misses(
+    rt: &dyn Runtime,
+    p: &ConvProblem,
+    (inputs, exact): (&ConvTensors, &[f64]),
+    config: &Config,
+    solver: &str,
+) -> Result<Option<String>, String> {
     let solution = rt.build(solver, p, config.clone()).map_err(|e| e.to_string())?;
     let mut data = rt.upload(p, inputs).map_err(|e| e.to_string())?;
     data.run(&solution).map_err(|e| e.to_string())?;
@@ -164,7 +187,14 @@ fn misses(rt: &dyn Runtime, p: &ConvProblem, (inputs, exact): (&ConvTensors, &[f
     } as usize;
     let scale = exact.iter().fold(error_scale_floor(p, inputs), |m, r| m.max(r.abs()));
     let error = |g: f32, r: f64| if g.is_finite() { (f64::from(g) - r).abs() / scale } else { f64::INFINITY };
-    let wrong: Vec<usize> = got.to_f32().iter().zip(exact).enumerate().filter(|(_, (&g, &r))| error(g, r) > check.tolerance).map(|(i, _)| i).collect();
+    let wrong: Vec<usize> = got
+        .to_f32()
+        .iter()
+        .zip(exact)
+        .enumerate()
+        .filter(|(_, (&g, &r))| error(g, r) > check.tolerance)
+        .map(|(i, _)| i)
+        .collect();
     let ranges = |mut v: Vec<usize>| {
         v.sort_unstable();
         v.dedup();
@@ -194,10 +224,20 @@ fn misses(rt: &dyn Runtime, p: &ConvProblem, (inputs, exact): (&ConvTensors, &[f
 /// Runs `solver` with the `configs` it lists for each variant of `shapes` it applies to and
 /// fails listing every run that misses the reference, with where it misses. Every problem's
 /// kernels are built in parallel first, all of them before any runs.
-pub fn list_misses(rt: &dyn Runtime, solver: &str, shapes: &[&str], mut configs: impl FnMut(&dyn Solver, &ConvProblem) -> Vec<Config>) {
+pub fn list_misses(
+    rt: &dyn Runtime,
+    solver: &str,
+    shapes: &[&str],
+    mut configs: impl FnMut(&dyn Solver, &ConvProblem) -> Vec<Config>,
+) {
     let solver = rt.solver(solver).unwrap();
-    let problems: Vec<ConvProblem> = shapes.iter().flat_map(|shape| channels_last_variants(shape)).filter(|p| solver.applicable(p).is_ok()).collect();
-    let runs: Vec<(&ConvProblem, &dyn Solver, Config)> = problems.iter().flat_map(|p| configs(solver, p).into_iter().map(move |c| (p, solver, c))).collect();
+    let problems: Vec<ConvProblem> = shapes
+        .iter()
+        .flat_map(|shape| channels_last_variants(shape))
+        .filter(|p| solver.applicable(p).is_ok())
+        .collect();
+    let runs: Vec<(&ConvProblem, &dyn Solver, Config)> =
+        problems.iter().flat_map(|p| configs(solver, p).into_iter().map(move |c| (p, solver, c))).collect();
     assert!(!runs.is_empty(), "{} applied to none of the problems", solver.id());
     build_ahead(&runs);
     let mut failures = Vec::new();
@@ -213,5 +253,11 @@ pub fn list_misses(rt: &dyn Runtime, solver: &str, shapes: &[&str], mut configs:
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {} runs failed (seed {SEED:#x}):\n{}", failures.len(), runs.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} runs failed (seed {SEED:#x}):\n{}",
+        failures.len(),
+        runs.len(),
+        failures.join("\n")
+    );
 }

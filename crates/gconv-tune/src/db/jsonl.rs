@@ -35,7 +35,8 @@ pub(super) fn import(conn: &mut Connection, input: impl BufRead, mode: ImportMod
         if line.trim().is_empty() {
             continue;
         }
-        let record: Record = serde_json::from_str(&line).map_err(|e| TuneError::Import(format!("line {}: {e}", i + 1)))?;
+        let record: Record =
+            serde_json::from_str(&line).map_err(|e| TuneError::Import(format!("line {}: {e}", i + 1)))?;
         match record {
             Record::Perf(p) => perf.push(p),
             Record::Find(f) => match finds.iter_mut().find(|(k, _)| *k == f.key()) {

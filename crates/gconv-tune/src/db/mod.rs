@@ -190,7 +190,14 @@ impl Db {
              ORDER BY 1, 2, 3",
         )?;
         let rows = stmt.query_map(params![device], |r| {
-            Ok(TrialRecord { problem: r.get(0)?, device: device.to_string(), solver: r.get(1)?, config: r.get(2)?, time_ms: r.get(3)?, status: "ok".into() })
+            Ok(TrialRecord {
+                problem: r.get(0)?,
+                device: device.to_string(),
+                solver: r.get(1)?,
+                config: r.get(2)?,
+                time_ms: r.get(3)?,
+                status: "ok".into(),
+            })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
@@ -226,10 +233,8 @@ impl Db {
                     )?;
                 }
                 Record::Find(f) if !keep(&f.problem, &f.device, &f.solver, &f.config) => {
-                    removed += tx.execute(
-                        "DELETE FROM find WHERE problem = ?1 AND device = ?2",
-                        params![f.problem, f.device],
-                    )?;
+                    removed += tx
+                        .execute("DELETE FROM find WHERE problem = ?1 AND device = ?2", params![f.problem, f.device])?;
                 }
                 _ => {}
             }

@@ -91,13 +91,10 @@ fn try_open(path: &Path) -> std::result::Result<Connection, OpenFailure> {
 
 /// Renames a db (and its WAL and shared-memory files) to `<name>.bad-<unix seconds>`.
 fn set_aside(path: &Path) -> Result<PathBuf> {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default();
+    let stamp =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default();
     let aside = PathBuf::from(format!("{}.bad-{stamp}", path.display()));
-    std::fs::rename(path, &aside)
-        .map_err(|e| TuneError::Io(format!("cannot move {} aside: {e}", path.display())))?;
+    std::fs::rename(path, &aside).map_err(|e| TuneError::Io(format!("cannot move {} aside: {e}", path.display())))?;
     for suffix in ["-wal", "-shm"] {
         let side = PathBuf::from(format!("{}{suffix}", path.display()));
         if side.exists() {

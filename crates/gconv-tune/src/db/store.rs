@@ -38,7 +38,18 @@ pub(super) fn replace_find(conn: &Connection, key: &RecordKey, rows: &[FindRecor
     for (rank, r) in rows.iter().enumerate() {
         conn.execute(
             "INSERT INTO find VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            params![key.problem, key.device, rank as i64, r.solver, r.config, r.time_ms, r.workspace_bytes as i64, r.verified, r.status, r.gconv_version],
+            params![
+                key.problem,
+                key.device,
+                rank as i64,
+                r.solver,
+                r.config,
+                r.time_ms,
+                r.workspace_bytes as i64,
+                r.verified,
+                r.status,
+                r.gconv_version
+            ],
         )?;
     }
     Ok(())
@@ -89,8 +100,9 @@ pub(super) fn all_records(conn: &Connection) -> Result<Vec<Record>> {
         out.push(record?);
     }
     let mut stmt = conn.prepare("SELECT DISTINCT problem, device FROM find ORDER BY problem, device")?;
-    let keys: Vec<RecordKey> =
-        stmt.query_map([], |r| Ok(RecordKey { problem: r.get(0)?, device: r.get(1)? }))?.collect::<rusqlite::Result<_>>()?;
+    let keys: Vec<RecordKey> = stmt
+        .query_map([], |r| Ok(RecordKey { problem: r.get(0)?, device: r.get(1)? }))?
+        .collect::<rusqlite::Result<_>>()?;
     for key in keys {
         out.extend(find_rows(conn, &key)?.into_iter().map(Record::Find));
     }

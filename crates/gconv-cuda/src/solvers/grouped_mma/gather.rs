@@ -17,7 +17,8 @@ use crate::launch;
 use crate::solvers::direct::Kernels;
 use crate::KernelSource;
 
-const SOURCE: &str = concat!(include_str!("../../kernels/grouped_mma_tiles.cuh"), include_str!("../../kernels/grouped_mma.cu"));
+const SOURCE: &str =
+    concat!(include_str!("../../kernels/grouped_mma_tiles.cuh"), include_str!("../../kernels/grouped_mma.cu"));
 /// Channels per group the product reduces: ldmatrix rows of 8, a tap's channels per step of 16.
 const REDUCED: [u32; 4] = [8, 16, 32, 64];
 const MAX_WRITTEN: u32 = 64;
@@ -31,7 +32,11 @@ const MAX_ACCUMULATORS: u32 = 64;
 fn channels(p: &ConvProblem) -> (u32, u32) {
     let geo = Geometry::new(p);
     let (cg, kg) = (geo.cg as u32, geo.kg as u32);
-    if p.direction == Direction::BackwardData { (kg, cg) } else { (cg, kg) }
+    if p.direction == Direction::BackwardData {
+        (kg, cg)
+    } else {
+        (cg, kg)
+    }
 }
 
 /// The destination's extents (depth, rows, columns).
@@ -70,7 +75,11 @@ impl Tile {
         let window = |i: usize, tile: u32| {
             let (stride, reach) = (geo.stride[i] as u64, ((geo.filter[i] - 1) * geo.dilation[i]) as u64);
             let tile = u64::from(tile);
-            if backward { (tile - 1 + reach).div_ceil(stride) + 1 } else { (tile - 1) * stride + reach + 1 }
+            if backward {
+                (tile - 1 + reach).div_ceil(stride) + 1
+            } else {
+                (tile - 1) * stride + reach + 1
+            }
         };
         let pixels = window(1, self.th) * window(2, self.tw);
         let gb = u64::from(self.gb);
@@ -78,7 +87,8 @@ impl Tile {
         let steps = (taps * reduced).div_ceil(16);
         let depth_taps = geo.filter[0] as u64;
         let tables = if backward {
-            gb * depth_taps * steps * 16 * filter_pitch(written) + (geo.stride[1] * geo.stride[2]) as u64 * steps * 2 * 4
+            gb * depth_taps * steps * 16 * filter_pitch(written)
+                + (geo.stride[1] * geo.stride[2]) as u64 * steps * 2 * 4
         } else {
             gb * written * (depth_taps * steps * 16 + 8) * 2 + steps * 2 * 4 + steps * 16 * 4
         };
@@ -90,7 +100,10 @@ impl BlockTile for Tile {
     fn takes(p: &ConvProblem) -> Result<(), NotApplicable> {
         let (reduced, written) = channels(p);
         require!(REDUCED.contains(&reduced), "reduces {reduced} channels per group; takes {REDUCED:?}");
-        require!(written.is_multiple_of(8) && written <= MAX_WRITTEN, "writes {written} channels per group; takes multiples of 8 up to {MAX_WRITTEN}");
+        require!(
+            written.is_multiple_of(8) && written <= MAX_WRITTEN,
+            "writes {written} channels per group; takes multiples of 8 up to {MAX_WRITTEN}"
+        );
         Ok(())
     }
 
@@ -120,7 +133,9 @@ impl BlockTile for Tile {
         let shapes = preferred_shapes(p, cols, strided);
         let (reduced, _) = channels(p);
         let widest = (64 / reduced).max(1);
-        let candidates = shapes.iter().flat_map(|&(th, tw)| GROUPS_PER_BLOCK.into_iter().rev().filter(move |&gb| gb <= widest).map(move |gb| Tile { th, tw, gb }));
+        let candidates = shapes.iter().flat_map(|&(th, tw)| {
+            GROUPS_PER_BLOCK.into_iter().rev().filter(move |&gb| gb <= widest).map(move |gb| Tile { th, tw, gb })
+        });
         candidates.into_iter().find(|t| t.check(p).is_ok()).or_else(|| Tile::fitting(p).next())
     }
 
@@ -135,7 +150,11 @@ impl BlockTile for Tile {
 
     fn grid(self, p: &ConvProblem) -> (u64, u64, u64) {
         let [depth, rows, cols] = destination(p).map(u64::from);
-        (rows.div_ceil(u64::from(self.th)) * cols.div_ceil(u64::from(self.tw)), u64::from(p.n) * depth, u64::from(p.g.div_ceil(self.gb)))
+        (
+            rows.div_ceil(u64::from(self.th)) * cols.div_ceil(u64::from(self.tw)),
+            u64::from(p.n) * depth,
+            u64::from(p.g.div_ceil(self.gb)),
+        )
     }
 
     fn source(self, p: &ConvProblem) -> KernelSource {
@@ -154,7 +173,8 @@ impl BlockTile for Tile {
         let shared_mem_bytes = self.shared_bytes(p) as u32;
         launch::allow_shared(&function, shared_mem_bytes, solver)?;
         let (x, y, z) = self.grid(p);
-        let launch = LaunchConfig { grid_dim: (x as u32, y as u32, z as u32), block_dim: (WARPS * 32, 1, 1), shared_mem_bytes };
+        let launch =
+            LaunchConfig { grid_dim: (x as u32, y as u32, z as u32), block_dim: (WARPS * 32, 1, 1), shared_mem_bytes };
         Ok(Kernels::Gather { function, launch })
     }
 }
@@ -183,11 +203,16 @@ mod tests {
         let (src_ext, dst_ext) = (src_ext.map(i64::from), dst_ext.map(i64::from));
         let w = t.w.to_f32();
         let [fil, stride, pad, dil] = [q.filter, q.stride, q.pad, q.dilation].map(|a| a.map(i64::from));
-        let at = |s: &[i32; 5], outer: i64, c: i64, pos: [i64; 3]| (outer * i64::from(s[0]) + c * i64::from(s[1]) + (0..3).map(|i| pos[i] * i64::from(s[2 + i])).sum::<i64>()) as usize;
+        let at = |s: &[i32; 5], outer: i64, c: i64, pos: [i64; 3]| {
+            (outer * i64::from(s[0]) + c * i64::from(s[1]) + (0..3).map(|i| pos[i] * i64::from(s[2 + i])).sum::<i64>())
+                as usize
+        };
         let window_dim = |o0: i64, tile: i64, i: usize| {
             let reach = (fil[i] - 1) * dil[i];
             match backward {
-                true => ((o0 + pad[i] - reach).div_euclid(stride[i]), (tile - 1 + reach + stride[i] - 1) / stride[i] + 1),
+                true => {
+                    ((o0 + pad[i] - reach).div_euclid(stride[i]), (tile - 1 + reach + stride[i] - 1) / stride[i] + 1)
+                }
                 false => (o0 * stride[i] - pad[i], (tile - 1) * stride[i] + reach + 1),
             }
         };
@@ -211,7 +236,11 @@ mod tests {
                     return (fh * dil[1] * wx_size + fw * dil[2]) * pixel_bytes + c0 * 2;
                 }
                 let (ry, rx) = (phase / phases_x - fh * dil[1], phase % phases_x - fw * dil[2]);
-                if ry % stride[1] == 0 && rx % stride[2] == 0 { (ry / stride[1] * wx_size + rx / stride[2]) * pixel_bytes + c0 * 2 } else { NO_TAP }
+                if ry % stride[1] == 0 && rx % stride[2] == 0 {
+                    (ry / stride[1] * wx_size + rx / stride[2]) * pixel_bytes + c0 * 2
+                } else {
+                    NO_TAP
+                }
             })
             .collect();
         // The filter element of row (g, n) at depth tap fd and column kk: w at the row's offset
@@ -246,7 +275,10 @@ mod tests {
             // The element at a byte address of the window: its pixel row, and its channel of the
             // block's groups (never the row's 16 bytes of padding).
             let window = |byte: i64, sd: i64| -> f64 {
-                assert!((0..y_size * x_size * pixel_bytes).contains(&byte), "byte {byte} outside the {y_size} x {x_size} window");
+                assert!(
+                    (0..y_size * x_size * pixel_bytes).contains(&byte),
+                    "byte {byte} outside the {y_size} x {x_size} window"
+                );
                 let (pixel, slab_c) = (byte / pixel_bytes, byte % pixel_bytes / 2);
                 assert!(slab_c < gb * rc, "channel {slab_c} in a pixel row's padding");
                 let (sy, sx, g) = (y_start + pixel / x_size, x_start + pixel % x_size, g0 * gb + slab_c / rc);
@@ -294,8 +326,15 @@ mod tests {
     const NO_TAP: i64 = i32::MIN as i64;
 
     /// Every block of the grid: tile, image, depth plane, block of groups.
-    fn grid_blocks(tiles: i64, images: i64, depth: i64, group_blocks: i64) -> impl Iterator<Item = (i64, i64, i64, i64)> {
-        (0..tiles).flat_map(move |b| (0..images).flat_map(move |n| (0..depth).flat_map(move |d| (0..group_blocks).map(move |g| (b, n, d, g)))))
+    fn grid_blocks(
+        tiles: i64,
+        images: i64,
+        depth: i64,
+        group_blocks: i64,
+    ) -> impl Iterator<Item = (i64, i64, i64, i64)> {
+        (0..tiles).flat_map(move |b| {
+            (0..images).flat_map(move |n| (0..depth).flat_map(move |d| (0..group_blocks).map(move |g| (b, n, d, g))))
+        })
     }
 
     /// common.cuh's src_coord.
@@ -311,16 +350,38 @@ mod tests {
     /// Grouped problems with the channels this solver takes, 1D to 3D, forward and
     /// backward-data, strides, dilations and pads over the filter's span.
     fn grouped_problem() -> impl Strategy<Value = ConvProblem> {
-        let shape = (1usize..=3, prop::sample::select(vec![8u32, 16, 32]), prop::sample::select(vec![8u32, 16, 24]), 2u32..=3, any::<bool>());
+        let shape = (
+            1usize..=3,
+            prop::sample::select(vec![8u32, 16, 32]),
+            prop::sample::select(vec![8u32, 16, 24]),
+            2u32..=3,
+            any::<bool>(),
+        );
         let geometry = (prop::collection::vec((3u32..=9, 1u32..=3, 1u32..=3, 0u32..=2, 1u32..=2), 3), 1u32..=2);
-        (shape, geometry).prop_filter_map("a valid problem", |((dims, reduced, written, g, backward), (dims_geometry, n))| {
-            let (c, k) = if backward { (written * g, reduced * g) } else { (reduced * g, written * g) };
-            // Field i (input, filter, stride, pad, dilation) of each dimension, as the key writes it.
-            let join = |i: usize| dims_geometry[..dims].iter().map(|d| [d.0, d.1, d.2, d.3, d.4][i].to_string()).collect::<Vec<_>>().join("x");
-            let direction = if backward { "bwd-data" } else { "fwd" };
-            let key = format!("v1:{direction}:bf16:NHWC:n{n}:c{c}:k{k}:i{}:f{}:s{}:p{}:d{}:g{g}", join(0), join(1), join(2), join(3), join(4));
-            ConvProblem::from_key(&key).ok()
-        })
+        (shape, geometry).prop_filter_map(
+            "a valid problem",
+            |((dims, reduced, written, g, backward), (dims_geometry, n))| {
+                let (c, k) = if backward { (written * g, reduced * g) } else { (reduced * g, written * g) };
+                // Field i (input, filter, stride, pad, dilation) of each dimension, as the key writes it.
+                let join = |i: usize| {
+                    dims_geometry[..dims]
+                        .iter()
+                        .map(|d| [d.0, d.1, d.2, d.3, d.4][i].to_string())
+                        .collect::<Vec<_>>()
+                        .join("x")
+                };
+                let direction = if backward { "bwd-data" } else { "fwd" };
+                let key = format!(
+                    "v1:{direction}:bf16:NHWC:n{n}:c{c}:k{k}:i{}:f{}:s{}:p{}:d{}:g{g}",
+                    join(0),
+                    join(1),
+                    join(2),
+                    join(3),
+                    join(4)
+                );
+                ConvProblem::from_key(&key).ok()
+            },
+        )
     }
 
     proptest! {

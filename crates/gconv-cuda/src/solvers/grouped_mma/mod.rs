@@ -12,7 +12,10 @@ mod weight;
 
 use std::sync::Arc;
 
-use gconv_core::{require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
+use gconv_core::{
+    require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve,
+    Solver,
+};
 
 use super::direct::{self, DirectInvoker, Kernels};
 use super::{builds_from_kernel, BuiltFrom};
@@ -96,10 +99,15 @@ trait BlockTile: Copy + PartialEq + Sized {
     fn applicable(p: &ConvProblem) -> Result<(), NotApplicable> {
         Self::takes(p)?;
         let Some(tile) = Self::fitting(p).next() else {
-            return Err(NotApplicable::because("no tile config fits: every one exceeds the shared memory or the registers"));
+            return Err(NotApplicable::because(
+                "no tile config fits: every one exceeds the shared memory or the registers",
+            ));
         };
         let (x, y, z) = tile.grid(p);
-        require!(y <= MAX_GRID_YZ && z <= MAX_GRID_YZ && x <= u64::from(i32::MAX as u32), "too many tiles, planes or groups for the grid");
+        require!(
+            y <= MAX_GRID_YZ && z <= MAX_GRID_YZ && x <= u64::from(i32::MAX as u32),
+            "too many tiles, planes or groups for the grid"
+        );
         Ok(())
     }
 }

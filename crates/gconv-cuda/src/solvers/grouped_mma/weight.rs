@@ -62,7 +62,9 @@ impl Tile {
     /// channels and 16 bytes per pixel) and the tile's dy (gb x output channels and 16 bytes).
     fn shared_bytes(self, p: &ConvProblem) -> u64 {
         let geo = Geometry::new(p);
-        let window = |i: usize, tile: u32| (u64::from(tile) - 1) * geo.stride[i] as u64 + ((geo.filter[i] - 1) * geo.dilation[i]) as u64 + 1;
+        let window = |i: usize, tile: u32| {
+            (u64::from(tile) - 1) * geo.stride[i] as u64 + ((geo.filter[i] - 1) * geo.dilation[i]) as u64 + 1
+        };
         let row = |channels: usize| u64::from(self.gb) * channels as u64 * 2 + 16;
         2 * (window(1, self.th) * window(2, self.tw) * row(geo.cg) + u64::from(self.th * self.tw) * row(geo.kg))
     }
@@ -75,7 +77,10 @@ impl Tile {
 
     /// Blocks of one slice of the reduction: chunks of filter rows x depth taps, and groups.
     fn slice_blocks(self, p: &ConvProblem) -> (u64, u64) {
-        (u64::from(row_tiles(p).div_ceil(self.mb)) * Geometry::new(p).filter[0] as u64, u64::from(p.g.div_ceil(self.gb)))
+        (
+            u64::from(row_tiles(p).div_ceil(self.mb)) * Geometry::new(p).filter[0] as u64,
+            u64::from(p.g.div_ceil(self.gb)),
+        )
     }
 }
 
@@ -83,7 +88,10 @@ impl BlockTile for Tile {
     fn takes(p: &ConvProblem) -> Result<(), NotApplicable> {
         let geo = Geometry::new(p);
         for (what, channels) in [("x", geo.cg), ("dy", geo.kg)] {
-            require!(channels % 8 == 0 && channels as u32 <= MAX_CHANNELS, "{what} has {channels} channels per group; takes multiples of 8 up to {MAX_CHANNELS}");
+            require!(
+                channels % 8 == 0 && channels as u32 <= MAX_CHANNELS,
+                "{what} has {channels} channels per group; takes multiples of 8 up to {MAX_CHANNELS}"
+            );
         }
         Ok(())
     }
@@ -91,7 +99,9 @@ impl BlockTile for Tile {
     fn all() -> Vec<Tile> {
         let shapes = TILES.into_iter().flat_map(|(th, tw)| GROUPS_PER_BLOCK.into_iter().map(move |gb| (th, tw, gb)));
         let blocks = shapes.flat_map(|(th, tw, gb)| ROW_TILES.into_iter().map(move |mb| (th, tw, gb, mb)));
-        blocks.flat_map(|(th, tw, gb, mb)| UNITS_PER_BLOCK.into_iter().map(move |ub| Tile { th, tw, gb, mb, ub })).collect()
+        blocks
+            .flat_map(|(th, tw, gb, mb)| UNITS_PER_BLOCK.into_iter().map(move |ub| Tile { th, tw, gb, mb, ub }))
+            .collect()
     }
 
     fn check(self, p: &ConvProblem) -> std::result::Result<(), String> {
@@ -104,7 +114,10 @@ impl BlockTile for Tile {
         }
         let units = self.units(p);
         if self.ub > 1 && u64::from(self.ub / 2) >= units {
-            return Err(format!("{} output tiles per block where the problem has {units}: half as many walks them all", self.ub));
+            return Err(format!(
+                "{} output tiles per block where the problem has {units}: half as many walks them all",
+                self.ub
+            ));
         }
         if !(self.gb * self.mb).is_multiple_of(WARPS) {
             return Err(format!("{} groups x {} row tiles do not split over {WARPS} warps", self.gb, self.mb));
@@ -130,12 +143,18 @@ impl BlockTile for Tile {
         let rows = row_tiles(p);
         let widest = (64 / geo.cg as u32).max(1);
         let blocks = shapes.iter().enumerate().flat_map(|(rank, &(th, tw))| {
-            GROUPS_PER_BLOCK.into_iter().filter(|&gb| gb <= widest).flat_map(move |gb| ROW_TILES.into_iter().map(move |mb| (rank, Tile { th, tw, gb, mb, ub: 1 })))
+            GROUPS_PER_BLOCK
+                .into_iter()
+                .filter(|&gb| gb <= widest)
+                .flat_map(move |gb| ROW_TILES.into_iter().map(move |mb| (rank, Tile { th, tw, gb, mb, ub: 1 })))
         });
-        let best = blocks.filter(|(_, t)| t.check(p).is_ok()).min_by_key(|&(rank, t)| (rows.div_ceil(t.mb), rows.div_ceil(t.mb) * t.mb, rank, std::cmp::Reverse(t.gb)));
+        let best = blocks
+            .filter(|(_, t)| t.check(p).is_ok())
+            .min_by_key(|&(rank, t)| (rows.div_ceil(t.mb), rows.div_ceil(t.mb) * t.mb, rank, std::cmp::Reverse(t.gb)));
         best.map(|(_, tile)| {
             let (y, z) = tile.slice_blocks(p);
-            let resident = (u64::from(sm.shared_bytes) / (tile.shared_bytes(p) + u64::from(sm.reserved_shared_bytes))).clamp(1, u64::from(BLOCKS_PER_SM));
+            let resident = (u64::from(sm.shared_bytes) / (tile.shared_bytes(p) + u64::from(sm.reserved_shared_bytes)))
+                .clamp(1, u64::from(BLOCKS_PER_SM));
             let wave = (u64::from(sms) * resident).div_ceil(y * z);
             let ub = UNITS_PER_BLOCK.into_iter().rev().find(|&ub| u64::from(ub) * wave <= tile.units(p)).unwrap_or(1);
             Tile { ub, ..tile }
@@ -174,7 +193,8 @@ impl BlockTile for Tile {
         let shared_mem_bytes = self.shared_bytes(p) as u32;
         launch::allow_shared(&partial, shared_mem_bytes, solver)?;
         let (x, y, z) = self.grid(p);
-        let partial_launch = LaunchConfig { grid_dim: (x as u32, y as u32, z as u32), block_dim: (WARPS * 32, 1, 1), shared_mem_bytes };
+        let partial_launch =
+            LaunchConfig { grid_dim: (x as u32, y as u32, z as u32), block_dim: (WARPS * 32, 1, 1), shared_mem_bytes };
         let sums = p.weight_elements();
         let blocks = (sums.div_ceil(u64::from(direct::THREADS)) as u32).clamp(1, device.sm_count * 8);
         Ok(Kernels::Weight { partial, partial_launch, store: device.function(&source, "weight_store")?, sums, blocks })
@@ -198,10 +218,14 @@ mod tests {
     fn emulate(p: &ConvProblem, t: &ConvTensors, tile: Tile) -> Vec<f64> {
         let q = ConvParams::new(p);
         let (x, dy) = (t.x.to_f32(), t.y.to_f32());
-        let [input, output, fil, stride, pad, dil] = [q.input, q.output, q.filter, q.stride, q.pad, q.dilation].map(|a| a.map(i64::from));
+        let [input, output, fil, stride, pad, dil] =
+            [q.input, q.output, q.filter, q.stride, q.pad, q.dilation].map(|a| a.map(i64::from));
         let (groups, cg, kg) = (i64::from(q.g), i64::from(q.cg), i64::from(q.kg));
         let (th, tw, gb, mb) = (i64::from(tile.th), i64::from(tile.tw), i64::from(tile.gb), i64::from(tile.mb));
-        let at = |s: &[i32; 5], outer: i64, c: i64, pos: [i64; 3]| (outer * i64::from(s[0]) + c * i64::from(s[1]) + (0..3).map(|i| pos[i] * i64::from(s[2 + i])).sum::<i64>()) as usize;
+        let at = |s: &[i32; 5], outer: i64, c: i64, pos: [i64; 3]| {
+            (outer * i64::from(s[0]) + c * i64::from(s[1]) + (0..3).map(|i| pos[i] * i64::from(s[2 + i])).sum::<i64>())
+                as usize
+        };
         let taps = fil[1] * fil[2];
         let (tiles_w, tiles) = ((output[2] + tw - 1) / tw, (output[1] + th - 1) / th * ((output[2] + tw - 1) / tw));
         let units = i64::from(q.n) * output[0] * tiles;
@@ -212,23 +236,39 @@ mod tests {
 
         let mut dw = vec![f64::NAN; p.weight_elements() as usize];
         let (slices, chunks_planes, group_blocks) = tile.grid(p);
-        for (bx, by, bz) in (0..slices as i64).flat_map(|x| (0..chunks_planes as i64).flat_map(move |y| (0..group_blocks as i64).map(move |z| (x, y, z)))) {
+        for (bx, by, bz) in (0..slices as i64)
+            .flat_map(|x| (0..chunks_planes as i64).flat_map(move |y| (0..group_blocks as i64).map(move |z| (x, y, z))))
+        {
             let (fd, chunk, g0) = (by % fil[0], by / fil[0], bz * gb);
             let mut acc = vec![0.0f64; (gb * mb * 16 * kg) as usize];
             for u in (bx..units).step_by(slices as usize) {
                 let (tile_index, od, n) = (u % tiles, u / tiles % output[0], u / tiles / output[0]);
-                let Some(sd) = Some(od * stride[0] - pad[0] + fd * dil[0]).filter(|d| (0..input[0]).contains(d)) else { continue };
+                let Some(sd) = Some(od * stride[0] - pad[0] + fd * dil[0]).filter(|d| (0..input[0]).contains(d)) else {
+                    continue;
+                };
                 let (oy0, ox0) = (tile_index / tiles_w * th, tile_index % tiles_w * tw);
                 let window = |pixel: i64, channel: i64| -> f64 {
-                    assert!((0..wy_size * wx_size).contains(&pixel), "window pixel {pixel} outside its {wy_size} x {wx_size}");
-                    let (sy, sx) = (oy0 * stride[1] - pad[1] + pixel / wx_size, ox0 * stride[2] - pad[2] + pixel % wx_size);
+                    assert!(
+                        (0..wy_size * wx_size).contains(&pixel),
+                        "window pixel {pixel} outside its {wy_size} x {wx_size}"
+                    );
+                    let (sy, sx) =
+                        (oy0 * stride[1] - pad[1] + pixel / wx_size, ox0 * stride[2] - pad[2] + pixel % wx_size);
                     let c = g0 * cg + channel;
                     let inside = (0..input[1]).contains(&sy) && (0..input[2]).contains(&sx) && c < groups * cg;
-                    if inside { f64::from(x[at(&q.xs, n, c, [sd, sy, sx])]) } else { 0.0 }
+                    if inside {
+                        f64::from(x[at(&q.xs, n, c, [sd, sy, sx])])
+                    } else {
+                        0.0
+                    }
                 };
                 let dy_tile = |pixel: i64, channel: i64| -> f64 {
                     let (oy, ox, c) = (oy0 + pixel / tw, ox0 + pixel % tw, g0 * kg + channel);
-                    if oy < output[1] && ox < output[2] && c < groups * kg { f64::from(dy[at(&q.ys, n, c, [od, oy, ox])]) } else { 0.0 }
+                    if oy < output[1] && ox < output[2] && c < groups * kg {
+                        f64::from(dy[at(&q.ys, n, c, [od, oy, ox])])
+                    } else {
+                        0.0
+                    }
                 };
                 for item in 0..gb * mb {
                     let (gi, mt) = (item / mb, chunk * mb + item % mb);
@@ -268,11 +308,27 @@ mod tests {
     /// Grouped backward-weight problems with the channels this kernel takes, 1D to 3D,
     /// strides, dilations and pads over the filter's span.
     fn grouped_problem() -> impl Strategy<Value = ConvProblem> {
-        let shape = (1usize..=3, prop::sample::select(vec![8u32, 16, 24]), prop::sample::select(vec![8u32, 16]), 2u32..=3);
+        let shape =
+            (1usize..=3, prop::sample::select(vec![8u32, 16, 24]), prop::sample::select(vec![8u32, 16]), 2u32..=3);
         let geometry = (prop::collection::vec((3u32..=9, 1u32..=3, 1u32..=3, 0u32..=2, 1u32..=2), 3), 1u32..=2);
         (shape, geometry).prop_filter_map("a valid problem", |((dims, cg, kg, g), (dims_geometry, n))| {
-            let join = |i: usize| dims_geometry[..dims].iter().map(|d| [d.0, d.1, d.2, d.3, d.4][i].to_string()).collect::<Vec<_>>().join("x");
-            let key = format!("v1:bwd-weight:bf16:NHWC:n{n}:c{}:k{}:i{}:f{}:s{}:p{}:d{}:g{g}", cg * g, kg * g, join(0), join(1), join(2), join(3), join(4));
+            let join = |i: usize| {
+                dims_geometry[..dims]
+                    .iter()
+                    .map(|d| [d.0, d.1, d.2, d.3, d.4][i].to_string())
+                    .collect::<Vec<_>>()
+                    .join("x")
+            };
+            let key = format!(
+                "v1:bwd-weight:bf16:NHWC:n{n}:c{}:k{}:i{}:f{}:s{}:p{}:d{}:g{g}",
+                cg * g,
+                kg * g,
+                join(0),
+                join(1),
+                join(2),
+                join(3),
+                join(4)
+            );
             ConvProblem::from_key(&key).ok()
         })
     }

@@ -71,7 +71,17 @@ impl Planner {
                 Math::TensorCores => {
                     let (wm, wn) = (f64::from(t.bm / t.warps_m), f64::from(t.bn / t.warps_n));
                     // Blocks resident per SM, as the accumulators' registers allow.
-                    (wm, wn, if wm * wn >= 4096.0 { 2.0 } else if wm * wn >= 2048.0 { 3.0 } else { 4.0 })
+                    (
+                        wm,
+                        wn,
+                        if wm * wn >= 4096.0 {
+                            2.0
+                        } else if wm * wn >= 2048.0 {
+                            3.0
+                        } else {
+                            4.0
+                        },
+                    )
                 }
                 // A thread's outputs set the reuse: 8 x 8 of them count as the 64 x 64 reference.
                 Math::Simt => {

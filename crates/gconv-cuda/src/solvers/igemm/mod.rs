@@ -20,7 +20,9 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::CUfunction_attribute as FuncAttr;
 use cudarc::driver::{CudaFunction, LaunchConfig};
-use gconv_core::{require, Config, ConvProblem, DataType, Direction, Invoker, Layout, NotApplicable, Result, Solve, Solver};
+use gconv_core::{
+    require, Config, ConvProblem, DataType, Direction, Invoker, Layout, NotApplicable, Result, Solve, Solver,
+};
 
 use super::{builds_from_kernel, BuiltFrom};
 use crate::device::{backend_error, CudaDevice, SmLimits};
@@ -93,8 +95,13 @@ impl Solver for Igemm {
     fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
         require!(p.layout == Layout::Nhwc, "implicit GEMM here reads channels-last (NHWC) tensors only");
         match self.plan.math {
-            Math::TensorCores => require!(p.dtype != DataType::F32, "exact fp32 runs on cuda.igemm_simt (tf32, from --allow-tf32, may use tensor cores)"),
-            Math::Simt => require!(p.dtype.storage() == DataType::F32, "16-bit types run on tensor cores (cuda.igemm_tc)"),
+            Math::TensorCores => require!(
+                p.dtype != DataType::F32,
+                "exact fp32 runs on cuda.igemm_simt (tf32, from --allow-tf32, may use tensor cores)"
+            ),
+            Math::Simt => {
+                require!(p.dtype.storage() == DataType::F32, "16-bit types run on tensor cores (cuda.igemm_tc)")
+            }
         }
         let (major, minor) = self.device.capability;
         require!(major >= 8, "needs cp.async and mma.sync (sm_80 or newer), the GPU is sm_{major}{minor}");
@@ -124,7 +131,11 @@ impl Solver for Igemm {
         let tiles = self.plan.candidate_tiles().into_iter().flat_map(move |t| {
             splits.clone().into_iter().map(move |(splits, two_stage)| Tile { splits, two_stage, ..t })
         });
-        Box::new(tiles.filter(move |t| t.check(&self.plan, p).is_ok()).map(move |t| t.to_config(self.plan.math, p.direction)))
+        Box::new(
+            tiles
+                .filter(move |t| t.check(&self.plan, p).is_ok())
+                .map(move |t| t.to_config(self.plan.math, p.direction)),
+        )
     }
 
     fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {
@@ -213,7 +224,14 @@ impl Invoker<Cuda> for IgemmInvoker {
         if let Some(split) = self.split.as_ref().filter(|s| s.zero_bytes > 0) {
             b.zero_workspace(split.zero_bytes)?;
         }
-        let args = [Arg::Params(&self.params), Arg::Buffer(a), Arg::Buffer(bm), Arg::Buffer(out), Arg::Buffer(b.workspace), Arg::Int(self.zdim)];
+        let args = [
+            Arg::Params(&self.params),
+            Arg::Buffer(a),
+            Arg::Buffer(bm),
+            Arg::Buffer(out),
+            Arg::Buffer(b.workspace),
+            Arg::Int(self.zdim),
+        ];
         launch::kernel(b, &self.main, self.launch, &args, what)?;
         if let Some(Split { reduce, slices, count, blocks, .. }) = &self.split {
             let args = [Arg::Buffer(b.workspace), Arg::Int(*slices), Arg::Int(*count), Arg::Buffer(out)];

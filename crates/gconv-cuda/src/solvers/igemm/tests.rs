@@ -11,7 +11,14 @@ use crate::device::SmLimits;
 
 /// An H100's limits: the tile logic needs no GPU.
 fn planner(math: Math) -> Planner {
-    let sm = SmLimits { registers: 64 * 1024, warps: 64, blocks: 32, shared_bytes: 228 * 1024, block_shared_bytes: 227 * 1024, reserved_shared_bytes: 1024 };
+    let sm = SmLimits {
+        registers: 64 * 1024,
+        warps: 64,
+        blocks: 32,
+        shared_bytes: 228 * 1024,
+        block_shared_bytes: 227 * 1024,
+        reserved_shared_bytes: 1024,
+    };
     Planner { math, sm_count: 132, sm }
 }
 
@@ -93,7 +100,9 @@ fn bad_configs_say_why() {
     let small_gpu = Planner { sm: SmLimits { block_shared_bytes: 99 * 1024, ..plan.sm }, ..plan };
     let config = "bm256_bn128_bk64_wm4_wn2_st4_ks1_red0".parse().unwrap();
     assert!(Tile::from_config(&plan, &p, &config).is_ok());
-    assert!(matches!(Tile::from_config(&small_gpu, &p, &config), Err(GconvError::BadConfig { reason, .. }) if reason.contains("shared memory")));
+    assert!(
+        matches!(Tile::from_config(&small_gpu, &p, &config), Err(GconvError::BadConfig { reason, .. }) if reason.contains("shared memory"))
+    );
     assert!(reason("bm64_bn64_bk32_wm2_wn2_st3_ks3_red0").contains("ks must be"));
     assert!(Tile::from_config(&plan, &p, &"bm64_bn64_bk32_wm2_wn2_st3_ks16_red1".parse().unwrap()).is_ok());
 }
@@ -120,7 +129,10 @@ fn simt_defaults_keep_large_tiles_busy_and_small_problems_spread() {
     let default = |key: &str| default_config(&plan, key);
     // On the H100 128 x 128 x 8 tiles (16 warps an SM) ran this layer in 0.72x the time of the
     // 64 x 64 x 16 ones the model took before it counted L2 traffic.
-    assert_eq!(default("v1:bwd-weight:f32:NHWC:n32:c512:k512:i7x7:f3x3:s1x1:p1x1:d1x1"), "bm128_bn128_bk8_st3_ks4_red0");
+    assert_eq!(
+        default("v1:bwd-weight:f32:NHWC:n32:c512:k512:i7x7:f3x3:s1x1:p1x1:d1x1"),
+        "bm128_bn128_bk8_st3_ks4_red0"
+    );
     // One 32-row GEMM: 4 x 4 outputs a thread rather than 8 x 8, 28.9 -> 8.9 us.
     assert_eq!(default("v1:fwd:f32:NHWC:n32:c240:k10:i1x1:f1x1:s1x1:p0x0:d1x1"), "bm32_bn32_bk16_st3");
 }

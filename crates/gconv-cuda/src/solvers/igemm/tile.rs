@@ -35,7 +35,8 @@ const TENSOR_CORE_SPACE: Space = Space {
     stages: &[2, 3, 4],
 };
 
-const SIMT_SPACE: Space = Space { bm: &[32, 64, 128], bn: &[32, 64, 128], bk: &[8, 16, 32], warps: &[], stages: &[2, 3] };
+const SIMT_SPACE: Space =
+    Space { bm: &[32, 64, 128], bn: &[32, 64, 128], bk: &[8, 16, 32], warps: &[], stages: &[2, 3] };
 
 impl Math {
     pub(super) fn space(self) -> &'static Space {
@@ -111,7 +112,11 @@ impl Shape {
 
     /// The launch grid of a tile: row tiles, column tiles, groups x phases x slices.
     pub fn grid(&self, t: &Tile) -> (u64, u64, u64) {
-        (self.m.div_ceil(u64::from(t.bm)), self.n.div_ceil(u64::from(t.bn)), self.groups * self.phases * u64::from(t.splits))
+        (
+            self.m.div_ceil(u64::from(t.bm)),
+            self.n.div_ceil(u64::from(t.bn)),
+            self.groups * self.phases * u64::from(t.splits),
+        )
     }
 }
 
@@ -125,7 +130,8 @@ pub(super) fn elem_bytes(dtype: DataType) -> u32 {
 pub(super) fn copy_widths(p: &ConvProblem) -> (u32, u32) {
     let (cg, kg) = (p.c / p.g, p.k / p.g);
     let max = 16 / elem_bytes(p.dtype);
-    let width = |channels: u32| [8u32, 4, 2, 1].into_iter().find(|&w| w <= max && channels.is_multiple_of(w)).unwrap_or(1);
+    let width =
+        |channels: u32| [8u32, 4, 2, 1].into_iter().find(|&w| w <= max && channels.is_multiple_of(w)).unwrap_or(1);
     let a = if p.direction == Direction::Forward { cg } else { kg };
     (width(a), width(cg))
 }
@@ -197,7 +203,10 @@ impl Tile {
         let weight = p.direction == Direction::BackwardWeight;
         let field_count = 4 + if plan.math == Math::TensorCores { 2 } else { 0 } + if weight { 2 } else { 0 };
         if config.fields().len() != field_count {
-            return Err(bad(format!("expected {field_count} fields, as in `{}`", plan.default_tile(p).to_config(plan.math, p.direction))));
+            return Err(bad(format!(
+                "expected {field_count} fields, as in `{}`",
+                plan.default_tile(p).to_config(plan.math, p.direction)
+            )));
         }
         let field = |name: &str| config.get(name).ok_or_else(|| bad(format!("missing field `{name}`")));
         let (bm, bn, bk, stages) = (field("bm")?, field("bn")?, field("bk")?, field("st")?);
@@ -253,7 +262,11 @@ impl Tile {
             return Err("the grid would exceed 65535 blocks in y or z".into());
         }
         if self.workspace_bytes(p) > MAX_WORKSPACE_BYTES {
-            return Err(format!("{} slices of fp32 weights would need more than {} MiB of workspace", self.splits, MAX_WORKSPACE_BYTES >> 20));
+            return Err(format!(
+                "{} slices of fp32 weights would need more than {} MiB of workspace",
+                self.splits,
+                MAX_WORKSPACE_BYTES >> 20
+            ));
         }
         Ok(())
     }
@@ -275,7 +288,9 @@ impl Tile {
             .define("MIN_BLOCKS", self.min_blocks(plan, p));
         match plan.math {
             Math::TensorCores => src.define("TC", 1).define("WARPS_M", self.warps_m).define("WARPS_N", self.warps_n),
-            Math::Simt => src.define("TC", 0).define("TM", Math::simt_outputs(self.bm)).define("TN", Math::simt_outputs(self.bn)),
+            Math::Simt => {
+                src.define("TC", 0).define("TM", Math::simt_outputs(self.bm)).define("TN", Math::simt_outputs(self.bn))
+            }
         }
     }
 }
