@@ -100,7 +100,7 @@ pub fn bench(
         }
         match bench_one(rt, db, p, opts) {
             Ok((row, warnings)) => {
-                crate::print_warnings(&warnings);
+                crate::commands::print_warnings(&warnings);
                 print_row(&row);
                 if let Some(out) = &mut csv {
                     out.row(&row, opts.find.timing.label())?;

@@ -392,7 +392,7 @@ impl ProblemChoice {
             self.dir.iter().map(|d| d.parse().map_err(anyhow::Error::msg)).collect::<anyhow::Result<_>>()?;
         let mut problems: Vec<ConvProblem> = Vec::new();
         let jobs = jobs_from_file(file, DataType::F32, &default_run_args()).map_err(anyhow::Error::msg)?;
-        let code = crate::for_each_problem(allowing_tf32(jobs, tf32), |p, _| {
+        let code = crate::commands::for_each_problem(allowing_tf32(jobs, tf32), |p, _| {
             let mut p = p.clone();
             if let Some(dtype) = dtype {
                 p.dtype = dtype;

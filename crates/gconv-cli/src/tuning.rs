@@ -17,8 +17,9 @@ use gconv_tune::select::{select, FindMode};
 use gconv_tune::tune::{tune as run_tune, why_untunable, Progress, Searched};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::commands::db::DbAction;
+use crate::commands::{for_each_problem, print_warnings};
 use crate::driver::Job;
-use crate::{for_each_problem, print_warnings, DbAction};
 
 pub struct StrategyArgs<'a> {
     pub name: &'a str,

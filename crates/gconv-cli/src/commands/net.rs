@@ -95,9 +95,9 @@ pub struct NetTuneArgs {
     #[arg(long = "worker-part", hide = true)]
     worker_part: Option<String>,
     #[command(flatten)]
-    find: crate::FindArgs,
+    find: super::FindArgs,
     #[command(flatten)]
-    db: crate::DbArgs,
+    db: super::DbArgs,
 }
 
 #[derive(Debug, Args)]
@@ -115,7 +115,7 @@ pub struct NetRunArgs {
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     iter: u32,
     #[command(flatten)]
-    db: crate::DbArgs,
+    db: super::DbArgs,
 }
 
 #[derive(Debug, Args)]
@@ -145,7 +145,7 @@ pub struct NetPrecompileArgs {
     #[command(flatten)]
     only: crate::tuning::OwnSolvers,
     #[command(flatten)]
-    db: crate::DbArgs,
+    db: super::DbArgs,
 }
 
 impl NetArgs {
@@ -271,7 +271,7 @@ pub fn net(ctx: NetContext<'_>, cmd: NetCmd) -> anyhow::Result<ExitCode> {
             let jobs = vec![(net.name.clone(), Ok((problems, default_run_args())))];
             crate::tuning::precompile(
                 ctx.rt,
-                &mut crate::open_db(&args.db)?,
+                &mut super::open_db(&args.db)?,
                 jobs,
                 &args.only,
                 gconv_tune::prebuild::build_threads(),
@@ -282,7 +282,7 @@ pub fn net(ctx: NetContext<'_>, cmd: NetCmd) -> anyhow::Result<ExitCode> {
 
 fn tune(ctx: &NetContext<'_>, args: NetTuneArgs) -> anyhow::Result<ExitCode> {
     let net = args.net.network()?;
-    let mut db = crate::open_db(&args.db)?;
+    let mut db = super::open_db(&args.db)?;
     let model = crate::learn::heuristic(ctx.rt, ctx.models)?;
     let strategy = match args.by.as_str() {
         "tune" => {
@@ -433,7 +433,7 @@ fn tune_on_workers(devices: &[String], problems: usize) -> anyhow::Result<(Vec<C
 
 fn run(ctx: &NetContext<'_>, args: NetRunArgs) -> anyhow::Result<ExitCode> {
     let net = args.net.network()?;
-    let mut db = crate::open_db(&args.db)?;
+    let mut db = super::open_db(&args.db)?;
     let model = crate::learn::heuristic(ctx.rt, ctx.models)?;
     let file = TuningFile::read(&args.tuning)?;
     let mismatch = if args.layer_by_layer { Mismatch::LayerByLayer } else { Mismatch::Refuse };

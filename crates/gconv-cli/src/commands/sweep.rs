@@ -1,0 +1,55 @@
+//! `gconv sweep`: every applicable solver x config x problem into a CSV, each candidate in a
+//! worker process.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::{sweep_options, Context, FindArgs};
+use crate::driver::ProblemChoice;
+use crate::sweep;
+
+#[derive(Debug, Args)]
+pub struct SweepCmd {
+    /// Problems: driver lines or keys, one per line (`#` comments)
+    #[arg(long, value_name = "FILE", required_unless_present = "worker")]
+    pub problems: Option<PathBuf>,
+    /// The CSV to write; rows already in it for this device are not measured again
+    #[arg(long, value_name = "FILE", required_unless_present = "worker")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub select: ProblemChoice,
+    /// Seconds a candidate may take (with its verification and samples) before its worker is
+    /// stopped and the row recorded as failed; building a problem's kernels may take ten times
+    /// as long
+    #[arg(long = "timeout-s", default_value_t = 60.0)]
+    pub timeout_s: f64,
+    /// One worker per device, each seeing only its own (CUDA_VISIBLE_DEVICES), e.g. `0,1,2,3`;
+    /// default: one worker per GPU this process sees
+    #[arg(long, value_delimiter = ',')]
+    pub devices: Vec<String>,
+    /// Measure only this many configs of each solver's own space (the same ones on every
+    /// problem where they are valid) and its default; a vendor library's list stays whole.
+    /// For breadth over shapes where a space is too large to sweep whole
+    #[arg(long = "configs-per-solver", value_parser = clap::value_parser!(u64).range(1..))]
+    pub configs_per_solver: Option<u64>,
+    #[command(flatten)]
+    pub find: FindArgs,
+    /// Run as a worker: measure the JSON batches read from standard input (the sweep starts
+    /// its workers so)
+    #[arg(long, hide = true)]
+    pub worker: bool,
+}
+
+pub fn run(ctx: &Context<'_>, cmd: SweepCmd) -> anyhow::Result<ExitCode> {
+    if cmd.worker {
+        return sweep::worker(ctx.rt, &cmd.find.options(ctx.timing));
+    }
+    let (file, out) = (cmd.problems.as_deref().expect("required"), cmd.out.clone().expect("required"));
+    let (problems, parsed) = cmd.select.problems(file, ctx.tf32)?;
+    let mut opts = sweep_options(ctx, out, cmd.find.options(ctx.timing), cmd.timeout_s, cmd.devices)?;
+    opts.configs_per_solver = cmd.configs_per_solver.map(|n| n as usize);
+    let code = sweep::sweep(ctx.rt, ctx.device_line, &problems, &opts)?;
+    Ok(if parsed == ExitCode::SUCCESS { code } else { parsed })
+}

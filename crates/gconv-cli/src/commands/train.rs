@@ -1,0 +1,47 @@
+//! `gconv train`: the heuristic's models from sweep CSVs.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::Context;
+use crate::learn;
+
+#[derive(Debug, Args)]
+pub struct TrainCmd {
+    /// Sweep CSVs (from `gconv sweep`, or rows exported by `gconv db export --rows`)
+    pub csv: Vec<PathBuf>,
+    /// Rows to add to what the models in --out were trained on; they are retrained on both
+    #[arg(long, value_name = "CSV", num_args = 1..)]
+    pub append: Vec<PathBuf>,
+    /// Folder to write the models to (default: this device's folder in the user's cache)
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Train on this device key's rows when the CSVs hold several devices
+    #[arg(long)]
+    pub device: Option<String>,
+    #[arg(long, default_value_t = 300)]
+    pub trees: usize,
+    #[arg(long = "max-depth", default_value_t = 6)]
+    pub max_depth: usize,
+    #[arg(long = "learning-rate", default_value_t = 0.1)]
+    pub learning_rate: f32,
+}
+
+pub fn run(ctx: &Context<'_>, cmd: TrainCmd) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        cmd.trees > 0 && cmd.max_depth > 0 && cmd.learning_rate > 0.0,
+        "--trees, --max-depth and --learning-rate must be positive"
+    );
+    let options = gconv_heuristic::train::TrainOptions {
+        trees: cmd.trees,
+        max_depth: cmd.max_depth,
+        learning_rate: cmd.learning_rate,
+        seed: 0,
+    };
+    learn::train_models(
+        ctx.rt,
+        &learn::TrainArgs { csv: cmd.csv, append: cmd.append, out: cmd.out, device: cmd.device, options },
+    )
+}
