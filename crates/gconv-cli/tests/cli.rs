@@ -280,3 +280,23 @@ fn check_runs_every_solver_on_seeded_random_problems_and_on_keys() {
     );
     assert_rejected(&["check", "--backend", "cpu", "--key", "v1:fwd:f32:NCHW:n0"], "--key v1:fwd:f32:NCHW:n0");
 }
+
+#[test]
+fn a_given_dtype_applies_to_every_line_of_a_file() {
+    let scratch = Scratch::new("dtype");
+    let file = scratch.path("problems.txt");
+    std::fs::write(
+        &file,
+        "conv -n 1 -c 8 -H 8 -W 8 -k 8 -y 3 -x 3 -p 1 -q 1 -F 1\nv1:fwd:f32:NCHW:n1:c8:k8:i8x8:f1x1:s1x1:p0x0:d1x1\n",
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let db = scratch.db();
+    let o =
+        scratch.run(&["select", "--backend", "cpu", "--db", &db, "--repeat", "1", "--file", file, "--dtype", "bf16"]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    assert_eq!(out.matches("v1:fwd:bf16:NCHW").count(), 2, "`conv` lines and keys take --dtype: {out}");
+    let o = scratch.run(&["select", "--backend", "cpu", "--db", &db, "--repeat", "1", "--file", file]);
+    assert_eq!(stdout(&o).matches("v1:fwd:f32:NCHW").count(), 2, "without --dtype the command word decides");
+}

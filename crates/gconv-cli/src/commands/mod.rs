@@ -50,9 +50,10 @@ pub struct ProblemArgs {
     /// A file of driver lines or keys, one per line (`#` comments)
     #[arg(long, value_name = "FILE")]
     pub file: Option<PathBuf>,
-    /// Data type of problems given by driver flags (a file's command words override it)
-    #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16", "tf32"])]
-    pub dtype: String,
+    /// Data type of every problem, a file's command words (`conv` is fp32) and keys
+    /// included; when not given, driver flags are fp32 and a file's command words decide
+    #[arg(long, value_parser = ["f32", "f16", "bf16", "tf32"])]
+    pub dtype: Option<String>,
     #[command(flatten)]
     pub driver: DriverArgs,
 }
@@ -85,6 +86,13 @@ impl FindArgs {
     }
 }
 
+/// The jobs with every problem in `dtype`, when one is given.
+fn with_dtype(jobs: Vec<Job>, dtype: Option<DataType>) -> Vec<Job> {
+    let Some(dtype) = dtype else { return jobs };
+    let convert = |problems: Vec<ConvProblem>| problems.into_iter().map(|p| ConvProblem { dtype, ..p }).collect();
+    jobs.into_iter().map(|(origin, job)| (origin, job.map(|(problems, run)| (convert(problems), run)))).collect()
+}
+
 /// Opens the user db, reporting what opening it had to repair.
 pub fn open_db(args: &DbArgs) -> anyhow::Result<Db> {
     let path = args.db.clone().unwrap_or_else(default_user_path);
@@ -101,7 +109,8 @@ pub fn print_warnings(warnings: &[Warning]) {
 
 impl ProblemArgs {
     pub fn jobs(&self, tf32: bool) -> anyhow::Result<Vec<Job>> {
-        let dtype: DataType = self.dtype.parse().map_err(anyhow::Error::msg)?;
+        let given = self.dtype.as_deref().map(str::parse::<DataType>).transpose().map_err(anyhow::Error::msg)?;
+        let dtype = given.unwrap_or(DataType::F32);
         let jobs = match (&self.file, &self.key) {
             (Some(path), _) => jobs_from_file(path, dtype, &default_run_args()).map_err(anyhow::Error::msg)?,
             (None, Some(key)) => vec![(
@@ -110,7 +119,7 @@ impl ProblemArgs {
             )],
             (None, None) => vec![("command line".into(), self.driver.problems(dtype).map(|p| (p, default_run_args())))],
         };
-        Ok(allowing_tf32(jobs, tf32))
+        Ok(allowing_tf32(with_dtype(jobs, given), tf32))
     }
 }
 
