@@ -151,7 +151,7 @@ impl CudaDevice {
             l2_bytes,
             driver_version,
             nvrtc_version,
-            cudnn_version: crate::cudnn::library_version(),
+            cudnn_version: cudnn_version(),
             compiler: Compiler::new(arch, nvrtc_version, kernel_cache),
             gpu: OnceLock::new(),
         }))
@@ -280,6 +280,13 @@ impl CudaDevice {
             .load_function(function)
             .map_err(|e| GconvError::Backend(format!("no function {function} in {}: {e:?}", src.file)))
     }
+}
+
+/// `cudnnGetVersion()` when libcudnn loads (its graph API is reached through `cudnn/`).
+fn cudnn_version() -> Option<usize> {
+    use cudarc::cudnn::sys;
+    // SAFETY: only tries to open the library, then a plain query.
+    unsafe { sys::is_culib_present().then(|| sys::cudnnGetVersion()) }
 }
 
 pub fn backend_error(what: &str, e: impl std::fmt::Debug) -> GconvError {

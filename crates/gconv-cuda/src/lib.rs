@@ -17,6 +17,7 @@ mod runtime;
 pub mod solvers;
 mod tensors;
 mod timing;
+mod tma;
 
 use gconv_core::Backend;
 

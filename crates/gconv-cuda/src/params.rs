@@ -4,7 +4,7 @@ use cudarc::driver::DeviceRepr;
 use gconv_core::geometry::Strides;
 use gconv_core::{ConvProblem, Geometry};
 
-use crate::launch::TensorMap;
+use crate::tma::TensorMap;
 
 /// Field for field the `ConvParams` struct of kernels/common.cuh; passed by value.
 #[repr(C)]

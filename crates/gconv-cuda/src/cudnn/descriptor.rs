@@ -206,9 +206,3 @@ impl Drop for Handle {
         unsafe { sys::cudnnDestroy(self.0) };
     }
 }
-
-/// `cudnnGetVersion()`, when libcudnn can be loaded.
-pub fn library_version() -> Option<usize> {
-    // SAFETY: only tries to open the library, then a plain query.
-    unsafe { sys::is_culib_present().then(|| sys::cudnnGetVersion()) }
-}

@@ -15,7 +15,6 @@ use cudarc::driver::CudaStream;
 use gconv_core::{Config, ConvProblem, DataType, GconvError, Result};
 
 use crate::device::CudaDevice;
-pub use descriptor::library_version;
 use descriptor::Handle;
 pub use graph::Plan;
 use graph::{EngineConfig, OpGraph, Tag};

@@ -49,8 +49,9 @@ use super::group_packing::{self, GroupPacking};
 use super::tap_packing::{self, Packing};
 use super::{builds_from_kernel, BuiltFrom};
 use crate::device::CudaDevice;
-use crate::launch::{self, Arg, Buffer, Im2col, Residency, TensorMap};
+use crate::launch::{self, Arg, Buffer, Residency};
 use crate::params::{FilterBlocks, ProductArgs, Products, TapMap, MAX_PRODUCTS};
+use crate::tma::{Im2col, TensorMap};
 use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
 
 /// split_reduce only in the builds whose split launches it (the kernel's SPLIT 1 and 2).
@@ -2068,16 +2069,16 @@ impl Invoker<Cuda> for WgmmaInvoker {
                     Some((extents, boxes)) => TensorMap::tiled(dst, self.dtype, extents, boxes)?,
                     None => products.src[0],
                 };
-                let [src, filter] = [&products.src[0], &products.filter[0]].map(Arg::TensorMap);
+                let [src, filter] = [&products.src[0], &products.filter[0]].map(|map| Arg::Struct(map));
                 vec![
                     src,
                     filter,
-                    Arg::TensorMap(&dst_map),
+                    Arg::Struct(&dst_map),
                     Arg::Params(&products.params[0]),
-                    Arg::Taps(&products.taps[0]),
+                    Arg::Struct(&products.taps[0]),
                 ]
             } else {
-                vec![Arg::Products(&products)]
+                vec![Arg::Struct(&products)]
             };
             let dst_tiled = i32::from(self.destination.is_some());
             args.extend([
@@ -2087,7 +2088,7 @@ impl Invoker<Cuda> for WgmmaInvoker {
                 Arg::Int(split.mode),
                 Arg::Int(split.elements),
                 Arg::Int(dst_tiled),
-                Arg::Blocks(&blocks),
+                Arg::Struct(&blocks),
             ]);
             launch::kernel(b, &self.function, launch.launch, &args, "launch cuda.igemm_wgmma")?;
         }
@@ -2159,8 +2160,8 @@ impl Invoker<Cuda> for WeightInvoker {
         let dy = TensorMap::tiled(b.y, self.dtype, [self.dy.1, self.dy.0, 1], [block, block, 1])?;
         let x = self.x.map(b.x, self.dtype)?;
         let args = [
-            Arg::TensorMap(&dy),
-            Arg::TensorMap(&x),
+            Arg::Struct(&dy),
+            Arg::Struct(&x),
             Arg::Params(&self.params),
             Arg::Buffer(b.w),
             Arg::Buffer(b.workspace),
