@@ -187,17 +187,30 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--select", choices=["tune", "find", "fast"], default="tune", help="how gconv selects: tune ahead, or the mode on first sight")
     parser.add_argument("--overhead", action="store_true")
+    parser.add_argument("--db", help="gconv's user database (a fresh path measures first sight; default: gconv's)")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--resume", action="store_true", help="keep the rows already in --out and measure the rest")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     if args.select != "tune":
         gconv.set_mode(args.select)
+    if args.db:
+        gconv.set_database(args.db)
+    done = set()
+    if args.resume:
+        with open(args.out) as f:
+            earlier = json.load(f)
+        done = {(r["net"], r["side"]) for r in earlier["rows"]}
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "args": vars(args), "rows": []}
     if args.overhead:
         result["overhead"] = overhead()
         print(json.dumps(result["overhead"]), flush=True)
+    if args.resume:
+        result["rows"] = earlier["rows"]
     for name in filter(None, args.nets.split(",")):
         for side in ("torch", "gconv"):
+            if (name, side) in done:
+                continue
             row = measure(name, side, args)
             result["rows"].append(row)
             print(json.dumps(row), flush=True)
