@@ -126,7 +126,7 @@ def weight_features(key, config):
     x[len(WEIGHT_SHAPES) + i] = waves
     if ks > 1 and f.get("red") == 2:
         # Clusters of four slices wait on GPCs with room for them (1.2-1.6x the atomics' time
-        # in session 21's sweep): the defaults take two.
+        # in the sweep of 771bbaf, 2026-11-23): the defaults take two.
         if ks != 2:
             return None
         x[-6] = units * 64 * wg * bn / 1e6

@@ -37,7 +37,7 @@ impl WgmmaConfig {
             let pixel_blocks = (geo.n * geo.output_volume()) as u64 / u64::from(row_elements(p.dtype));
             // Dense filters whose taps do not come in threes have units of one tap, each a 1x1
             // layer's: c384 k768 14x14 2x2 s2 ran its rule's 256-column tiles in 22.1 us on 48
-            // SMs (unsplit), the model's 128-column ones in 17.1 on 96 (H100, session 21 sweep).
+            // SMs (unsplit), the model's 128-column ones in 17.1 on 96 (H100, the sweep of 771bbaf, 2026-11-23).
             let one_tap_units = geo.filter_volume() == 1 || (p.g == 1 && !geo.filter_volume().is_multiple_of(3));
             if one_tap_units {
                 if let Some(config) = quickest_weight_one_tap(p, sms) {
@@ -51,7 +51,7 @@ impl WgmmaConfig {
             // than half the SMs idle (7x7 layers: 24 blocks of pixels, two slices, and 256-wide
             // tiles left 85% idle), the widest narrower one that fills the GPU, or 64 x 64. tf32's
             // small tiles pay more for their transposition: there the widest that fills half
-            // the GPU (five 14x14 1x1 layers on the H100, session-28 sweep: 128 columns in 16
+            // the GPU (five 14x14 1x1 layers on the H100, the sweep of 5f7e743, 2026-11-24: 128 columns in 16
             // slices ran 0.80-0.93x the time of the narrower tiles in 8 the rule took).
             let widest = with_stages(by_channels(cg, true), if kg <= 64 { 1 } else { 2 });
             let narrower: Vec<Tile> = [(128, 2), (128, 1), (64, 1)]
@@ -71,7 +71,7 @@ impl WgmmaConfig {
             // A unit's block then counts as three in the split's model. tf32's two consumers
             // hold three taps at 64 columns only (see MAX_ACCUMULATORS_BESIDE_TRANSPOSER), and
             // there they ran 0.74-0.94x the time of one tap at 128 on the H100's four 3x3 layers
-            // of 128 input channels (session-28 sweep).
+            // of 128 input channels (the sweep of 5f7e743, 2026-11-24).
             let narrower = if transposes(p) && tile.bn == 128 { 64 } else { tile.bn };
             let three_taps = [tile.bn, narrower]
                 .into_iter()
@@ -129,7 +129,7 @@ impl WgmmaConfig {
 /// A forward or backward-data tile's time on the GPU: microseconds per reduction block of each
 /// wave of units, and per wave (its fill, drain and epilogue). Fitted by bench/wave_model.py to
 /// the H100's config sweeps of 181 dense layers (bf16; data/bench/h100-s20-config-sweeps-bf16.csv
-/// with session 19's): its picks ran 1.018x the fastest config swept, each layer left out of
+/// with those of 13d912f, 2026-11-23): its picks ran 1.018x the fastest config swept, each layer left out of
 /// the fit in turn, against 1.071x for the hand rules it replaced.
 pub(super) struct TileCost {
     pub(super) bn: u32,
@@ -190,7 +190,7 @@ pub(super) const TILE_COSTS: WaveModel = WaveModel {
 };
 
 /// tf32 (blocks of 32 channels; 128 x 256 tiles stage too much fp32 to be persistent):
-/// fitted by `bench/wave_model.py --tf32` to the H100's session-28 sweep of these tiles and
+/// fitted by `bench/wave_model.py --tf32` to the H100 sweep of 5f7e743, 2026-11-24 of these tiles and
 /// splits on the 98 dense forward and backward-data layers they apply to
 /// (data/bench/h100-s28-config-sweeps-tf32.csv, `s28-tf32-fwd-bwd-data-sweep`): picks 1.025x
 /// the fastest config swept, where the 16-bit costs picked 1.053x (backward-data 1.067x).
@@ -213,7 +213,7 @@ pub(super) const MODELLED_SPLITS: [u32; 3] = [1, 2, 4];
 
 /// Reduction blocks from which a forward or backward-data product may run tiles that are not
 /// persistent: with fewer, a unit's stores no longer overlapped by the next one's loads cost
-/// more than the model says (session 19's A/B: 1x1 layers of 128 columns and 1-6 blocks ran
+/// more than the model says (the A/B of 13d912f, 2026-11-23: 1x1 layers of 128 columns and 1-6 blocks ran
 /// 1.09-1.35x slower in 256 x 128 tiles than in persistent 128 x 128).
 pub(super) const MIN_UNOVERLAPPED_BLOCKS: u64 = 8;
 
@@ -291,9 +291,9 @@ pub(super) struct WeightOneTapModel {
 }
 
 /// 16-bit types: fitted by `bench/wave_model.py --weight` to the 40 layers of up to 100 blocks
-/// of pixels, every one of the 30 configs it models timed on the H100 in session 24
+/// of pixels, every one of the 30 configs it models timed on the H100 in the sweep of cda7f63, 2026-11-24
 /// (data/bench/h100-s24-*, `s24-small-1x1-bwd-weight`): picks 1.007x the fastest config swept
-/// (the session-21 fit, on kernels before their division-free stepping, 1.049x; c192 k1152 7x7
+/// (the fit of 771bbaf, 2026-11-23, on kernels before their division-free stepping, 1.049x; c192 k1152 7x7
 /// took 9.2 us where 7.5 was there).
 pub(super) const WEIGHT_1X1: WeightOneTapModel = WeightOneTapModel {
     costs: [
@@ -311,7 +311,7 @@ pub(super) const WEIGHT_1X1: WeightOneTapModel = WeightOneTapModel {
 };
 
 /// tf32 (transposed tiles, blocks of 32 pixels): fitted by `bench/wave_model.py --weight
-/// --tf32` to the 10 such layers of the H100's session-28 sweep
+/// --tf32` to the 10 such layers of the H100 sweep of 5f7e743, 2026-11-24
 /// (data/bench/h100-s28-config-sweeps-tf32.csv, `s28-tf32-bwd-weight-sweep`: the 6 tiles in
 /// the splits below): picks 1.012x the fastest config swept (1.017x with each layer left out of
 /// the fit), where the 16-bit costs took 1.2-1.3x on the wide 7x7 layers (c1024 k2048: 45.3 us
@@ -342,7 +342,7 @@ pub(super) const WEIGHT_1X1_SPLITS: [Split; 5] = [
 ];
 
 /// The most blocks of pixels the model decides for. In the H100 A/B over 97 backward-weight
-/// layers (session 21) its picks ran 0.88x the rule's time on the 22 layers of 7x7 and 14x14
+/// layers (771bbaf, 2026-11-23) its picks ran 0.88x the rule's time on the 22 layers of 7x7 and 14x14
 /// pixels it changed, but 1.0-2.4x on 28x28 and up to 11x on 112x112, where the rule's 16 to
 /// 128 slices lie outside the splits it models.
 pub(super) const WEIGHT_1X1_MAX_PIXEL_BLOCKS: u64 = 100;

@@ -380,7 +380,7 @@ fn defaults_pair_ctas_only_on_narrow_products_of_many_rows() {
 #[test]
 fn backward_weight_defaults_narrow_the_tile_where_few_pixels_leave_sms_idle() {
     // 1x1 layers by the model: 7x7 x 32 images, 25 blocks of pixels; 54 tiles of 64 x 64
-    // unsplit (7.5 us in session 24's sweep, its fastest; 64 x 128 in four slices, 8.7).
+    // unsplit (7.5 us in the sweep of cda7f63, 2026-11-24, its fastest; 64 x 128 in four slices, 8.7).
     let few_pixels = default_of("v1:bwd-weight:bf16:NHWC:n32:c1152:k192:i7x7:f1x1:s1x1:p0x0:d1x1");
     assert_eq!((few_pixels.tile.bn, few_pixels.tile.wg, few_pixels.split.slices), (64, 1, 1));
     // 1024 x 2048 tiles of 128 x 128 unsplit (19.3 us; the rule's 128 x 256, 23.0).
@@ -389,14 +389,14 @@ fn backward_weight_defaults_narrow_the_tile_where_few_pixels_leave_sms_idle() {
     let many_pixels = default_of("v1:bwd-weight:bf16:NHWC:n32:c256:k256:i56x56:f3x3:s1x1:p1x1:d1x1");
     assert_eq!((many_pixels.tile.bn, many_pixels.tile.wg), (256, 2));
     // c192 k1152, 1152 x 192 in tiles of 64 x 64 unsplit: 7.4 us, the sweep's fastest (the
-    // session-21 model's 128 x 64 in four slices, 9.2; two slices summed in the cluster, 7.6).
+    // model of 771bbaf, 2026-11-23: 128 x 64 in four slices, 9.2; two slices summed in the cluster, 7.6).
     let tall = default_of("v1:bwd-weight:bf16:NHWC:n32:c192:k1152:i7x7:f1x1:s1x1:p0x0:d1x1");
     assert_eq!((tall.tile.bn, tall.tile.wg, tall.split), (64, 1, UNSPLIT));
     // 1x1 past the model's pixels: the rule's many slices (the model's eight took 6x the time).
     let many_pixels_1x1 = default_of("v1:bwd-weight:bf16:NHWC:n32:c64:k64:i56x56:f1x1:s1x1:p0x0:d1x1");
     assert!(many_pixels_1x1.split.slices > 8, "{many_pixels_1x1:?}");
     // 2x2 at stride 2, units of a tap by the model: 768 x 384 x 4 taps in 96 tiles of 128 x
-    // 128 unsplit (17.1 us in session 21's sweep, its fastest; the rule's 128 x 256, 22.1).
+    // 128 unsplit (17.1 us in the sweep of 771bbaf, 2026-11-23, its fastest; the rule's 128 x 256, 22.1).
     let patches = default_of("v1:bwd-weight:bf16:NHWC:n32:c384:k768:i14x14:f2x2:s2x2:p0x0:d1x1");
     assert_eq!((patches.tile.bn, patches.tile.wg, patches.tile.taps, patches.split), (128, 2, 1, UNSPLIT));
     // 14x14 of them: four slices of 128 x 128 (20.3 us, the sweep's fastest).
@@ -406,7 +406,7 @@ fn backward_weight_defaults_narrow_the_tile_where_few_pixels_leave_sms_idle() {
 
 #[test]
 fn blocked_backward_weight_splits_no_further_than_one_wave() {
-    // ResNeXt's layers on the H100 (session 23's sweep of ks 2 to 64): fastest at these.
+    // ResNeXt's layers on the H100 (the sweep of ks 2 to 64 of a208f34, 2026-11-23): fastest at these.
     let slices = |key: &str| WgmmaConfig::default_for_user(&ConvProblem::from_key(key).unwrap(), 132).split.slices;
     assert_eq!(slices("v1:bwd-weight:bf16:NHWC:n32:c128:k128:i56x56:f3x3:s1x1:p1x1:d1x1:g32"), 16);
     assert_eq!(slices("v1:bwd-weight:bf16:NHWC:n32:c256:k256:i28x28:f3x3:s1x1:p1x1:d1x1:g32"), 8);
@@ -460,7 +460,7 @@ fn only_builds_reading_a_blocked_filter_from_w_loop_over_its_groups_boxes() {
 
 #[test]
 fn tf32_defaults_take_the_swept_tiles() {
-    // The H100's fastest in session 28's sweep: three taps on 64 columns where 128 cannot
+    // The H100's fastest in the sweep of 5f7e743, 2026-11-24: three taps on 64 columns where 128 cannot
     // hold them beside the transposition, ...
     assert_eq!(
         default_config("v1:bwd-weight:tf32:NHWC:n32:c128:k128:i28x28:f3x3:s1x1:p1x1:d1x1"),
@@ -500,7 +500,7 @@ fn backward_weight_defaults_split_no_further_than_whole_waves_pay() {
     // the halved reduction saves.
     assert_eq!(slices("v1:bwd-weight:bf16:NHWC:n32:c1024:k2048:i7x7:f1x1:s1x1:p0x0:d1x1"), 1);
     // A wave of slices where the tile's atomics are few: 14x14, 96 tiles of 128 x 128 in two
-    // slices (0.0249 ms on the H100 in session 24's sweep; 48 of 128 x 256 in four, 0.0280).
+    // slices (0.0249 ms on the H100 in the sweep of cda7f63, 2026-11-24; 48 of 128 x 256 in four, 0.0280).
     assert_eq!(slices("v1:bwd-weight:bf16:NHWC:n32:c384:k1536:i14x14:f1x1:s1x1:p0x0:d1x1"), 2);
     // 27 taps in units of three: nine 64 x 64 tiles, as many slices as the split takes.
     assert_eq!(slices("v1:bwd-weight:bf16:NDHWC:n32:c64:k64:i16x56x56:f3x3x3:s1x1x1:p1x1x1:d1x1x1"), 128);
