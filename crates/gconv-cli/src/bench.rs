@@ -1,8 +1,9 @@
-//! `gconv bench`: gconv against the vendor library (cuDNN) on the same device, in one process,
-//! on the same buffers, every figure by the one measurement path (GPU time per call of
-//! back-to-back calls). Columns: gconv's pick (in the find mode given), gconv's best (all
-//! solvers), gconv's best own kernel (no vendor library), cuDNN's heuristic pick and cuDNN's
-//! find pick; the roofline bound; PyTorch's time when its CSV is given.
+//! `gconv bench`: gconv against the runtime's yardstick, a vendor library (cuDNN on the CUDA
+//! backend), on the same device, in one process, on the same buffers, every figure by the one
+//! measurement path (GPU time per call of back-to-back calls). Columns: gconv's pick (in the
+//! find mode given), gconv's best (all solvers), gconv's best own kernel (no vendor library), the
+//! library's heuristic pick and its find's pick; the roofline bound; PyTorch's time when its CSV
+//! is given.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -50,15 +51,17 @@ struct Row {
     pick: Measured,
     best: Option<Measured>,
     own: Option<Measured>,
-    cudnn_heuristic: Result<Measured, String>,
-    cudnn_find: Result<Measured, String>,
+    /// The yardstick library's name (the runtime's: cuDNN on the CUDA backend).
+    vendor: String,
+    vendor_heuristic: Result<Measured, String>,
+    vendor_find: Result<Measured, String>,
     torch_ms: Option<f64>,
     bound_ms: Option<f64>,
 }
 
 impl Row {
     fn find_ms(&self) -> Option<f64> {
-        self.cudnn_find.as_ref().ok().map(|m| m.1)
+        self.vendor_find.as_ref().ok().map(|m| m.1)
     }
 }
 
@@ -156,11 +159,12 @@ fn bench_one(
         }
     };
     let yardstick = rt.yardstick(p)?;
-    let (cudnn_heuristic, cudnn_find) = match &yardstick {
-        None => (Err("no cuDNN configs".to_string()), Err("no cuDNN configs".to_string())),
+    let vendor = yardstick.as_ref().map_or("the vendor library", |y| y.library).to_string();
+    let (vendor_heuristic, vendor_find) = match &yardstick {
+        None => (Err(format!("no {vendor} configs")), Err(format!("no {vendor} configs"))),
         Some(y) => {
-            // The library's own lists as it runs them: cuDNN does not verify, so a config
-            // gconv's verification rejects is timed too, and says so.
+            // The library's own lists as it runs them: the library does not verify, so a
+            // config gconv's verification rejects is timed too, and says so.
             let rows =
                 |configs: &[gconv_core::Config]| configs.iter().filter_map(|c| row_of(y.solver, c)).collect::<Vec<_>>();
             let heuristic = fastest_in_full(rt, &mut bed, &rows(std::slice::from_ref(&y.heuristic)), false, opts)?;
@@ -180,8 +184,9 @@ fn bench_one(
         pick: (format!("{} {}", chosen.solver_id, chosen.config), pick_ms),
         best: ranking.iter().find(timed).and_then(measured),
         own,
-        cudnn_heuristic,
-        cudnn_find,
+        vendor,
+        vendor_heuristic,
+        vendor_find,
         torch_ms: opts.torch.as_ref().and_then(|t| t.get(&p.key()).copied()),
         bound_ms: rt.peaks(p.dtype)?.map(|peaks| peaks.bound_s(p.flops(), p.bytes()) * 1e3),
     };
@@ -246,11 +251,12 @@ fn print_row(r: &Row) {
     println!("{}", r.key);
     println!("  gconv pick {:.4} ms ({}); best {}; own {}", r.pick.1, r.pick.0, show(&r.best), show(&r.own));
     let torch = r.torch_ms.map_or(String::new(), |t| format!("; PyTorch {t:.4} ms"));
-    println!("  cuDNN heuristic {}; cuDNN find {}{torch}", shown(&r.cudnn_heuristic), shown(&r.cudnn_find));
+    let v = &r.vendor;
+    println!("  {v} heuristic {}; {v} find {}{torch}", shown(&r.vendor_heuristic), shown(&r.vendor_find));
     if let Some(find) = r.find_ms() {
         let vs = |m: &Option<Measured>| m.as_ref().map_or("-".into(), |m| format!("{:.2}x", find / m.1));
         let bound = r.bound_ms.map_or(String::new(), |b| format!("; roofline {b:.4} ms"));
-        println!("  against cuDNN find: pick {:.2}x, best {}, own {}{bound}", find / r.pick.1, vs(&r.best), vs(&r.own));
+        println!("  against {v} find: pick {:.2}x, best {}, own {}{bound}", find / r.pick.1, vs(&r.best), vs(&r.own));
     }
 }
 
@@ -289,8 +295,8 @@ impl CsvOut {
         let mut out = CsvOut { path: path.to_path_buf(), file: std::io::BufWriter::new(file) };
         out.line(
             "key,class,direction,dtype,timing,gconv_pick,gconv_pick_ms,gconv_best,gconv_best_ms,gconv_own,gconv_own_ms,\
-             cudnn_heuristic,cudnn_heuristic_ms,cudnn_find,cudnn_find_ms,torch_ms,roofline_ms,\
-             pick_vs_cudnn_find,best_vs_cudnn_find,own_vs_cudnn_find,cudnn_find_vs_torch",
+             vendor_heuristic,vendor_heuristic_ms,vendor_find,vendor_find_ms,torch_ms,roofline_ms,\
+             pick_vs_vendor_find,best_vs_vendor_find,own_vs_vendor_find,vendor_find_vs_torch,vendor",
         )?;
         Ok(out)
     }
@@ -298,12 +304,12 @@ impl CsvOut {
     fn row(&mut self, r: &Row, timing: &str) -> anyhow::Result<()> {
         let part = |m: Option<&Measured>| m.map_or(("none".to_string(), f64::NAN), |(w, ms)| (w.clone(), *ms));
         let (best, own) = (part(r.best.as_ref()), part(r.own.as_ref()));
-        let (heuristic, found) = (part(r.cudnn_heuristic.as_ref().ok()), part(r.cudnn_find.as_ref().ok()));
+        let (heuristic, found) = (part(r.vendor_heuristic.as_ref().ok()), part(r.vendor_find.as_ref().ok()));
         let (torch, bound) = (r.torch_ms.unwrap_or(f64::NAN), r.bound_ms.unwrap_or(f64::NAN));
         self.line(&format!(
-            "{},{},{},{},{timing},{},{:.5},{},{:.5},{},{:.5},{},{:.5},{},{:.5},{torch:.5},{bound:.4e},{:.4},{:.4},{:.4},{:.4}",
+            "{},{},{},{},{timing},{},{:.5},{},{:.5},{},{:.5},{},{:.5},{},{:.5},{torch:.5},{bound:.4e},{:.4},{:.4},{:.4},{:.4},{}",
             r.key, r.class, r.direction, r.dtype, r.pick.0, r.pick.1, best.0, best.1, own.0, own.1, heuristic.0, heuristic.1, found.0, found.1,
-            found.1 / r.pick.1, found.1 / best.1, found.1 / own.1, found.1 / torch
+            found.1 / r.pick.1, found.1 / best.1, found.1 / own.1, found.1 / torch, r.vendor
         ))
     }
 
@@ -337,8 +343,11 @@ pub fn summarize_csv(paths: &[PathBuf]) -> anyhow::Result<ExitCode> {
 fn row_from_csv(header: &[&str], line: &str) -> anyhow::Result<Row> {
     let fields: Vec<&str> = line.split(',').collect();
     anyhow::ensure!(fields.len() == header.len(), "{} fields where the header has {}", fields.len(), header.len());
+    // Files written before the yardstick was named by its runtime call its columns `cudnn_*`.
     let get = |name: &str| {
-        header.iter().position(|h| *h == name).map(|i| fields[i]).with_context(|| format!("no `{name}` column"))
+        let older = name.replace("vendor", "cudnn");
+        let at = header.iter().position(|h| *h == name).or_else(|| header.iter().position(|h| *h == older));
+        at.map(|i| fields[i]).with_context(|| format!("no `{name}` column"))
     };
     let ms =
         |name: &str| -> anyhow::Result<Option<f64>> { Ok(get(name)?.parse::<f64>().ok().filter(|v| v.is_finite())) };
@@ -359,18 +368,19 @@ fn row_from_csv(header: &[&str], line: &str) -> anyhow::Result<Row> {
         pick: measured("gconv_pick", "gconv_pick_ms")?.context("no pick time")?,
         best: measured("gconv_best", "gconv_best_ms")?,
         own: measured("gconv_own", "gconv_own_ms")?,
-        cudnn_heuristic: measured("cudnn_heuristic", "cudnn_heuristic_ms")?.ok_or_else(|| "failed".to_string()),
-        cudnn_find: measured("cudnn_find", "cudnn_find_ms")?.ok_or_else(|| "failed".to_string()),
+        vendor: get("vendor").unwrap_or("cuDNN").to_string(),
+        vendor_heuristic: measured("vendor_heuristic", "vendor_heuristic_ms")?.ok_or_else(|| "failed".to_string()),
+        vendor_find: measured("vendor_find", "vendor_find_ms")?.ok_or_else(|| "failed".to_string()),
         torch_ms: ms("torch_ms")?,
         bound_ms: ms("roofline_ms")?,
     })
 }
 
-/// Layers of cuDNN-find time above this (ms) must agree with PyTorch within AGREEMENT.
+/// Layers of the vendor find's time above this (ms) must agree with PyTorch within AGREEMENT.
 const AGREEMENT_MIN_MS: f64 = 0.02;
 const AGREEMENT: (f64, f64) = (0.75, 1.33);
 
-/// One summary figure: geomean of cuDNN find over gconv's time, the worst, and how many layers
+/// One summary figure: geomean of the vendor find's time over gconv's, the worst, and how many layers
 /// fall below 0.5x and 0.9x.
 fn ratios(name: &str, ratios: &[f64]) -> String {
     let worst = ratios.iter().cloned().fold(f64::INFINITY, f64::min);
@@ -384,8 +394,9 @@ fn ratios(name: &str, ratios: &[f64]) -> String {
 }
 
 fn summarize(rows: &[Row], torch: bool) {
+    let v = rows.first().map_or("the vendor library", |r| r.vendor.as_str());
     println!(
-        "\nsummary: geomean speed against cuDNN find (>1: faster than cuDNN), per dtype and group; roofline fractions"
+        "\nsummary: geomean speed against {v} find (>1: faster than {v}), per dtype and group; roofline fractions"
     );
     let mut groups: BTreeMap<String, Vec<&Row>> = BTreeMap::new();
     for r in rows {
@@ -407,12 +418,12 @@ fn summarize(rows: &[Row], torch: bool) {
         };
         let missing = match members.len() - with_find.len() {
             0 => String::new(),
-            n => format!(" ({n} without a cuDNN find)"),
+            n => format!(" ({n} without a {v} find)"),
         };
         println!("  {name:<22} {:>3} layers{missing}", members.len());
         println!("      {}; {}; {}", ratios("pick", &pick), ratios("best", &best), ratios("own", &own));
         println!(
-            "      roofline: best {}, own {}, cuDNN find {}",
+            "      roofline: best {}, own {}, {v} find {}",
             roofline(&|r| r.best.as_ref().map(|m| m.1)),
             roofline(&|r| r.own.as_ref().map(|m| m.1)),
             roofline(&|r| r.find_ms())
@@ -425,7 +436,7 @@ fn summarize(rows: &[Row], torch: bool) {
             let best_vs_torch: Vec<f64> =
                 members.iter().filter_map(|r| Some(r.torch_ms? / r.best.as_ref()?.1)).collect();
             println!(
-                "      PyTorch ({} layers): cuDNN find / PyTorch {:.3} geomean, {outside} of {} layers over {} us outside {}-{}; gconv best {:.2}x PyTorch",
+                "      PyTorch ({} layers): {v} find / PyTorch {:.3} geomean, {outside} of {} layers over {} us outside {}-{}; gconv best {:.2}x PyTorch",
                 agree.len(),
                 geomean(&ratio).unwrap_or(f64::NAN),
                 large.count(),
