@@ -5,6 +5,7 @@
 //! dynamic programming over the layer graph. The result is a tuning JSON that later runs reuse
 //! with no tuning and no find.
 
+pub mod format;
 pub mod knobs;
 pub mod network;
 pub mod plan;
@@ -12,6 +13,7 @@ pub mod run;
 pub mod tune;
 pub mod tuning;
 
+pub use format::NetworkFormat;
 pub use knobs::Knobs;
 pub use network::{Layer, Network, Source};
 pub use tuning::TuningFile;

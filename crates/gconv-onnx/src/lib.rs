@@ -163,3 +163,31 @@ fn sources(
     });
     found
 }
+
+/// ONNX models (`.onnx` files) as a network format.
+pub struct Onnx;
+
+impl gconv_net::NetworkFormat for Onnx {
+    fn name(&self) -> &'static str {
+        "an ONNX model (.onnx)"
+    }
+
+    fn claims(&self, spec: &str) -> bool {
+        Path::new(spec).extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
+    }
+
+    fn read(&self, spec: &str, batch: Option<u32>) -> gconv_net::Result<Network> {
+        let path = Path::new(spec);
+        if !path.is_file() {
+            return Err(gconv_net::Error::BadNetwork {
+                origin: spec.to_string(),
+                line: 0,
+                reason: "no such ONNX file".into(),
+            });
+        }
+        read(path, batch).map_err(|e| match e {
+            Error::Net(e) => e,
+            Error::Onnx { reason, .. } => gconv_net::Error::BadNetwork { origin: spec.to_string(), line: 0, reason },
+        })
+    }
+}

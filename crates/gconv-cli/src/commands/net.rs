@@ -10,6 +10,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use gconv_core::{ConvProblem, DataType, Direction, Runtime, TimingOptions};
+use gconv_net::format::{self, NetworkFormat};
 use gconv_net::knobs::parse_format;
 use gconv_net::run::{mismatch_reason, Mismatch, Origin};
 use gconv_net::tune::{Method, NetTuneOptions, Phases, Progress};
@@ -150,56 +151,71 @@ pub struct NetPrecompileArgs {
 
 impl NetArgs {
     fn network(&self) -> anyhow::Result<Network> {
-        let net = match (&self.onnx, &self.net) {
-            (Some(path), _) => read_onnx(path, self.batch)?,
-            (None, Some(name)) => match Network::builtin(name) {
-                Some(net) => net?,
-                None => read_network(Path::new(name), self.batch)?,
-            },
+        Ok(match (&self.onnx, &self.net) {
+            (Some(path), _) => format::read(&[onnx_format()], &path.to_string_lossy(), self.batch)?,
+            (None, Some(spec)) => format::read(&formats(), spec, self.batch)?,
             (None, None) => anyhow::bail!("name a network: a built-in one, a file, or --onnx FILE"),
-        };
-        Ok(match self.batch {
-            Some(n) => net.with_batch(n),
-            None => net,
         })
     }
 }
 
+/// Every format `gconv net` reads, in the order they are tried.
+fn formats() -> [&'static dyn NetworkFormat; 4] {
+    [&format::Builtin, onnx_format(), &format::NetworkFile, &DriverLines]
+}
+
 #[cfg(feature = "onnx")]
-fn read_onnx(path: &Path, batch: Option<u32>) -> anyhow::Result<Network> {
-    anyhow::ensure!(path.is_file(), "{}: no such ONNX file", path.display());
-    Ok(gconv_onnx::read(path, batch)?)
+fn onnx_format() -> &'static dyn NetworkFormat {
+    &gconv_onnx::Onnx
 }
 
 #[cfg(not(feature = "onnx"))]
-fn read_onnx(path: &Path, _batch: Option<u32>) -> anyhow::Result<Network> {
-    anyhow::bail!(
-        "{}: this gconv was built without ONNX import (cargo feature `onnx`); give a network file or driver lines",
-        path.display()
-    )
+fn onnx_format() -> &'static dyn NetworkFormat {
+    &NoOnnx
 }
 
-fn read_network(path: &Path, batch: Option<u32>) -> anyhow::Result<Network> {
-    let name = path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
-    if !path.exists() {
-        let builtin: Vec<&str> = Network::builtin_names().collect();
-        anyhow::bail!("`{}` is neither a built-in network ({}) nor a file", path.display(), builtin.join(", "));
+/// `.onnx` files in a gconv built without ONNX import: claimed, to say so.
+#[cfg(not(feature = "onnx"))]
+struct NoOnnx;
+
+#[cfg(not(feature = "onnx"))]
+impl NetworkFormat for NoOnnx {
+    fn name(&self) -> &'static str {
+        "an ONNX model (.onnx)"
     }
-    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx")) {
-        return read_onnx(path, batch);
+
+    fn claims(&self, spec: &str) -> bool {
+        Path::new(spec).extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
     }
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    if text.lines().any(|l| l.split('#').next().unwrap_or("").contains("<-")) {
-        return Ok(Network::parse(&name, &text)?);
+
+    fn read(&self, spec: &str, _batch: Option<u32>) -> gconv_net::Result<Network> {
+        let reason =
+            "this gconv was built without ONNX import (cargo feature `onnx`); give a network file or driver lines";
+        Err(gconv_net::Error::BadNetwork { origin: spec.to_string(), line: 0, reason: reason.into() })
     }
-    // Driver lines: each line's forward shape, once, in order.
-    let mut shapes: Vec<ConvProblem> = Vec::new();
-    for (origin, job) in jobs_from_file(path, DataType::F32, &default_run_args()).map_err(anyhow::Error::msg)? {
-        let (problems, _) = job.map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
-        let first = problems.first().with_context(|| format!("{origin}: no problem"))?;
-        shapes.push(first.clone());
+}
+
+/// A file of driver lines (or keys): a chain, each line's forward shape feeding the next.
+struct DriverLines;
+
+impl NetworkFormat for DriverLines {
+    fn name(&self) -> &'static str {
+        "a file of driver lines"
     }
-    Ok(Network::chain(&name, &shapes)?)
+
+    fn claims(&self, spec: &str) -> bool {
+        Path::new(spec).is_file()
+    }
+
+    fn read(&self, spec: &str, _batch: Option<u32>) -> gconv_net::Result<Network> {
+        let bad = |reason: String| gconv_net::Error::BadNetwork { origin: spec.to_string(), line: 0, reason };
+        let mut shapes: Vec<ConvProblem> = Vec::new();
+        for (origin, job) in jobs_from_file(Path::new(spec), DataType::F32, &default_run_args()).map_err(bad)? {
+            let (problems, _) = job.map_err(|e| bad(format!("{origin}: {e}")))?;
+            shapes.push(problems.first().ok_or_else(|| bad(format!("{origin}: no problem")))?.clone());
+        }
+        Network::chain(&format::stem(spec), &shapes)
+    }
 }
 
 fn directions(tokens: &[String]) -> anyhow::Result<Vec<Direction>> {
