@@ -4,12 +4,16 @@
 use super::geometry::*;
 use super::space::*;
 use super::tile::*;
+use std::sync::LazyLock;
+
+use serde::Deserialize;
+
 use super::*;
 
 impl WgmmaConfig {
     /// The config a problem starts from on a GPU of `sms` SMs. Forward and backward-data: the
     /// tile and split (of 1, 2 or 4 slices) a wave model of the kernel's time expects to finish
-    /// first (see TILE_COSTS), in pairs of CTAs where the product is narrow on one side and has
+    /// first (see `wave_model`), in pairs of CTAs where the product is narrow on one side and has
     /// many rows. Backward-weight: 1x1 layers, and dense ones whose taps are not in threes, by a
     /// wave model of their own (quickest_weight_one_tap); others columns by input channels per
     /// group, rows by output channels, and the fewest slices of the pixels that fill the GPU
@@ -93,9 +97,9 @@ impl WgmmaConfig {
         let Some(largest) = products.iter().max_by_key(|product| product.rows) else {
             return WgmmaConfig { tile: with_stages(128, 2), split: UNSPLIT };
         };
-        // The tile and split the wave model (TILE_COSTS, TILE_COSTS_TF32) expects to finish first.
-        let model = if p.dtype == DataType::Tf32 { &TILE_COSTS_TF32 } else { &TILE_COSTS };
-        let modelled = model.costs.iter().filter_map(|cost| cost.tile(p.dtype).map(|tile| (tile, cost)));
+        // The tile and split the wave model (`wave_model`) expects to finish first.
+        let model = wave_model(p.dtype);
+        let modelled = model.tiles.iter().filter_map(|cost| cost.tile(p.dtype).map(|tile| (tile, cost)));
         let candidates = modelled.flat_map(|(tile, cost)| {
             MODELLED_SPLITS
                 .map(|slices| (WgmmaConfig { tile, split: Split { slices, reduction: Reduction::Atomic } }, cost))
@@ -126,11 +130,9 @@ impl WgmmaConfig {
     }
 }
 
-/// A forward or backward-data tile's time on the GPU: microseconds per reduction block of each
-/// wave of units, and per wave (its fill, drain and epilogue). Fitted by bench/wave_model.py to
-/// the H100's config sweeps of 181 dense layers (bf16; data/bench/h100-s20-config-sweeps-bf16.csv
-/// with those of 13d912f, 2026-11-23): its picks ran 1.018x the fastest config swept, each layer left out of
-/// the fit in turn, against 1.071x for the hand rules it replaced.
+/// A tile's time on the GPU: microseconds per reduction block of each wave of units, and per
+/// wave (its fill, drain and epilogue).
+#[derive(Debug, Deserialize)]
 pub(super) struct TileCost {
     pub(super) bn: u32,
     pub(super) wg: u32,
@@ -140,8 +142,35 @@ pub(super) struct TileCost {
     pub(super) per_wave_us: f64,
 }
 
-pub(super) const fn cost(bn: u32, wg: u32, mr: u32, persistent: bool, per_block_us: f64, per_wave_us: f64) -> TileCost {
-    TileCost { bn, wg, mr, persistent, per_block_us, per_wave_us }
+/// The fitted wave models (wave-models.json, beside this file, says where each was fitted).
+#[derive(Debug, Deserialize)]
+pub(super) struct WaveModels {
+    forward_and_backward_data_16bit: WaveModel,
+    forward_and_backward_data_tf32: WaveModel,
+    backward_weight_one_tap_16bit: WeightOneTapModel,
+    backward_weight_one_tap_tf32: WeightOneTapModel,
+}
+
+static WAVE_MODELS: LazyLock<WaveModels> = LazyLock::new(|| {
+    // Data of the build, checked by a test: never a user's input.
+    serde_json::from_str(include_str!("wave-models.json")).expect("wave-models.json parses")
+});
+
+/// The forward and backward-data model of `dtype` (tf32 has costs of its own).
+pub(super) fn wave_model(dtype: DataType) -> &'static WaveModel {
+    match dtype {
+        DataType::Tf32 => &WAVE_MODELS.forward_and_backward_data_tf32,
+        _ => &WAVE_MODELS.forward_and_backward_data_16bit,
+    }
+}
+
+/// The backward-weight model of one-tap units, for transposed (tf32) tiles or not.
+pub(super) fn weight_one_tap_model(transposed: bool) -> &'static WeightOneTapModel {
+    if transposed {
+        &WAVE_MODELS.backward_weight_one_tap_tf32
+    } else {
+        &WAVE_MODELS.backward_weight_one_tap_16bit
+    }
 }
 
 impl TileCost {
@@ -164,49 +193,12 @@ impl TileCost {
 /// The forward and backward-data wave model of a data type: the tiles' costs, and a split's
 /// (zeroing the fp32 workspace and the reduction's launch, and per million destination
 /// elements their atomics and the reduction's pass).
+#[derive(Debug, Deserialize)]
 pub(super) struct WaveModel {
-    pub(super) costs: &'static [TileCost],
+    pub(super) tiles: Vec<TileCost>,
     pub(super) split_us: f64,
     pub(super) split_us_per_million_elements: f64,
 }
-
-/// 16-bit types. Persistent where the staging fits four stages (a unit's stores overlap the
-/// next one's loads); 256 x 128 tiles not: persistent at three stages they ran 1.00-1.09x the
-/// time of the tiles they replaced in the model's first A/B on the H100 (30 layers), which the
-/// model did not foresee.
-pub(super) const TILE_COSTS: WaveModel = WaveModel {
-    costs: &[
-        cost(64, 1, 1, true, 0.324, 0.49),
-        cost(64, 2, 1, true, 0.345, 0.85),
-        cost(128, 1, 1, true, 0.359, 0.90),
-        cost(128, 2, 1, true, 0.404, 1.56),
-        cost(256, 1, 1, true, 0.439, 1.81),
-        cost(256, 2, 1, true, 0.604, 2.66),
-        cost(64, 2, 2, true, 0.458, 1.66),
-        cost(128, 2, 2, false, 0.523, 3.77),
-    ],
-    split_us: 2.16,
-    split_us_per_million_elements: 6.78,
-};
-
-/// tf32 (blocks of 32 channels; 128 x 256 tiles stage too much fp32 to be persistent):
-/// fitted by `bench/wave_model.py --tf32` to the H100 sweep of 5f7e743, 2026-11-24 of these tiles and
-/// splits on the 98 dense forward and backward-data layers they apply to
-/// (data/bench/h100-s28-config-sweeps-tf32.csv, `s28-tf32-fwd-bwd-data-sweep`): picks 1.025x
-/// the fastest config swept, where the 16-bit costs picked 1.053x (backward-data 1.067x).
-pub(super) const TILE_COSTS_TF32: WaveModel = WaveModel {
-    costs: &[
-        cost(64, 1, 1, true, 0.161, 0.59),
-        cost(64, 2, 1, true, 0.220, 1.06),
-        cost(128, 1, 1, true, 0.237, 0.93),
-        cost(128, 2, 1, true, 0.300, 1.61),
-        cost(256, 1, 1, true, 0.336, 1.62),
-        cost(64, 2, 2, true, 0.335, 2.08),
-        cost(128, 2, 2, false, 0.434, 3.98),
-    ],
-    split_us: 1.51,
-    split_us_per_million_elements: 8.48,
-};
 
 /// The splits the model was fitted on.
 pub(super) const MODELLED_SPLITS: [u32; 3] = [1, 2, 4];
@@ -279,57 +271,17 @@ pub(super) fn quickest_split(tiles: u64, tile_sums: u64, reduction: u64, sms: u6
 }
 
 /// The backward-weight wave model of units of one tap (see quickest_weight_one_tap): the tiles'
-/// times (as TILE_COSTS; not persistent), and a split's cost, a constant and per million fp32
+/// times (as the forward model's; not persistent), and a split's cost, a constant and per million fp32
 /// sums of the slices' tiles: by atomics (the zeroing, the reduction's launch and the atomics),
 /// and in the cluster.
+#[derive(Debug, Deserialize)]
 pub(super) struct WeightOneTapModel {
-    pub(super) costs: [TileCost; 6],
+    pub(super) tiles: Vec<TileCost>,
     pub(super) split_us: f64,
     pub(super) split_us_per_million_sums: f64,
     pub(super) cluster_sums_us: f64,
     pub(super) cluster_sums_us_per_million: f64,
 }
-
-/// 16-bit types: fitted by `bench/wave_model.py --weight` to the 40 layers of up to 100 blocks
-/// of pixels, every one of the 30 configs it models timed on the H100 in the sweep of cda7f63, 2026-11-24
-/// (data/bench/h100-s24-*, `s24-small-1x1-bwd-weight`): picks 1.007x the fastest config swept
-/// (the fit of 771bbaf, 2026-11-23, on kernels before their division-free stepping, 1.049x; c192 k1152 7x7
-/// took 9.2 us where 7.5 was there).
-pub(super) const WEIGHT_1X1: WeightOneTapModel = WeightOneTapModel {
-    costs: [
-        cost(64, 1, 1, false, 0.192, 1.60),
-        cost(64, 2, 1, false, 0.275, 1.91),
-        cost(128, 1, 1, false, 0.230, 1.95),
-        cost(128, 2, 1, false, 0.319, 2.51),
-        cost(256, 1, 1, false, 0.321, 2.91),
-        cost(256, 2, 1, false, 0.604, 3.45),
-    ],
-    split_us: 2.44,
-    split_us_per_million_sums: 1.74,
-    cluster_sums_us: 2.30,
-    cluster_sums_us_per_million: 2.32,
-};
-
-/// tf32 (transposed tiles, blocks of 32 pixels): fitted by `bench/wave_model.py --weight
-/// --tf32` to the 10 such layers of the H100 sweep of 5f7e743, 2026-11-24
-/// (data/bench/h100-s28-config-sweeps-tf32.csv, `s28-tf32-bwd-weight-sweep`: the 6 tiles in
-/// the splits below): picks 1.012x the fastest config swept (1.017x with each layer left out of
-/// the fit), where the 16-bit costs took 1.2-1.3x on the wide 7x7 layers (c1024 k2048: 45.3 us
-/// against 35.6 in two slices summed in the cluster).
-pub(super) const WEIGHT_1X1_TF32: WeightOneTapModel = WeightOneTapModel {
-    costs: [
-        cost(64, 1, 1, false, 0.443, 1.69),
-        cost(64, 2, 1, false, 0.579, 2.14),
-        cost(128, 1, 1, false, 0.550, 2.04),
-        cost(128, 2, 1, false, 0.827, 2.66),
-        cost(256, 1, 1, false, 0.899, 2.92),
-        cost(256, 2, 1, false, 1.079, 3.78),
-    ],
-    split_us: 3.16,
-    split_us_per_million_sums: 1.14,
-    cluster_sums_us: 2.50,
-    cluster_sums_us_per_million: 1.05,
-};
 
 /// The splits those sweeps took: by atomics, and two slices summed in the cluster (four wait
 /// on GPCs with room for clusters of four: 1.2-1.6x the atomics' time there).
@@ -357,7 +309,7 @@ pub(super) fn quickest_weight_one_tap(p: &ConvProblem, sms: u64) -> Option<Wgmma
     if pixel_blocks > WEIGHT_1X1_MAX_PIXEL_BLOCKS {
         return None;
     }
-    let model = if transposes(p) { &WEIGHT_1X1_TF32 } else { &WEIGHT_1X1 };
+    let model = weight_one_tap_model(transposes(p));
     let modelled = |config: WgmmaConfig, cost: &TileCost| {
         let tiles = (geo.kg as u64).div_ceil(u64::from(config.tile.rows()))
             * (geo.cg as u64).div_ceil(u64::from(config.tile.bn))
@@ -375,11 +327,27 @@ pub(super) fn quickest_weight_one_tap(p: &ConvProblem, sms: u64) -> Option<Wgmma
                 _ => model.split_us + model.split_us_per_million_sums * sums / 1e6,
             }
     };
-    let tiles = model.costs.iter().filter_map(|cost| cost.tile(p.dtype).map(|tile| (tile, cost)));
+    let tiles = model.tiles.iter().filter_map(|cost| cost.tile(p.dtype).map(|tile| (tile, cost)));
     let candidates = tiles.flat_map(|(tile, cost)| WEIGHT_1X1_SPLITS.map(|split| (WgmmaConfig { tile, split }, cost)));
     candidates
         .filter(|(config, _)| config.check(p).is_ok())
         .map(|(config, cost)| (modelled(config, cost), config))
         .min_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, config)| config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wave_models_parse_with_every_tile_they_were_fitted_on() {
+        assert_eq!(wave_model(DataType::Bf16).tiles.len(), 8);
+        assert_eq!(wave_model(DataType::Tf32).tiles.len(), 7);
+        for transposed in [false, true] {
+            let model = weight_one_tap_model(transposed);
+            assert_eq!(model.tiles.len(), 6);
+            assert!(model.tiles.iter().all(|t| t.per_block_us > 0.0 && t.per_wave_us > 0.0 && !t.persistent));
+        }
+    }
 }
