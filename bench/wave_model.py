@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Fits the wave model behind cuda.igemm_wgmma's forward and backward-data defaults (TILE_COSTS
-in crates/gconv-cuda/src/solvers/igemm_wgmma.rs) to config sweeps, and says how well it picks.
+"""Fits the wave model behind cuda.igemm_wgmma's forward and backward-data defaults (the
+`forward_and_backward_data_*` entries of crates/gconv-cuda/src/solvers/igemm_wgmma/wave-models.json)
+to config sweeps, and says how well it picks.
 
     bench/wave_model.py data/bench/h100-s19-config-sweeps-bf16.csv data/bench/h100-s20-config-sweeps-bf16.csv
 
@@ -9,16 +10,16 @@ or not; split ks) runs each product with taps (forward: one; backward-data: one 
 phase) in ceil(units / SMS) waves, units = row tiles x column tiles x ks x groups, each wave
 costing `blocks / ks x per_block[shape] + per_wave[shape]`; a split adds a constant and a cost
 per million destination elements; stored zeros (phases no tap reaches) and a constant complete
-the time. Least squares on relative error. Prints the costs (the Rust table's numbers), then
+the time. Least squares on relative error. Prints the costs (the JSON entry's tiles and split), then
 per layer the model's pick against the fastest config swept, in sample and with the layer left
 out of the fit, and against the default of the build that ran the `*-base` side of an A/B when
 given (--defaults, lines `DEF key config`). Needs numpy. Clusters (cl 2) are left out: the
 defaults add them by a rule of their own.
 
---tf32 fits tf32's costs (TILE_COSTS_TF32, and with --weight WEIGHT_1X1_TF32): reduction
+--tf32 fits tf32's costs (the `_tf32` entries): reduction
 blocks of 32 channels or pixels where 16-bit types have 64.
 
---weight fits WEIGHT_1X1 instead: 1x1 backward-weight layers of up to 100 blocks of pixels
+--weight fits `backward_weight_one_tap_*` instead: 1x1 backward-weight layers of up to 100 blocks of pixels
 (WEIGHT_1X1_MAX_PIXEL_BLOCKS), tiles of 64 x wg rows (output channels) by bn columns (input
 channels), ceil(tiles x ks / SMS) waves of the blocks / ks each, a split's
 cost a constant and per million fp32 sums (units x tile size) added by atomics, or with the sums
@@ -28,13 +29,14 @@ import argparse
 import collections
 import csv
 import itertools
+import json
 import math
 import re
 
 import numpy as np
 
 SMS = 132
-# (bn, wg, mr, persistent): TILE_COSTS' order.
+# (bn, wg, mr, persistent): the order of the JSON entry's tiles.
 SHAPES = [(64, 1, 1, 1), (64, 2, 1, 1), (128, 1, 1, 1), (128, 2, 1, 1), (256, 1, 1, 1), (256, 2, 1, 1), (64, 2, 2, 1), (128, 2, 2, 0)]
 WEIGHT_SHAPES = [(64, 1, 1, 0), (64, 2, 1, 0), (128, 1, 1, 0), (128, 2, 1, 0), (256, 1, 1, 0), (256, 2, 1, 0)]
 WEIGHT_FITTED = ("s24-small-1x1-bwd-weight",)
@@ -145,7 +147,7 @@ def main():
     ap.add_argument("--defaults", help="`DEF key config` lines: the defaults to compare with")
     ap.add_argument("-v", "--verbose", action="store_true", help="a line per layer")
     ap.add_argument("--weight", action="store_true", help="fit the 1x1 backward-weight model")
-    ap.add_argument("--tf32", action="store_true", help="fit tf32's costs (TILE_COSTS_TF32, WEIGHT_1X1_TF32)")
+    ap.add_argument("--tf32", action="store_true", help="fit tf32's costs (the _tf32 entries)")
     args = ap.parse_args()
     shapes, featurize = (WEIGHT_SHAPES, weight_features) if args.weight else (SHAPES, features)
     if args.sweeps == FITTED:
@@ -169,10 +171,18 @@ def main():
 
     coef = fit(np.ones(len(y), dtype=bool))
     n = len(shapes)
-    for shape, block, wave in zip(shapes, coef[:n], coef[n : 2 * n]):
-        print(f"    cost({shape[0]}, {shape[1]}, {shape[2]}, {'true' if shape[3] else 'false'}, {block:.3f}, {wave:.2f}),")
-    per_million = f"sums; sums in the cluster {coef[-5]:.2f} us + {coef[-6]:.2f} us per million" if args.weight else f"elements; stored zeros {coef[-3]:.2f} us per million"
-    print(f"split {coef[-2]:.2f} us + {coef[-4]:.2f} us per million {per_million}; constant {coef[-1]:.2f} us")
+    tiles = [
+        {"bn": shape[0], "wg": shape[1], "mr": shape[2], "persistent": bool(shape[3]), "per_block_us": round(block, 3), "per_wave_us": round(wave, 2)}
+        for shape, block, wave in zip(shapes, coef[:n], coef[n : 2 * n])
+    ]
+    entry = {"fitted": "bench/wave_model.py " + " ".join(args.csv), "tiles": tiles, "split_us": round(coef[-2], 2)}
+    if args.weight:
+        entry.update(split_us_per_million_sums=round(coef[-4], 2), cluster_sums_us=round(coef[-5], 2), cluster_sums_us_per_million=round(coef[-6], 2))
+    else:
+        entry.update(split_us_per_million_elements=round(coef[-4], 2))
+    print(json.dumps(entry, indent=1))
+    extra = "" if args.weight else f"; stored zeros {coef[-3]:.2f} us per million"
+    print(f"(not in the model: constant {coef[-1]:.2f} us{extra})")
     defaults = {}
     if args.defaults:
         with open(args.defaults) as f:
