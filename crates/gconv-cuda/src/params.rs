@@ -60,7 +60,7 @@ impl ConvParams {
 
 /// Which filter tap a lowered product's tap t reads, per dimension f = origin + step x t (the
 /// identity for a forward convolution; backward-data's phase taps, flipped), and the filter's
-/// own extents: the `TapMap` of kernels/igemm_wgmma.cu; passed by value.
+/// own extents: the `TapMap` of kernels/igemm_wgmma/products.cuh; passed by value.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TapMap {
@@ -76,7 +76,7 @@ unsafe impl DeviceRepr for TapMap {}
 /// whose groups run blocked (see group_packing), read from w itself, `group_rows` output
 /// channels of `channels` each a group (1 and 0 where unblocked), w's address for the kernels
 /// whose helper warps write the filter (FILL_FILTER): the `FilterBlocks` of
-/// kernels/igemm_wgmma.cu; passed by value.
+/// kernels/igemm_wgmma/products.cuh; passed by value.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FilterBlocks {
@@ -91,7 +91,7 @@ pub struct FilterBlocks {
 unsafe impl DeviceRepr for FilterBlocks {}
 
 /// The products igemm_wgmma runs in one launch (forward's one, or backward-data's sub-pixel
-/// phases): the `Products` struct of kernels/igemm_wgmma.cu, passed by value as a grid
+/// phases): the `Products` struct of kernels/igemm_wgmma/products.cuh, passed by value as a grid
 /// constant (its tensor maps must lie in the kernel's parameters). A slot past `count` repeats
 /// the first product.
 #[repr(C, align(128))]

@@ -1,5 +1,5 @@
 //! `cuda.igemm_wgmma`: implicit GEMM on Hopper's warpgroup MMA (`wgmma.mma_async`) fed by the
-//! tensor memory accelerator (kernels/igemm_wgmma.cu), built for `sm_90a` and offered on sm_90
+//! tensor memory accelerator (kernels/igemm_wgmma/), built for `sm_90a` and offered on sm_90
 //! devices only. Channels-last 1D, 2D and 3D; bf16, fp16 and fp32 as tf32 in every direction;
 //! groups in the grid.
 //!
@@ -68,9 +68,21 @@ use self::packing::*;
 use self::space::*;
 use self::tile::*;
 
-/// split_reduce only in the builds whose split launches it (the kernel's SPLIT 1 and 2).
+/// The kernel in pieces by role (kernels/igemm_wgmma/), joined into the one source NVRTC builds:
+/// compile-time configuration, TMA and wgmma primitives, the pipeline, geometry, the epilogue,
+/// then backward-weight's kernel or the other directions'.
 const SOURCE: &str = concat!(
-    include_str!("../../kernels/igemm_wgmma.cu"),
+    include_str!("../../kernels/igemm_wgmma/config.cuh"),
+    include_str!("../../kernels/igemm_wgmma/tma.cuh"),
+    include_str!("../../kernels/igemm_wgmma/pipeline.cuh"),
+    include_str!("../../kernels/igemm_wgmma/geometry.cuh"),
+    include_str!("../../kernels/igemm_wgmma/epilogue.cuh"),
+    "#if WEIGHT\n",
+    include_str!("../../kernels/igemm_wgmma/weight.cuh"),
+    "#else\n",
+    include_str!("../../kernels/igemm_wgmma/products.cuh"),
+    "#endif\n",
+    // split_reduce only in the builds whose split launches it (the kernel's SPLIT 1 and 2).
     "#if SPLIT == 1 || SPLIT == 2\n",
     include_str!("../../kernels/split_reduce.cuh"),
     "#endif\n"
