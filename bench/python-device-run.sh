@@ -2,7 +2,7 @@
 # The Python package's measurements on a GPU machine, resumable across calls (each call does
 # what its time allows; rerun it with the same OUTDIR to go on):
 #
-#   bench/python-device-run.sh OUTDIR [NETS]
+#   source bench/device-python-env.sh; bench/python-device-run.sh OUTDIR [NETS]
 #
 # 1. the host time of one eager call (bench/torch_train_step.py --overhead);
 # 2. the default mode: MobileNetV2's first and steady steps with a fresh database in `find` and
