@@ -173,6 +173,16 @@ class _Finder:
         return {"ok": False, "error": f"the find worker ended with status {status}: a candidate may have faulted"}
 
 
+def close_finders():
+    """Ends the find workers (each holds a CUDA context of its own while it lives); the next find
+    starts a fresh one."""
+    for finder in _finders.values():
+        if finder.process is not None and finder.process.poll() is None:
+            finder.process.stdin.close()
+            finder.process.wait()
+    _finders.clear()
+
+
 def _finder(device):
     key = (device.type, device.index or 0)
     if key not in _finders:

@@ -32,5 +32,7 @@ def tune(model, *example_inputs, backward=True):
                 torch.autograd.backward(outputs, [torch.ones_like(t) for t in outputs])
     if backward:
         model.zero_grad(set_to_none=True)
+    # Training needs no more finds: the workers' GPU memory goes back.
+    _engine.close_finders()
     after = _engine.stats()
     return {device: {k: v - before.get(device, {}).get(k, 0) for k, v in counts.items()} for device, counts in after.items()}
