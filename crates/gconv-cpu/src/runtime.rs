@@ -72,10 +72,10 @@ impl Runtime for CpuRuntime {
         let dtype = p.dtype.storage();
         let elem = dtype.size_bytes();
         let tensor = |address: u64, elements: u64| -> Result<Tensor> {
-            let mut t = Tensor::try_zeros(dtype, elements as usize)?;
             if address == 0 {
                 return Err(GconvError::TensorMismatch("a null address for a tensor".into()));
             }
+            let mut t = Tensor::try_zeros(dtype, elements as usize)?;
             // SAFETY: the caller promises `elements` values of the problem's type at `address`.
             t.copy_from_bytes(unsafe { std::slice::from_raw_parts(address as *const u8, elements as usize * elem) })?;
             Ok(t)

@@ -55,13 +55,7 @@ class Spec:
         return torch.empty_strided(size, strides, dtype=self.dtype, device=self.device)
 
     def launch(self, found, x_address, w_address, y_address):
-        workspace_bytes = found.workspace_bytes
-        if workspace_bytes:
-            workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=self.device)
-            found.run(x_address, w_address, y_address, workspace.data_ptr(), workspace_bytes, self.stream())
-        else:
-            found.run(x_address, w_address, y_address, 0, 0, self.stream())
-
+        _engine.launch(found, self.device, self.stream(), x_address, w_address, y_address)
 
 def signature(x, w, bias, args):
     """The key a call's spec is kept under."""

@@ -195,17 +195,18 @@ def aligned(t):
     return t if t.data_ptr() % 16 == 0 else t.clone(memory_format=torch.preserve_format)
 
 
-def run(found, x, w, y):
-    """Enqueues `found` on torch's current stream of the tensors' device, with a workspace from
-    torch's caching allocator."""
+def launch(found, device, stream, x_address, w_address, y_address):
+    """Enqueues `found` on `stream` over the tensors at these addresses, with a workspace from
+    torch's caching allocator, held until the launch is enqueued (stream order keeps it)."""
     workspace_bytes = found.workspace_bytes
     if workspace_bytes:
-        workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=x.device)
-        workspace_address = workspace.data_ptr()
+        workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=device)
+        found.run(x_address, w_address, y_address, workspace.data_ptr(), workspace_bytes, stream)
     else:
-        workspace_address = 0
-    if x.is_cuda:
-        stream = torch._C._cuda_getCurrentRawStream(x.device.index)
-    else:
-        stream = 0
-    found.run(x.data_ptr(), w.data_ptr(), y.data_ptr(), workspace_address, workspace_bytes, stream)
+        found.run(x_address, w_address, y_address, 0, 0, stream)
+
+
+def run(found, x, w, y):
+    """Enqueues `found` on torch's current stream of the tensors' device."""
+    stream = torch._C._cuda_getCurrentRawStream(x.device.index) if x.is_cuda else 0
+    launch(found, x.device, stream, x.data_ptr(), w.data_ptr(), y.data_ptr())
