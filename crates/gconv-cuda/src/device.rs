@@ -284,9 +284,8 @@ impl CudaDevice {
 
 /// `cudnnGetVersion()` when libcudnn loads (its graph API is reached through `cudnn/`).
 fn cudnn_version() -> Option<usize> {
-    use cudarc::cudnn::sys;
-    // SAFETY: only tries to open the library, then a plain query.
-    unsafe { sys::is_culib_present().then(|| sys::cudnnGetVersion()) }
+    // SAFETY: a plain query.
+    crate::cudnn_library::cudnn().map(|lib| unsafe { (lib.get_version)() })
 }
 
 pub fn backend_error(what: &str, e: impl std::fmt::Debug) -> GconvError {

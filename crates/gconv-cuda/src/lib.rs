@@ -9,6 +9,7 @@ mod check;
 mod compile;
 mod convert;
 pub mod cudnn;
+mod cudnn_library;
 mod device;
 mod launch;
 mod params;

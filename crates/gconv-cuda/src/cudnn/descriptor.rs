@@ -1,5 +1,6 @@
 //! cuDNN's backend descriptors, safely: create, set attributes, finalize, read attributes,
-//! destroy on drop. Every `unsafe` call into the backend API lives in this file.
+//! destroy on drop. Every `unsafe` call into the backend API lives in this file (its entry points
+//! come from `cudnn_library`).
 
 use std::ffi::c_void;
 
@@ -9,9 +10,16 @@ use cudarc::cudnn::sys::{
 };
 use gconv_core::{GconvError, Result};
 
+use crate::cudnn_library::{cudnn, Cudnn};
+
 /// A cuDNN status other than success, with what was being done.
 pub fn status_error(what: &str, status: cudnnStatus_t) -> GconvError {
     GconvError::Backend(format!("cuDNN: {what}: {status:?}"))
+}
+
+/// The opened library; a descriptor or handle exists only once it has opened.
+fn lib() -> Result<&'static Cudnn> {
+    cudnn().ok_or_else(|| GconvError::Backend("cuDNN: the library cannot be opened".into()))
 }
 
 fn check(what: &str, status: cudnnStatus_t) -> Result<()> {
@@ -36,7 +44,7 @@ impl Descriptor {
     pub fn new(kind: Kind) -> Result<Self> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: a valid out-pointer.
-        check("create a descriptor", unsafe { sys::cudnnBackendCreateDescriptor(kind, &mut raw) })?;
+        check("create a descriptor", unsafe { (lib()?.create_descriptor)(kind, &mut raw) })?;
         Ok(Descriptor { raw, kind })
     }
 
@@ -48,7 +56,7 @@ impl Descriptor {
     fn set<T>(&self, attr: Attr, ty: Type, values: &[T]) -> Result<()> {
         // SAFETY: `values` holds values.len() elements of the type `ty` names, valid for the call.
         let status = unsafe {
-            sys::cudnnBackendSetAttribute(self.raw, attr, ty, values.len() as i64, values.as_ptr() as *const c_void)
+            (lib()?.set_attribute)(self.raw, attr, ty, values.len() as i64, values.as_ptr() as *const c_void)
         };
         check(&format!("set {attr:?} of {:?}", self.kind), status)
     }
@@ -87,7 +95,7 @@ impl Descriptor {
 
     pub fn finalize(self) -> Result<Self> {
         // SAFETY: a live descriptor.
-        check(&format!("finalize {:?}", self.kind), unsafe { sys::cudnnBackendFinalize(self.raw) })?;
+        check(&format!("finalize {:?}", self.kind), unsafe { (lib()?.finalize)(self.raw) })?;
         Ok(self)
     }
 
@@ -98,14 +106,7 @@ impl Descriptor {
         let mut count = 0i64;
         // SAFETY: `out` holds `capacity` elements of the type `ty` names.
         let status = unsafe {
-            sys::cudnnBackendGetAttribute(
-                self.raw,
-                attr,
-                ty,
-                capacity as i64,
-                &mut count,
-                out.as_mut_ptr() as *mut c_void,
-            )
+            (lib()?.get_attribute)(self.raw, attr, ty, capacity as i64, &mut count, out.as_mut_ptr() as *mut c_void)
         };
         check(&format!("read {attr:?} of {:?}", self.kind), status)?;
         out.truncate((count.max(0) as usize).min(capacity));
@@ -128,7 +129,7 @@ impl Descriptor {
         let mut count = 0i64;
         // SAFETY: a count query: no elements requested, no buffer written.
         let status = unsafe {
-            sys::cudnnBackendGetAttribute(
+            (lib()?.get_attribute)(
                 self.raw,
                 attr,
                 Type::CUDNN_TYPE_BACKEND_DESCRIPTOR,
@@ -149,7 +150,7 @@ impl Descriptor {
         let mut count = 0i64;
         // SAFETY: `raw` holds `capacity` created descriptors of the kind the attribute holds.
         let status = unsafe {
-            sys::cudnnBackendGetAttribute(
+            (lib()?.get_attribute)(
                 self.raw,
                 attr,
                 Type::CUDNN_TYPE_BACKEND_DESCRIPTOR,
@@ -166,8 +167,10 @@ impl Descriptor {
 
 impl Drop for Descriptor {
     fn drop(&mut self) {
-        // SAFETY: created by cudnnBackendCreateDescriptor and destroyed once.
-        unsafe { sys::cudnnBackendDestroyDescriptor(self.raw) };
+        if let Some(lib) = cudnn() {
+            // SAFETY: created by cudnnBackendCreateDescriptor and destroyed once.
+            unsafe { (lib.destroy_descriptor)(self.raw) };
+        }
     }
 }
 
@@ -182,7 +185,7 @@ impl Handle {
     pub fn new() -> Result<Self> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the caller's context is current on this thread.
-        check("create a handle", unsafe { sys::cudnnCreate(&mut raw) })?;
+        check("create a handle", unsafe { (lib()?.create)(&mut raw) })?;
         Ok(Handle(raw))
     }
 
@@ -193,16 +196,18 @@ impl Handle {
     /// Runs a finalized plan with a finalized variant pack on `stream`.
     pub fn execute(&self, stream: sys::cudaStream_t, plan: &Descriptor, variant_pack: &Descriptor) -> Result<()> {
         // SAFETY: a live handle and a live stream of the current context.
-        check("set the stream", unsafe { sys::cudnnSetStream(self.0, stream) })?;
+        check("set the stream", unsafe { (lib()?.set_stream)(self.0, stream) })?;
         // SAFETY: live descriptors of the right kinds; the variant pack's pointers are valid
         // device buffers sized for the plan's problem (checked by the caller).
-        check("execute a plan", unsafe { sys::cudnnBackendExecute(self.0, plan.raw, variant_pack.raw) })
+        check("execute a plan", unsafe { (lib()?.execute)(self.0, plan.raw, variant_pack.raw) })
     }
 }
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        // SAFETY: created by cudnnCreate and destroyed once.
-        unsafe { sys::cudnnDestroy(self.0) };
+        if let Some(lib) = cudnn() {
+            // SAFETY: created by cudnnCreate and destroyed once.
+            unsafe { (lib.destroy)(self.0) };
+        }
     }
 }
