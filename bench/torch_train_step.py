@@ -11,16 +11,22 @@ in the order PyTorch then gconv:
 - first step: wall time of the first step after the model is made (for gconv, after
   `gconv.tune` when --select tune; the tune's own time is reported apart);
 - eager: GPU time per step of --steps back-to-back steps between two CUDA events, after
-  warm-up steps, and the peak memory allocated over them;
+  warm-up steps, and the peak memory allocated over them (above what the process held before
+  the model was made);
 - graph: the whole step captured into one CUDA graph, replayed --steps times between events;
 - conv: CUDA time of the convolution kernels per step under torch.profiler (the device time of
   `aten::convolution` and `aten::convolution_backward`, or of the `gconv::conv*` operators).
 
+--host-profile DIR writes where the host time of the first and of warm steps goes (cProfile).
 --overhead adds the host time of one eager call on a tiny layer (no grad), each side.
 """
 
 import argparse
+import contextlib
+import cProfile
 import json
+import os
+import pstats
 import statistics
 import time
 
@@ -108,6 +114,9 @@ def graph_ms(step, steps):
 
 def measure(name, side, args):
     device = torch.device("cuda")
+    # What the process holds already (the other side's library workspaces, gconv's engine) is
+    # not this side's step: peak memory is counted from here.
+    base = torch.cuda.memory_allocated()
     model = build(name, device)
     x, labels = batch(name, args.batch, device)
     row = {"net": name, "side": side}
@@ -123,15 +132,20 @@ def measure(name, side, args):
     step = make_step(model, x, labels)
     torch.cuda.synchronize()
     started = time.perf_counter()
-    step()
-    torch.cuda.synchronize()
+    with host_profile(args, f"{name}-{side}-first"):
+        step()
+        torch.cuda.synchronize()
     row["first_step_ms"] = (time.perf_counter() - started) * 1e3
     for _ in range(args.warmup):
         step()
     torch.cuda.synchronize()
+    with host_profile(args, f"{name}-{side}-warm"):
+        for _ in range(10):
+            step()
+        torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     row["eager_ms"] = statistics.median(gpu_ms(step, args.steps) for _ in range(3))
-    row["peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    row["peak_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20
     row["conv_ms"] = conv_ms(step, side)
     try:
         row["graph_ms"] = statistics.median(graph_ms(step, args.steps) for _ in range(2))
@@ -140,6 +154,23 @@ def measure(name, side, args):
     del model, step
     torch.cuda.empty_cache()
     return row
+
+
+@contextlib.contextmanager
+def host_profile(args, name):
+    """With --host-profile DIR, the host time of the block by function (cProfile), into
+    DIR/name.txt; the timings of a profiled run are not comparable with others."""
+    if not args.host_profile:
+        yield
+        return
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        yield
+    finally:
+        profile.disable()
+        with open(os.path.join(args.host_profile, name + ".txt"), "w") as f:
+            pstats.Stats(profile, stream=f).sort_stats("tottime").print_stats(40)
 
 
 def tiny_layer():
@@ -189,9 +220,12 @@ def main():
     parser.add_argument("--overhead", action="store_true")
     parser.add_argument("--db", help="gconv's user database (a fresh path measures first sight; default: gconv's)")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--host-profile", metavar="DIR", help="write the host time by function of the first step and of 10 warm steps (cProfile) to DIR")
     parser.add_argument("--resume", action="store_true", help="keep the rows already in --out and measure the rest")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
+    if args.host_profile:
+        os.makedirs(args.host_profile, exist_ok=True)
     if args.select != "tune":
         gconv.set_mode(args.select)
     if args.db:

@@ -5,12 +5,17 @@ dict lookup, an output allocation and a launch, without going through the dispat
 `torch.compile` the functions call the registered operators instead (`functional.py`).
 """
 
+import contextlib
+
 import torch
 
 from . import _engine, _ops
 
 _specs = {}
 _tf32 = torch._C._get_cudnn_allow_tf32
+_profiling = torch.autograd._profiler_enabled
+# The registered operators' names, which a profile of the eager path shows its calls under.
+_OP_NAMES = {"fwd": "gconv::conv", "bwd-data": "gconv::conv_backward_data", "bwd-weight": "gconv::conv_backward_weight", "bias": "gconv::conv_backward_bias"}
 
 
 def _no_stream():
@@ -57,6 +62,11 @@ class Spec:
     def launch(self, found, x_address, w_address, y_address):
         _engine.launch(found, self.device, self.stream(), x_address, w_address, y_address)
 
+
+def _named(direction):
+    """A profiler range under the operator's name while a profiler runs, else nothing."""
+    return torch.profiler.record_function(_OP_NAMES[direction]) if _profiling() else contextlib.nullcontext()
+
 def signature(x, w, bias, args):
     """The key a call's spec is kept under."""
     bias_facts = None if bias is None else (bias.shape, bias.dtype, bias.device)
@@ -93,12 +103,13 @@ def _ready(t, packed, channels_last):
 
 def forward(x, w, bias, spec):
     found = spec.plan("fwd", x)
-    x, x_address = _ready(x, spec.x_packed, spec.channels_last)
-    w, w_address = _ready(w, spec.w_packed, spec.channels_last)
-    y = spec.empty(spec.y_size, spec.y_strides)
-    spec.launch(found, x_address, w_address, y.data_ptr())
-    if bias is not None:
-        y.add_(bias.view(spec.bias_view))
+    with _named("fwd"):
+        x, x_address = _ready(x, spec.x_packed, spec.channels_last)
+        w, w_address = _ready(w, spec.w_packed, spec.channels_last)
+        y = spec.empty(spec.y_size, spec.y_strides)
+        spec.launch(found, x_address, w_address, y.data_ptr())
+        if bias is not None:
+            y.add_(bias.view(spec.bias_view))
     return y
 
 
@@ -117,14 +128,17 @@ class _Conv(torch.autograd.Function):
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
             found = s.plan("bwd-data", dy)
-            w, w_address = _ready(w, s.w_packed, s.channels_last)
-            dx = s.empty(s.x_size, s.x_strides)
-            s.launch(found, dx.data_ptr(), w_address, dy_address)
+            with _named("bwd-data"):
+                w, w_address = _ready(w, s.w_packed, s.channels_last)
+                dx = s.empty(s.x_size, s.x_strides)
+                s.launch(found, dx.data_ptr(), w_address, dy_address)
         if ctx.needs_input_grad[1]:
             found = s.plan("bwd-weight", dy)
-            x, x_address = _ready(x, s.x_packed, s.channels_last)
-            dw = s.empty(s.w_size, s.w_strides)
-            s.launch(found, x_address, dw.data_ptr(), dy_address)
+            with _named("bwd-weight"):
+                x, x_address = _ready(x, s.x_packed, s.channels_last)
+                dw = s.empty(s.w_size, s.w_strides)
+                s.launch(found, x_address, dw.data_ptr(), dy_address)
         if ctx.needs_input_grad[2]:
-            db = _ops._conv_backward_bias(dy)
+            with _named("bias"):
+                db = _ops._conv_backward_bias(dy)
         return dx, dw, db, None

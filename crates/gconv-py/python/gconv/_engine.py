@@ -78,6 +78,10 @@ def engine(device):
             if found is None:
                 if device.type not in ("cpu", "cuda"):
                     raise _native.Error(f"gconv runs on cpu and cuda tensors, not {device.type}")
+                if device.type == "cuda":
+                    # torch's cuDNN opened first: gconv then uses that one, not a second copy
+                    # (two in one process fail to load each other's engines).
+                    torch.backends.cudnn.version()
                 found = _native.Engine(device.type, key[1], _db_path)
                 _engines[key] = found
     return found

@@ -13,8 +13,17 @@ import sys
 from ._native import DeviceLost, Engine
 
 
+def _open_torch_cudnn():
+    import torch
+
+    torch.backends.cudnn.version()
+
+
 def main():
     backend, device, db = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    if backend == "cuda":
+        # The parent runs on torch's cuDNN; the worker must rank the same library's engines.
+        _open_torch_cudnn()
     engine = Engine(backend, device, db)
     for line in sys.stdin:
         key = line.strip()
