@@ -14,7 +14,7 @@ in the order PyTorch then gconv:
   warm-up steps, and the peak memory allocated over them (above what the process held before
   the model was made);
 - graph: the whole step captured into one CUDA graph, replayed --steps times between events;
-- conv: CUDA time of the convolution kernels per step under torch.profiler (the device time of
+- conv: CUDA time of the convolution kernels per step under torch.profiler (the kernel time of
   `aten::convolution` and `aten::convolution_backward`, or of the `gconv::conv*` operators).
 
 --host-profile DIR writes where the host time of the first and of warm steps goes (cProfile).
@@ -88,7 +88,9 @@ def conv_ms(step, side, steps=3):
         torch.cuda.synchronize()
     total_us = 0.0
     for event in prof.events():
-        if event.name in CONV_OPS[side]:
+        # The host-side operator events, whose device time is the sum of their kernels' (a
+        # named range also shows as a GPU-side annotation, spanning the gaps between them).
+        if event.name in CONV_OPS[side] and event.device_type == torch.autograd.DeviceType.CPU:
             parent = event.cpu_parent
             while parent is not None and parent.name not in CONV_OPS[side]:
                 parent = parent.cpu_parent
