@@ -14,8 +14,9 @@ in the order PyTorch then gconv:
   warm-up steps, and the peak memory allocated over them (above what the process held before
   the model was made);
 - graph: the whole step captured into one CUDA graph, replayed --steps times between events;
-- conv: CUDA time of the convolution kernels per step under torch.profiler (the kernel time of
-  `aten::convolution` and `aten::convolution_backward`, or of the `gconv::conv*` operators).
+- conv: CUDA time of the convolution kernels per step under torch.profiler: all the kernels'
+  time less that of kernels tied to operators other than `aten::convolution` and
+  `aten::convolution_backward` (or the `gconv::conv*` operators).
 
 --host-profile DIR writes where the host time of the first and of warm steps goes (cProfile).
 --overhead adds the host time of one eager call on a tiny layer (no grad), each side.
@@ -82,21 +83,27 @@ def gpu_ms(fn, steps):
 
 
 def conv_ms(step, side, steps=3):
+    """Kernel time per step of the convolutions: every kernel (and memset or copy) the device
+    ran, less those the profiler ties to an operator outside the convolution operators. gconv
+    launches its kernels itself, which the profiler ties to no operator: counting by
+    subtraction treats both sides alike however their launches are attributed."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
-    total_us = 0.0
-    for event in prof.events():
-        # The host-side operator events, whose device time is the sum of their kernels' (a
-        # named range also shows as a GPU-side annotation, spanning the gaps between them).
-        if event.name in CONV_OPS[side] and event.device_type == torch.autograd.DeviceType.CPU:
-            parent = event.cpu_parent
-            while parent is not None and parent.name not in CONV_OPS[side]:
-                parent = parent.cpu_parent
-            if parent is None:
-                total_us += event.device_time_total
-    return total_us / 1000 / steps
+    cpu, cuda = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
+    events = prof.events()
+    device_us = sum(e.time_range.elapsed_us() for e in events if e.device_type == cuda and not e.is_user_annotation)
+
+    def in_conv(event):
+        while event is not None:
+            if event.name in CONV_OPS[side]:
+                return True
+            event = event.cpu_parent
+        return False
+
+    other_us = sum(k.duration for e in events if e.device_type == cpu and e.kernels and not in_conv(e) for k in e.kernels)
+    return (device_us - other_us) / 1000 / steps
 
 
 def graph_ms(step, steps):
