@@ -9,7 +9,9 @@ channels-last activations, batch 32, SGD with momentum, cuDNN's benchmark mode o
 in the order PyTorch then gconv:
 
 - first step: wall time of the first step after the model is made (for gconv, after
-  `gconv.tune` when --select tune; the tune's own time is reported apart);
+  `gconv.tune` when --select tune; the tune's own time is reported apart); for PyTorch also
+  the first step of a fresh model after one forward and backward pass, as gconv.tune leaves
+  it (`first_step_after_pass_ms`), the control for gconv's;
 - eager: GPU time per step of --steps back-to-back steps between two CUDA events, after
   warm-up steps, and the peak memory allocated over them (above what the process held before
   the model was made);
@@ -161,8 +163,25 @@ def measure(name, side, args):
     except Exception as e:  # a network torch cannot capture is reported, not fatal
         row["graph_error"] = f"{type(e).__name__}: {e}"
     del model, step
+    if side == "torch":
+        row["first_step_after_pass_ms"] = first_step_after_pass(name, x, labels, device)
     torch.cuda.empty_cache()
     return row
+
+
+def first_step_after_pass(name, x, labels, device):
+    """PyTorch's first step made as gconv's is after `gconv.tune`: a fresh model, one forward
+    and backward pass (cuDNN's choices are cached by now), gradients cleared, then the step:
+    what a first step costs beyond a warm one on either side (optimizer state, allocations)."""
+    model = build(name, device)
+    model(x).float().sum().backward()
+    model.zero_grad(set_to_none=True)
+    step = make_step(model, x, labels)
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - started) * 1e3
 
 
 @contextlib.contextmanager
