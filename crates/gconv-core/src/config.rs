@@ -43,19 +43,6 @@ impl Config {
     pub fn get(&self, name: &str) -> Option<u32> {
         self.fields.iter().find(|(n, _)| n == name).map(|&(_, v)| v)
     }
-
-    /// Reads the fields `names`, in that order and no others; for a solver's `from_config`.
-    pub fn expect_fields<const N: usize>(&self, names: [&str; N]) -> Result<[u32; N], GconvError> {
-        let fail = |reason: String| GconvError::BadConfig { text: self.to_string(), reason };
-        if self.fields.len() != N || self.fields.iter().zip(names).any(|((n, _), want)| n != want) {
-            return Err(fail(format!("expected the fields {} in that order", names.join(", "))));
-        }
-        let mut out = [0; N];
-        for (slot, (_, v)) in out.iter_mut().zip(&self.fields) {
-            *slot = *v;
-        }
-        Ok(out)
-    }
 }
 
 fn valid_name(name: &str) -> bool {
@@ -121,5 +108,147 @@ impl FromStr for Config {
             fields.push((name.to_string(), value));
         }
         Ok(Config { fields })
+    }
+}
+
+/// The values a config field may take.
+#[derive(Debug, Clone, Copy)]
+pub enum Values {
+    /// One of these, listed in the order a search tries them.
+    OneOf(&'static [u32]),
+    /// Any from the first to the second, both included (the solver bounds it per problem).
+    Range(u32, u32),
+}
+
+impl Values {
+    fn admits(self, value: u32) -> bool {
+        match self {
+            Values::OneOf(values) => values.contains(&value),
+            Values::Range(low, high) => (low..=high).contains(&value),
+        }
+    }
+
+    fn list(self) -> Vec<u32> {
+        match self {
+            Values::OneOf(values) => values.to_vec(),
+            Values::Range(low, high) => (low..=high).collect(),
+        }
+    }
+}
+
+impl fmt::Display for Values {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Values::OneOf(values) => {
+                let listed: Vec<String> = values.iter().map(u32::to_string).collect();
+                write!(f, "one of {}", listed.join(", "))
+            }
+            Values::Range(low, high) => write!(f, "from {low} to {high}"),
+        }
+    }
+}
+
+/// One field of a solver's config, as its [`Schema`] lists it.
+#[derive(Debug, Clone, Copy)]
+pub struct Field {
+    pub name: &'static str,
+    pub values: Values,
+    /// The value at which the field is left out of the text, if it is: fields added after
+    /// configs were stored, so that those configs read as they did.
+    pub omitted_at: Option<u32>,
+}
+
+impl Field {
+    /// A field always written.
+    pub const fn new(name: &'static str, values: Values) -> Self {
+        Field { name, values, omitted_at: None }
+    }
+
+    /// A field written only where it is not `omitted_at`.
+    pub const fn unless(name: &'static str, values: Values, omitted_at: u32) -> Self {
+        Field { name, values, omitted_at: Some(omitted_at) }
+    }
+}
+
+/// A solver's config fields, each listed once in text order with the values it may take:
+/// parsing, printing and enumerating configs all come from it. Checks that need the problem
+/// (shared memory, registers, which directions take a field) stay with the solver.
+#[derive(Debug, Clone, Copy)]
+pub struct Schema {
+    pub fields: &'static [Field],
+}
+
+impl Schema {
+    pub const fn new(fields: &'static [Field]) -> Self {
+        Schema { fields }
+    }
+
+    /// The values of `config`'s fields in the schema's order (an omitted field at its omitted
+    /// value): fails, naming the expected form, when a field is missing, unknown, out of order,
+    /// outside its values, or written at the value it is omitted at.
+    pub fn parse<const N: usize>(&self, config: &Config) -> Result<[u32; N], GconvError> {
+        let fail = |reason: String| GconvError::BadConfig { text: config.to_string(), reason };
+        if N != self.fields.len() {
+            return Err(fail(format!("a schema of {} fields read into {N} values", self.fields.len())));
+        }
+        let mut given = config.fields().iter().peekable();
+        let mut out = [0; N];
+        for (slot, field) in out.iter_mut().zip(self.fields) {
+            match given.next_if(|(name, _)| name == field.name) {
+                Some(&(_, value)) => {
+                    if !field.values.admits(value) {
+                        return Err(fail(format!("{} must be {}", field.name, field.values)));
+                    }
+                    if field.omitted_at == Some(value) {
+                        return Err(fail(format!("{} is left out where it is {value}", field.name)));
+                    }
+                    *slot = value;
+                }
+                None => match field.omitted_at {
+                    Some(value) => *slot = value,
+                    None => return Err(fail(format!("expected {}", self.form()))),
+                },
+            }
+        }
+        if given.next().is_some() {
+            return Err(fail(format!("expected {}", self.form())));
+        }
+        Ok(out)
+    }
+
+    /// The config of these values, in the schema's order; fields at their omitted value left out.
+    pub fn print<const N: usize>(&self, values: [u32; N]) -> Config {
+        debug_assert_eq!(N, self.fields.len(), "one value per field of the schema");
+        let written = self.fields.iter().zip(values).filter(|(field, value)| field.omitted_at != Some(*value));
+        Config::new(written.map(|(field, value)| (field.name, value)))
+    }
+
+    /// Every combination of the fields' values, the first field varying slowest.
+    pub fn all<const N: usize>(&self) -> impl Iterator<Item = [u32; N]> {
+        debug_assert_eq!(N, self.fields.len(), "one value per field of the schema");
+        let lists: Vec<Vec<u32>> = self.fields.iter().map(|f| f.values.list()).collect();
+        let total: usize = lists.iter().map(Vec::len).product();
+        (0..total).map(move |mut index| {
+            let mut out = [0; N];
+            for (slot, list) in out.iter_mut().zip(&lists).rev() {
+                *slot = list[index % list.len()];
+                index /= list.len();
+            }
+            out
+        })
+    }
+
+    /// The expected text form, as in `th<4|8>_rh<1|2|4>_tr<0|1>?` (`?`: left out at its
+    /// omitted value), for messages.
+    fn form(&self) -> String {
+        let field = |f: &Field| {
+            let values = match f.values {
+                Values::OneOf(values) => values.iter().map(u32::to_string).collect::<Vec<_>>().join("|"),
+                Values::Range(low, high) => format!("{low}..{high}"),
+            };
+            let optional = if f.omitted_at.is_some() { "?" } else { "" };
+            format!("{}<{values}>{optional}", f.name)
+        };
+        self.fields.iter().map(field).collect::<Vec<_>>().join("_")
     }
 }

@@ -15,7 +15,7 @@ pub mod tensor;
 pub mod testing;
 pub mod verify;
 
-pub use config::Config;
+pub use config::{Config, Field, Schema, Values};
 pub use conversion::{Conversion, Format};
 pub use error::{GconvError, Result};
 pub use geometry::Geometry;

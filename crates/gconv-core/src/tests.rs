@@ -2,7 +2,7 @@ use proptest::prelude::*;
 
 use crate::reference::reference;
 use crate::testing::small_problem;
-use crate::{Config, ConvProblem, ConvTensors, DataType, Direction, GconvError, Layout, SpatialDim, Tensor};
+use crate::{Config, ConvProblem, ConvTensors, DataType, Direction, Field, GconvError, Layout, Schema, SpatialDim, Tensor, Values};
 
 fn problem_2d(n: u32, c: u32, k: u32, g: u32, hw: u32, f: u32) -> ConvProblem {
     ConvProblem {
@@ -134,4 +134,35 @@ fn numbered_config_names_take_an_equals_sign() {
     for bad in ["eng=5", "k2=", "k2=05", "k=1", "2k=1", "eng22_k2=5_k2=6", "k2=-1"] {
         assert!(bad.parse::<Config>().is_err(), "{bad} parsed");
     }
+}
+
+const TILE: Schema = Schema::new(&[
+    Field::new("th", Values::OneOf(&[4, 8])),
+    Field::new("rb", Values::Range(1, 16)),
+    Field::unless("tr", Values::OneOf(&[0, 1]), 0),
+    Field::unless("db", Values::OneOf(&[0, 1]), 0),
+]);
+
+#[test]
+fn a_schema_parses_and_prints_its_configs_and_lists_them_all() {
+    let parse = |text: &str| TILE.parse::<4>(&text.parse().unwrap());
+    assert_eq!(parse("th8_rb3").unwrap(), [8, 3, 0, 0]);
+    assert_eq!(parse("th4_rb16_db1").unwrap(), [4, 16, 0, 1]);
+    assert_eq!(TILE.print([4, 16, 0, 1]).to_string(), "th4_rb16_db1");
+    assert_eq!(TILE.print([8, 3, 0, 0]).to_string(), "th8_rb3");
+    for (text, why) in [
+        ("th2_rb3", "th must be one of 4, 8"),
+        ("th4_rb17", "rb must be from 1 to 16"),
+        ("th4_rb1_tr0", "tr is left out where it is 0"),
+        ("rb1_th4", "expected th<4|8>_rb<1..16>_tr<0|1>?_db<0|1>?"),
+        ("th4_rb1_db1_tr1", "expected"),
+        ("th4", "expected"),
+        ("th4_rb1_xx1", "expected"),
+    ] {
+        let error = parse(text).unwrap_err().to_string();
+        assert!(error.contains(why), "{text}: {error}");
+    }
+    const SMALL: Schema =
+        Schema::new(&[Field::new("a", Values::OneOf(&[1, 2])), Field::unless("b", Values::OneOf(&[0, 5]), 0)]);
+    assert_eq!(SMALL.all::<2>().collect::<Vec<_>>(), vec![[1, 0], [1, 5], [2, 0], [2, 5]]);
 }

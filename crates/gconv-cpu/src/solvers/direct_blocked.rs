@@ -8,7 +8,10 @@
 //!   the same element and no partial sums are needed.
 
 use gconv_core::geometry::positions;
-use gconv_core::{Config, ConvProblem, Direction, GconvError, Geometry, Invoker, NotApplicable, Result, Solve, Solver};
+use gconv_core::{
+    Config, ConvProblem, Direction, Field, GconvError, Geometry, Invoker, NotApplicable, Result, Schema, Solve, Solver,
+    Values,
+};
 use rayon::prelude::*;
 
 use crate::matmul::{gemm, SharedMut, Span, View};
@@ -18,6 +21,17 @@ pub struct DirectBlocked;
 
 const ROW_BLOCKS: [u32; 5] = [1, 2, 4, 8, 16];
 const CHANNEL_BLOCKS: [u32; 6] = [8, 16, 32, 64, 128, 256];
+
+/// Forward's and backward-data's fields: rows a task, channels a task, loop order; block sizes
+/// bounded per problem by `Limits`.
+const ROWS_SCHEMA: Schema = Schema::new(&[
+    Field::new("rb", Values::Range(1, u32::MAX)),
+    Field::new("kb", Values::Range(1, u32::MAX)),
+    Field::new("lo", Values::OneOf(&[0, 1])),
+]);
+/// Backward-weight's: a block of K by one of C.
+const WEIGHT_SCHEMA: Schema =
+    Schema::new(&[Field::new("kb", Values::Range(1, u32::MAX)), Field::new("cb", Values::Range(1, u32::MAX))]);
 
 /// A typed config; its text form is `rb<rows>_kb<channels>_lo<order>` for forward and
 /// backward-data and `kb<k block>_cb<c block>` for backward-weight.
@@ -31,9 +45,9 @@ impl Blocking {
     fn to_config(self) -> Config {
         match self {
             Blocking::Rows { rows, channels, taps_outer } => {
-                Config::new([("rb", rows as u32), ("kb", channels as u32), ("lo", u32::from(!taps_outer))])
+                ROWS_SCHEMA.print([rows as u32, channels as u32, u32::from(!taps_outer)])
             }
-            Blocking::Weight { k_block, c_block } => Config::new([("kb", k_block as u32), ("cb", c_block as u32)]),
+            Blocking::Weight { k_block, c_block } => WEIGHT_SCHEMA.print([k_block as u32, c_block as u32]),
         }
     }
 
@@ -41,13 +55,10 @@ impl Blocking {
         let limits = Limits::new(p);
         let bad = |reason: String| GconvError::BadConfig { text: config.to_string(), reason };
         let blocking = if p.direction == Direction::BackwardWeight {
-            let [kb, cb] = config.expect_fields(["kb", "cb"])?;
+            let [kb, cb] = WEIGHT_SCHEMA.parse(config)?;
             Blocking::Weight { k_block: kb as usize, c_block: cb as usize }
         } else {
-            let [rb, kb, lo] = config.expect_fields(["rb", "kb", "lo"])?;
-            if lo > 1 {
-                return Err(bad("loop order `lo` is 0 (taps outer) or 1 (rows outer)".into()));
-            }
+            let [rb, kb, lo] = ROWS_SCHEMA.parse(config)?;
             Blocking::Rows { rows: rb as usize, channels: kb as usize, taps_outer: lo == 0 }
         };
         let in_range = |v: usize, max: usize| (1..=max).contains(&v);

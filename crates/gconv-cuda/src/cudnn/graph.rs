@@ -145,7 +145,8 @@ impl OpGraph {
 }
 
 /// An engine config's stable name: the engine's global index and each knob choice, as
-/// cudnn-frontend tags it (`eng22_k2=5_k13=1`). Valid within one cuDNN version and GPU.
+/// cudnn-frontend tags it (`eng22_k2=5_k13=1`). Valid within one cuDNN version and GPU. The
+/// one config without a `Schema`: cuDNN lists its engines and knobs at run time.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Tag {
     pub engine: i64,

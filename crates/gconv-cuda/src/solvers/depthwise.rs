@@ -7,7 +7,10 @@
 use std::sync::Arc;
 
 use cudarc::driver::LaunchConfig;
-use gconv_core::{Config, ConvProblem, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver};
+use gconv_core::{
+    Config, ConvProblem, Direction, Field, GconvError, Invoker, Layout, NotApplicable, Result, Schema, Solve, Solver,
+    Values,
+};
 
 use super::direct::{self, check_filter, filter_hw, DirectInvoker, Kernels, THREADS};
 use super::{builds_from_kernel, BuiltFrom};
@@ -19,7 +22,11 @@ const SOURCE: &str =
     concat!(include_str!("../kernels/depthwise.cu"), include_str!("../kernels/depthwise_weight_store.cuh"));
 /// Per-thread fp32 sums of backward-weight (vec x FH x FW) kept in registers.
 const MAX_WEIGHT_ACCUMULATORS: u32 = 64;
-const COLUMN_TILES: [u32; 3] = [1, 2, 4];
+/// Channels a thread loads at once (`vec`, bounded per problem by `vec_widths`) and, but for
+/// backward-weight, output columns a thread (`tw`).
+const VEC: Field = Field::new("vec", Values::OneOf(&[1, 2, 4, 8]));
+const SCHEMA: Schema = Schema::new(&[VEC, Field::new("tw", Values::OneOf(&[1, 2, 4]))]);
+const WEIGHT_SCHEMA: Schema = Schema::new(&[VEC]);
 
 pub struct Depthwise {
     pub device: Arc<CudaDevice>,
@@ -48,28 +55,37 @@ fn vec_widths(p: &ConvProblem) -> Vec<u32> {
 impl Tile {
     fn to_config(self, direction: Direction) -> Config {
         match direction {
-            Direction::BackwardWeight => Config::new([("vec", self.vec)]),
-            _ => Config::new([("vec", self.vec), ("tw", self.tw)]),
+            Direction::BackwardWeight => WEIGHT_SCHEMA.print([self.vec]),
+            _ => SCHEMA.print([self.vec, self.tw]),
         }
+    }
+
+    /// Every tile of the schema, the problem's vector widths only.
+    fn all(p: &ConvProblem) -> impl Iterator<Item = Tile> {
+        let tiles: Vec<Tile> = match p.direction {
+            Direction::BackwardWeight => WEIGHT_SCHEMA.all().map(|[vec]| Tile { vec, tw: 1 }).collect(),
+            _ => SCHEMA.all().map(|[vec, tw]| Tile { vec, tw }).collect(),
+        };
+        let widths = vec_widths(p);
+        tiles.into_iter().filter(move |t| widths.contains(&t.vec))
     }
 
     fn from_config(p: &ConvProblem, config: &Config) -> Result<Self> {
         let tile = match p.direction {
             Direction::BackwardWeight => {
-                let [vec] = config.expect_fields(["vec"])?;
+                let [vec] = WEIGHT_SCHEMA.parse(config)?;
                 Tile { vec, tw: 1 }
             }
             _ => {
-                let [vec, tw] = config.expect_fields(["vec", "tw"])?;
+                let [vec, tw] = SCHEMA.parse(config)?;
                 Tile { vec, tw }
             }
         };
-        let bad = |reason: String| GconvError::BadConfig { text: config.to_string(), reason };
         if !vec_widths(p).contains(&tile.vec) {
-            return Err(bad(format!("vec must be one of {:?} for this problem", vec_widths(p))));
-        }
-        if p.direction != Direction::BackwardWeight && !COLUMN_TILES.contains(&tile.tw) {
-            return Err(bad(format!("tw must be one of {COLUMN_TILES:?}")));
+            return Err(GconvError::BadConfig {
+                text: config.to_string(),
+                reason: format!("vec must be one of {:?} for this problem", vec_widths(p)),
+            });
         }
         Ok(tile)
     }
@@ -108,12 +124,7 @@ impl Solver for Depthwise {
     }
 
     fn configs<'a>(&'a self, p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
-        let tiles: &[u32] = if p.direction == Direction::BackwardWeight { &[1] } else { &COLUMN_TILES };
-        let configs: Vec<Config> = vec_widths(p)
-            .into_iter()
-            .flat_map(|vec| tiles.iter().map(move |&tw| Tile { vec, tw }.to_config(p.direction)))
-            .collect();
-        Box::new(configs.into_iter())
+        Box::new(Tile::all(p).map(|t| t.to_config(p.direction)))
     }
 
     fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {

@@ -19,8 +19,8 @@ use std::sync::Arc;
 use cudarc::driver::LaunchConfig;
 use gconv_core::geometry::Geometry;
 use gconv_core::{
-    require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve,
-    Solver,
+    require, Config, ConvProblem, DataType, Direction, Field, GconvError, Invoker, Layout, NotApplicable, Result,
+    Schema, Solve, Solver, Values,
 };
 
 use super::direct::{self, check_filter, filter_hw, DirectInvoker, Kernels, THREADS};
@@ -31,9 +31,16 @@ use crate::{ConvParams, Cuda, KernelSource};
 
 const SOURCE: &str =
     concat!(include_str!("../kernels/depthwise_tiled.cu"), include_str!("../kernels/depthwise_weight_store.cuh"));
-const WARPS: [u32; 2] = [4, 8];
-const ROWS: [u32; 3] = [1, 2, 4];
-const COLUMNS: [u32; 2] = [4, 8];
+/// Warps a block (`th`), rows a thread (`rh`), columns a block (`tw`); backward-weight's warp
+/// per row of taps (`tr`) and two staging buffers (`db`), written only where 1 so that the
+/// configs from before them read as they did.
+const SCHEMA: Schema = Schema::new(&[
+    Field::new("th", Values::OneOf(&[4, 8])),
+    Field::new("rh", Values::OneOf(&[1, 2, 4])),
+    Field::new("tw", Values::OneOf(&[4, 8])),
+    Field::unless("tr", Values::OneOf(&[0, 1]), 0),
+    Field::unless("db", Values::OneOf(&[0, 1]), 0),
+]);
 /// Shared memory a block may take: an opt-in above 48 KB, so that large filters (7 x 7
 /// backward-weight) get tiles wide enough to amortize their halo, and two blocks still fit
 /// an SM.
@@ -146,30 +153,18 @@ fn phases_compile(p: &ConvProblem) -> Result<(), NotApplicable> {
 /// and with two.
 fn tiles(p: &ConvProblem) -> impl Iterator<Item = Tile> {
     let weight = p.direction == Direction::BackwardWeight;
-    let tap_rows: &'static [bool] = if weight && filter_hw(p).0 > 1 { &[false, true] } else { &[false] };
-    let double: &'static [bool] = if weight { &[false, true] } else { &[false] };
-    let shapes = WARPS
-        .into_iter()
-        .flat_map(|th| ROWS.into_iter().flat_map(move |rh| COLUMNS.into_iter().map(move |tw| (th, rh, tw))));
-    shapes.flat_map(move |(th, rh, tw)| {
-        tap_rows
-            .iter()
-            .flat_map(move |&tap_rows| double.iter().map(move |&double| Tile { th, rh, tw, tap_rows, double }))
-    })
+    let tap_rows = weight && filter_hw(p).0 > 1;
+    SCHEMA
+        .all()
+        .map(|[th, rh, tw, tr, db]| Tile { th, rh, tw, tap_rows: tr == 1, double: db == 1 })
+        .filter(move |t| (tap_rows || !t.tap_rows) && (weight || !t.double))
 }
 
 impl Tile {
     /// `tr` and `db` are written only where they are 1, so the other configs read as before
     /// they existed.
     fn to_config(self) -> Config {
-        let mut fields = vec![("th", self.th), ("rh", self.rh), ("tw", self.tw)];
-        if self.tap_rows {
-            fields.push(("tr", 1));
-        }
-        if self.double {
-            fields.push(("db", 1));
-        }
-        Config::new(fields)
+        SCHEMA.print([self.th, self.rh, self.tw, u32::from(self.tap_rows), u32::from(self.double)])
     }
 
     /// Warps per block.
@@ -266,24 +261,16 @@ impl Tile {
 
     fn from_config(p: &ConvProblem, config: &Config) -> Result<Self> {
         let bad = |reason: String| GconvError::BadConfig { text: config.to_string(), reason };
-        let field = |name: &str| config.get(name).ok_or_else(|| bad(format!("no field {name}")));
-        let (th, rh, tw) = (field("th")?, field("rh")?, field("tw")?);
-        let (tr, db) = (config.get("tr").unwrap_or(0), config.get("db").unwrap_or(0));
-        if !WARPS.contains(&th) || !ROWS.contains(&rh) || !COLUMNS.contains(&tw) {
-            return Err(bad(format!("th must be one of {WARPS:?}, rh one of {ROWS:?} and tw one of {COLUMNS:?}")));
-        }
-        if tr > 1 || (tr == 1 && !tiles(p).any(|t| t.tap_rows)) {
+        let [th, rh, tw, tr, db] = SCHEMA.parse(config)?;
+        if tr == 1 && !tiles(p).any(|t| t.tap_rows) {
             return Err(bad(
-                "tr (a warp per row of taps) is 0, or 1 for backward-weight with filters of more than one row".into(),
+                "tr (a warp per row of taps) is for backward-weight with filters of more than one row".into()
             ));
         }
-        if db > 1 || (db == 1 && p.direction != Direction::BackwardWeight) {
-            return Err(bad("db (two staging buffers) is 0, or 1 for backward-weight".into()));
+        if db == 1 && p.direction != Direction::BackwardWeight {
+            return Err(bad("db (two staging buffers) is for backward-weight".into()));
         }
         let tile = Tile { th, rh, tw, tap_rows: tr == 1, double: db == 1 };
-        if tile.to_config() != *config {
-            return Err(bad("expected the fields th, rh, tw, then tr and db where 1, in that order".into()));
-        }
         if tile.staged_bytes(p) > MAX_STAGED_BYTES {
             return Err(bad(format!("the tile stages {} bytes, over {MAX_STAGED_BYTES}", tile.staged_bytes(p))));
         }
@@ -534,6 +521,9 @@ mod tests {
             .to_string()
             .contains("db (two staging buffers)"));
         let unordered = Config::new([("th", 4), ("rh", 2), ("tw", 8), ("db", 1), ("tr", 1)]);
-        assert!(Tile::from_config(&weight, &unordered).unwrap_err().to_string().contains("in that order"));
+        assert!(Tile::from_config(&weight, &unordered)
+            .unwrap_err()
+            .to_string()
+            .contains("expected th<4|8>_rh<1|2|4>_tw<4|8>_tr<0|1>?_db<0|1>?"));
     }
 }

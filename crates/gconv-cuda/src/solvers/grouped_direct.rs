@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use cudarc::driver::LaunchConfig;
 use gconv_core::{
-    require, Config, ConvProblem, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve, Solver,
+    require, Config, ConvProblem, Direction, Field, GconvError, Invoker, Layout, NotApplicable, Result, Schema, Solve,
+    Solver, Values,
 };
 
 use super::direct::{self, check_filter, filter_hw, DirectInvoker, Kernels, THREADS};
@@ -20,7 +21,8 @@ use crate::{ConvParams, Cuda, KernelSource};
 
 const SOURCE: &str = concat!(include_str!("../kernels/grouped.cu"), include_str!("../kernels/weight_store.cuh"));
 const MAX_CHANNELS: u32 = 8;
-const COLUMN_TILES: [u32; 3] = [1, 2, 4];
+/// Forward's and backward-data's: output columns a thread (`tw`).
+const SCHEMA: Schema = Schema::new(&[Field::new("tw", Values::OneOf(&[1, 2, 4]))]);
 
 pub struct GroupedDirect {
     pub device: Arc<CudaDevice>,
@@ -41,13 +43,7 @@ fn column_tile(p: &ConvProblem, config: &Config) -> Result<u32> {
             })
         };
     }
-    let [tw] = config.expect_fields(["tw"])?;
-    if !COLUMN_TILES.contains(&tw) {
-        return Err(GconvError::BadConfig {
-            text: config.to_string(),
-            reason: format!("tw must be one of {COLUMN_TILES:?}"),
-        });
-    }
+    let [tw] = SCHEMA.parse(config)?;
     Ok(tw)
 }
 
@@ -85,14 +81,14 @@ impl Solver for GroupedDirect {
     fn default_config(&self, p: &ConvProblem) -> Config {
         match p.direction {
             Direction::BackwardWeight => Config::empty(),
-            _ => Config::new([("tw", 2)]),
+            _ => SCHEMA.print([2]),
         }
     }
 
     fn configs<'a>(&'a self, p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
         match p.direction {
             Direction::BackwardWeight => Box::new(std::iter::empty()),
-            _ => Box::new(COLUMN_TILES.into_iter().map(|tw| Config::new([("tw", tw)]))),
+            _ => Box::new(SCHEMA.all::<1>().map(|tw| SCHEMA.print(tw))),
         }
     }
 

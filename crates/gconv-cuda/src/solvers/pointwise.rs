@@ -10,8 +10,8 @@
 use std::sync::Arc;
 
 use gconv_core::{
-    require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve,
-    Solver,
+    require, Config, ConvProblem, DataType, Direction, Field, GconvError, Invoker, Layout, NotApplicable, Result,
+    Schema, Solve, Solver, Values,
 };
 
 use super::direct::{DirectInvoker, Kernels};
@@ -21,8 +21,9 @@ use crate::launch;
 use crate::{ConvParams, Cuda, KernelSource};
 
 const SOURCE: &str = include_str!("../kernels/pointwise.cu");
-const WARPS: [u32; 2] = [4, 8];
-const TILES_PER_WARP: [u32; 3] = [1, 2, 4];
+/// Warps a block (`wp`) and 16-pixel tiles a warp (`mt`).
+const SCHEMA: Schema =
+    Schema::new(&[Field::new("wp", Values::OneOf(&[4, 8])), Field::new("mt", Values::OneOf(&[1, 2, 4]))]);
 /// The narrow side's channels: on the H100 the kernel kept pace with the implicit GEMMs
 /// where one side had up to 32 (c32 k16 112x112 forward 10.8 us, igemm_wgmma 23.2, cuDNN
 /// 12.8; c24 k144 forward 13.5, 23.7, 15.0) and fell behind from 40 up (c64 k64 56x56
@@ -108,15 +109,12 @@ impl Tile {
     }
 
     fn to_config(self) -> Config {
-        Config::new([("wp", self.warps), ("mt", self.tiles_per_warp)])
+        SCHEMA.print([self.warps, self.tiles_per_warp])
     }
 
     fn from_config(p: &ConvProblem, config: &Config) -> Result<Self> {
-        let [warps, tiles_per_warp] = config.expect_fields(["wp", "mt"])?;
+        let [warps, tiles_per_warp] = SCHEMA.parse(config)?;
         let bad = |reason: String| GconvError::BadConfig { text: config.to_string(), reason };
-        if !WARPS.contains(&warps) || !TILES_PER_WARP.contains(&tiles_per_warp) {
-            return Err(bad(format!("wp must be one of {WARPS:?} and mt one of {TILES_PER_WARP:?}")));
-        }
         let tile = Tile { warps, tiles_per_warp };
         if !tile.fits(p) {
             return Err(bad(format!("the block stages {} bytes, over {MAX_STAGED_BYTES}", tile.staged_bytes(p))));
@@ -142,9 +140,7 @@ fn column_group(tiles: u32) -> u32 {
 }
 
 fn tiles() -> impl Iterator<Item = Tile> {
-    WARPS
-        .into_iter()
-        .flat_map(|warps| TILES_PER_WARP.into_iter().map(move |tiles_per_warp| Tile { warps, tiles_per_warp }))
+    SCHEMA.all().map(|[warps, tiles_per_warp]| Tile { warps, tiles_per_warp })
 }
 
 impl Solver for Pointwise {

@@ -9,14 +9,15 @@
 
 use cudarc::driver::LaunchConfig;
 use gconv_core::geometry::Geometry;
-use gconv_core::{require, Config, ConvProblem, Direction, NotApplicable, Result};
+use gconv_core::{require, Config, ConvProblem, Direction, NotApplicable, Result, Schema};
 
-use super::{check_block, check_fit, preferred_shapes, BlockTile, GROUPS_PER_BLOCK, TILES, WARPS};
+use super::{check_block, check_fit, preferred_shapes, BlockTile, GROUPS_PER_BLOCK, TILES, TILE_FIELDS, WARPS};
 use crate::device::{CudaDevice, SmLimits};
 use crate::launch;
 use crate::solvers::direct::Kernels;
 use crate::KernelSource;
 
+const SCHEMA: Schema = Schema::new(&TILE_FIELDS);
 const SOURCE: &str =
     concat!(include_str!("../../kernels/grouped_mma_tiles.cuh"), include_str!("../../kernels/grouped_mma.cu"));
 /// Channels per group the product reduces: ldmatrix rows of 8, a tap's channels per step of 16.
@@ -140,11 +141,11 @@ impl BlockTile for Tile {
     }
 
     fn to_config(self) -> Config {
-        Config::new([("th", self.th), ("tw", self.tw), ("gb", self.gb)])
+        SCHEMA.print([self.th, self.tw, self.gb])
     }
 
     fn from_fields(config: &Config) -> Result<Tile> {
-        let [th, tw, gb] = config.expect_fields(["th", "tw", "gb"])?;
+        let [th, tw, gb] = SCHEMA.parse(config)?;
         Ok(Tile { th, tw, gb })
     }
 

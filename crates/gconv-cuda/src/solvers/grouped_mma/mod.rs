@@ -13,8 +13,8 @@ mod weight;
 use std::sync::Arc;
 
 use gconv_core::{
-    require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve,
-    Solver,
+    require, Config, ConvProblem, DataType, Direction, Field, GconvError, Invoker, Layout, NotApplicable, Result,
+    Solve, Solver, Values,
 };
 
 use super::direct::{self, DirectInvoker, Kernels};
@@ -27,6 +27,13 @@ const WARPS: u32 = 4;
 /// for 1D.
 const TILES: [(u32, u32); 6] = [(4, 16), (8, 8), (8, 16), (16, 8), (1, 64), (1, 128)];
 const GROUPS_PER_BLOCK: [u32; 5] = [1, 2, 4, 8, 16];
+/// The fields both kernels' configs begin with: tile rows (`th`) and columns (`tw`), paired
+/// as `TILES` lists them, and groups a block (`gb`).
+const TILE_FIELDS: [Field; 3] = [
+    Field::new("th", Values::OneOf(&[1, 4, 8, 16])),
+    Field::new("tw", Values::OneOf(&[8, 16, 64, 128])),
+    Field::new("gb", Values::OneOf(&GROUPS_PER_BLOCK)),
+];
 /// So that two blocks fit an SM.
 const MAX_SHARED_BYTES: u64 = 96 << 10;
 const MAX_GRID_YZ: u64 = 65_535;

@@ -10,9 +10,9 @@
 
 use cudarc::driver::LaunchConfig;
 use gconv_core::geometry::Geometry;
-use gconv_core::{require, Config, ConvProblem, NotApplicable, Result};
+use gconv_core::{require, Config, ConvProblem, Field, NotApplicable, Result, Schema, Values};
 
-use super::{check_block, check_fit, preferred_shapes, BlockTile, GROUPS_PER_BLOCK, TILES, WARPS};
+use super::{check_block, check_fit, preferred_shapes, BlockTile, GROUPS_PER_BLOCK, TILES, TILE_FIELDS, WARPS};
 use crate::device::{CudaDevice, SmLimits};
 use crate::launch;
 use crate::solvers::direct::{self, Kernels};
@@ -34,6 +34,14 @@ const MAX_WARP_TILES: u32 = 16;
 const MAX_ITEMS_PER_WARP: u32 = 12;
 /// Output tiles a block walks: its share of the reduction.
 const UNITS_PER_BLOCK: [u32; 7] = [1, 2, 4, 8, 16, 32, 64];
+/// The tile's fields, then rows of filter taps a block (`mb`) and reduction units a block (`ub`).
+const SCHEMA: Schema = Schema::new(&[
+    TILE_FIELDS[0],
+    TILE_FIELDS[1],
+    TILE_FIELDS[2],
+    Field::new("mb", Values::OneOf(&ROW_TILES)),
+    Field::new("ub", Values::OneOf(&UNITS_PER_BLOCK)),
+]);
 /// The blocks an SM runs at a time at most (the kernel's launch bounds): the preferred slices
 /// of the reduction aim at one wave of the blocks that fit.
 const BLOCKS_PER_SM: u32 = 4;
@@ -163,11 +171,11 @@ impl BlockTile for Tile {
     }
 
     fn to_config(self) -> Config {
-        Config::new([("th", self.th), ("tw", self.tw), ("gb", self.gb), ("mb", self.mb), ("ub", self.ub)])
+        SCHEMA.print([self.th, self.tw, self.gb, self.mb, self.ub])
     }
 
     fn from_fields(config: &Config) -> Result<Tile> {
-        let [th, tw, gb, mb, ub] = config.expect_fields(["th", "tw", "gb", "mb", "ub"])?;
+        let [th, tw, gb, mb, ub] = SCHEMA.parse(config)?;
         Ok(Tile { th, tw, gb, mb, ub })
     }
 

@@ -93,7 +93,7 @@ fn bad_configs_say_why() {
         Err(GconvError::BadConfig { reason, .. }) => reason,
         other => panic!("{text}: expected a bad config, got {other:?}"),
     };
-    assert!(reason("bm64_bn64_bk32_wm2_wn2_st3").contains("expected 8 fields"));
+    assert!(reason("bm64_bn64_bk32_wm2_wn2_st3").contains("expected bm<32|64|128|256>_bn<"));
     assert!(reason("bm48_bn64_bk32_wm2_wn2_st3_ks1_red0").contains("bm must be"));
     assert!(reason("bm64_bn64_bk32_wm2_wn2_st3_ks4_red2").contains("red must be"));
     assert!(reason("bm128_bn128_bk32_wm1_wn1_st3_ks1_red0").contains("warp tile"));

@@ -1,7 +1,7 @@
 //! The tile space (one table per math), a tile's resources, its config text, why it cannot run a
 //! problem, and the kernel it builds.
 
-use gconv_core::{Config, ConvProblem, DataType, Direction, GconvError, Result};
+use gconv_core::{Config, ConvProblem, DataType, Direction, Field, GconvError, Result, Schema, Values};
 
 use super::{Math, Planner, MAX_FILTER_TAPS, SOURCE};
 use crate::KernelSource;
@@ -38,7 +38,57 @@ const TENSOR_CORE_SPACE: Space = Space {
 const SIMT_SPACE: Space =
     Space { bm: &[32, 64, 128], bn: &[32, 64, 128], bk: &[8, 16, 32], warps: &[], stages: &[2, 3] };
 
+/// A tile's text, per math and direction: `bm`, `bn`, `bk`, the warp grid (`wm`, `wn`) where
+/// tensor cores set it, pipeline stages (`st`), and backward-weight's split: slices (`ks`) and
+/// two-stage reduction (`red`, 0 for atomics).
+const TENSOR_CORE_SCHEMA: Schema = Schema::new(&[
+    Field::new("bm", Values::OneOf(TENSOR_CORE_SPACE.bm)),
+    Field::new("bn", Values::OneOf(TENSOR_CORE_SPACE.bn)),
+    Field::new("bk", Values::OneOf(TENSOR_CORE_SPACE.bk)),
+    WARPS_M,
+    WARPS_N,
+    Field::new("st", Values::OneOf(TENSOR_CORE_SPACE.stages)),
+]);
+const TENSOR_CORE_WEIGHT_SCHEMA: Schema = Schema::new(&[
+    Field::new("bm", Values::OneOf(TENSOR_CORE_SPACE.bm)),
+    Field::new("bn", Values::OneOf(TENSOR_CORE_SPACE.bn)),
+    Field::new("bk", Values::OneOf(TENSOR_CORE_SPACE.bk)),
+    WARPS_M,
+    WARPS_N,
+    Field::new("st", Values::OneOf(TENSOR_CORE_SPACE.stages)),
+    SLICES,
+    REDUCTION,
+]);
+const SIMT_SCHEMA: Schema = Schema::new(&[
+    Field::new("bm", Values::OneOf(SIMT_SPACE.bm)),
+    Field::new("bn", Values::OneOf(SIMT_SPACE.bn)),
+    Field::new("bk", Values::OneOf(SIMT_SPACE.bk)),
+    Field::new("st", Values::OneOf(SIMT_SPACE.stages)),
+]);
+const SIMT_WEIGHT_SCHEMA: Schema = Schema::new(&[
+    Field::new("bm", Values::OneOf(SIMT_SPACE.bm)),
+    Field::new("bn", Values::OneOf(SIMT_SPACE.bn)),
+    Field::new("bk", Values::OneOf(SIMT_SPACE.bk)),
+    Field::new("st", Values::OneOf(SIMT_SPACE.stages)),
+    SLICES,
+    REDUCTION,
+]);
+/// The pairs `TENSOR_CORE_SPACE.warps` lists are checked as pairs.
+const WARPS_M: Field = Field::new("wm", Values::OneOf(&[1, 2, 4]));
+const WARPS_N: Field = Field::new("wn", Values::OneOf(&[1, 2, 4]));
+const SLICES: Field = Field::new("ks", Values::OneOf(&SPLITS));
+const REDUCTION: Field = Field::new("red", Values::OneOf(&[0, 1]));
+
 impl Math {
+    fn schema(self, direction: Direction) -> &'static Schema {
+        match (self, direction == Direction::BackwardWeight) {
+            (Math::TensorCores, false) => &TENSOR_CORE_SCHEMA,
+            (Math::TensorCores, true) => &TENSOR_CORE_WEIGHT_SCHEMA,
+            (Math::Simt, false) => &SIMT_SCHEMA,
+            (Math::Simt, true) => &SIMT_WEIGHT_SCHEMA,
+        }
+    }
+
     pub(super) fn space(self) -> &'static Space {
         match self {
             Math::TensorCores => &TENSOR_CORE_SPACE,
@@ -187,37 +237,40 @@ impl Tile {
     }
 
     pub fn to_config(self, math: Math, direction: Direction) -> Config {
-        let mut fields = vec![("bm", self.bm), ("bn", self.bn), ("bk", self.bk)];
-        if math == Math::TensorCores {
-            fields.extend([("wm", self.warps_m), ("wn", self.warps_n)]);
+        let (bm, bn, bk, st) = (self.bm, self.bn, self.bk, self.stages);
+        let (wm, wn, ks, red) = (self.warps_m, self.warps_n, self.splits, u32::from(self.two_stage));
+        let schema = math.schema(direction);
+        match (math, direction == Direction::BackwardWeight) {
+            (Math::TensorCores, false) => schema.print([bm, bn, bk, wm, wn, st]),
+            (Math::TensorCores, true) => schema.print([bm, bn, bk, wm, wn, st, ks, red]),
+            (Math::Simt, false) => schema.print([bm, bn, bk, st]),
+            (Math::Simt, true) => schema.print([bm, bn, bk, st, ks, red]),
         }
-        fields.push(("st", self.stages));
-        if direction == Direction::BackwardWeight {
-            fields.extend([("ks", self.splits), ("red", u32::from(self.two_stage))]);
-        }
-        Config::new(fields)
     }
 
     pub fn from_config(plan: &Planner, p: &ConvProblem, config: &Config) -> Result<Self> {
         let bad = |reason: String| GconvError::BadConfig { text: config.to_string(), reason };
-        let weight = p.direction == Direction::BackwardWeight;
-        let field_count = 4 + if plan.math == Math::TensorCores { 2 } else { 0 } + if weight { 2 } else { 0 };
-        if config.fields().len() != field_count {
-            return Err(bad(format!(
-                "expected {field_count} fields, as in `{}`",
-                plan.default_tile(p).to_config(plan.math, p.direction)
-            )));
-        }
-        let field = |name: &str| config.get(name).ok_or_else(|| bad(format!("missing field `{name}`")));
-        let (bm, bn, bk, stages) = (field("bm")?, field("bn")?, field("bk")?, field("st")?);
-        let (warps_m, warps_n) = match plan.math {
-            Math::TensorCores => (field("wm")?, field("wn")?),
-            Math::Simt => (Math::simt_warps(bm, bn), 1),
-        };
-        let (splits, two_stage) = if weight { (field("ks")?, field("red")? == 1) } else { (1, false) };
-        if weight && field("red")? > 1 {
-            return Err(bad("red must be 0 (atomics) or 1 (two-stage)".into()));
-        }
+        let schema = plan.math.schema(p.direction);
+        let simt_warps = |bm, bn| (Math::simt_warps(bm, bn), 1);
+        let (bm, bn, bk, (warps_m, warps_n), stages, (splits, two_stage)) =
+            match (plan.math, p.direction == Direction::BackwardWeight) {
+                (Math::TensorCores, false) => {
+                    let [bm, bn, bk, wm, wn, st] = schema.parse(config)?;
+                    (bm, bn, bk, (wm, wn), st, (1, false))
+                }
+                (Math::TensorCores, true) => {
+                    let [bm, bn, bk, wm, wn, st, ks, red] = schema.parse(config)?;
+                    (bm, bn, bk, (wm, wn), st, (ks, red == 1))
+                }
+                (Math::Simt, false) => {
+                    let [bm, bn, bk, st] = schema.parse(config)?;
+                    (bm, bn, bk, simt_warps(bm, bn), st, (1, false))
+                }
+                (Math::Simt, true) => {
+                    let [bm, bn, bk, st, ks, red] = schema.parse(config)?;
+                    (bm, bn, bk, simt_warps(bm, bn), st, (ks, red == 1))
+                }
+            };
         let tile = Tile { bm, bn, bk, warps_m, warps_n, stages, splits, two_stage };
         tile.check(plan, p).map_err(bad)?;
         Ok(tile)

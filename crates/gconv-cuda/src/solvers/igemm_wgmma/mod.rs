@@ -50,8 +50,8 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, LaunchConfig};
 use gconv_core::geometry::Geometry;
 use gconv_core::{
-    applicability, require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable,
-    Result, Solve, Solver,
+    applicability, require, Config, ConvProblem, DataType, Direction, Field, GconvError, Invoker, Layout,
+    NotApplicable, Result, Schema, Solve, Solver, Values,
 };
 
 use super::group_packing::{self, GroupPacking};

@@ -6,9 +6,49 @@ use super::packing::*;
 use super::tile::*;
 use super::*;
 
-/// A config: the block tile (fields `bn`, `wg`, `st`, `cl`, `ps`) and the split (`ks` and
-/// `red`, as cuda.igemm_tc has them): always written for backward-weight, for the other
-/// directions only where it splits (so their unsplit configs read as before splits existed).
+/// The config's text: the block tile (`bn` columns, `wg` consumer warpgroups, `st` stages, `cl`
+/// CTAs a cluster, `ps` a persistent grid), the split (`ks` slices, `red` how they are summed: 0
+/// atomics, 1 two-stage, 2 in the cluster, 3 stream-K), then taps a unit (`tp`), row slices a
+/// consumer (`mr`) and the source staged with its halo (`hl`), each written only where not 1,
+/// 1 and 0, so that configs from before them read as they did.
+const TILE_FIELDS: [Field; 5] = [
+    Field::new("bn", Values::OneOf(&COLUMNS)),
+    Field::new("wg", Values::OneOf(&CONSUMERS)),
+    Field::new("st", Values::OneOf(&[STAGES[0], STAGES[1], STAGES[2], HELD_STAGES])),
+    Field::new("cl", Values::OneOf(&CLUSTERS)),
+    Field::new("ps", Values::OneOf(&[0, 1])),
+];
+const LATER_FIELDS: [Field; 3] = [
+    Field::unless("tp", Values::OneOf(&UNIT_TAPS), 1),
+    Field::unless("mr", Values::OneOf(&ROW_SLICES), 1),
+    Field::unless("hl", Values::OneOf(&[0, 1]), 0),
+];
+/// Forward's and backward-data's unsplit configs.
+const UNSPLIT_SCHEMA: Schema = Schema::new(&[
+    TILE_FIELDS[0],
+    TILE_FIELDS[1],
+    TILE_FIELDS[2],
+    TILE_FIELDS[3],
+    TILE_FIELDS[4],
+    LATER_FIELDS[0],
+    LATER_FIELDS[1],
+    LATER_FIELDS[2],
+]);
+/// Backward-weight's configs, and the other directions' where they split.
+const SPLIT_SCHEMA: Schema = Schema::new(&[
+    TILE_FIELDS[0],
+    TILE_FIELDS[1],
+    TILE_FIELDS[2],
+    TILE_FIELDS[3],
+    TILE_FIELDS[4],
+    Field::new("ks", Values::OneOf(&SPLITS)),
+    Field::new("red", Values::OneOf(&[0, 1, 2, 3])),
+    LATER_FIELDS[0],
+    LATER_FIELDS[1],
+    LATER_FIELDS[2],
+]);
+
+/// A config: the block tile and the split (as cuda.igemm_tc has them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct WgmmaConfig {
     pub(super) tile: Tile,
@@ -18,44 +58,15 @@ pub(super) struct WgmmaConfig {
 impl WgmmaConfig {
     pub(super) fn from_config(p: &ConvProblem, config: &Config) -> Result<Self> {
         let bad = |reason: String| GconvError::BadConfig { text: config.to_string(), reason };
-        let flag = |name: &str, value: u32| match value {
-            0 | 1 => Ok(value == 1),
-            _ => Err(bad(format!("{name} must be 0 or 1"))),
-        };
-        // tp or mr, then hl, come last, written only over 1 and where 1 (see to_config).
-        let fields = config.fields();
-        let (fields, halo) = match fields.split_last() {
-            Some(((name, value), rest)) if name == "hl" => (rest, flag("hl", *value)?),
-            _ => (fields, false),
-        };
-        let (fields, taps, mr) = match fields.split_last() {
-            Some(((name, value), rest)) if name == "tp" => (rest, *value, 1),
-            Some(((name, value), rest)) if name == "mr" => (rest, 1, *value),
-            _ => (fields, 1, 1),
-        };
-        let leading = Config::new(fields.iter().map(|(name, value)| (name.as_str(), *value)));
-        fn expect<const N: usize>(
-            leading: &Config,
-            names: [&str; N],
-            bad: impl Fn(String) -> GconvError,
-        ) -> Result<[u32; N]> {
-            leading.expect_fields(names).map_err(|e| match e {
-                GconvError::BadConfig { reason, .. } => {
-                    bad(format!("{reason}, then tp or mr where over 1, then hl where 1"))
-                }
-                e => e,
-            })
-        }
-        let parsed = if p.direction == Direction::BackwardWeight || leading.get("ks").is_some() {
-            let [bn, wg, st, cl, ps, slices, red] = expect(&leading, ["bn", "wg", "st", "cl", "ps", "ks", "red"], bad)?;
-            let tile = Tile { bn, wg, st, cl, persistent: flag("ps", ps)?, taps, mr, halo };
-            let reduction = Reduction::from_code(red).ok_or_else(|| {
-                bad("red must be 0 (atomics), 1 (two-stage), 2 (sums in the cluster) or 3 (stream-K)".into())
-            })?;
+        let parsed = if p.direction == Direction::BackwardWeight || config.get("ks").is_some() {
+            let [bn, wg, st, cl, ps, slices, red, taps, mr, hl] = SPLIT_SCHEMA.parse(config)?;
+            let tile = Tile { bn, wg, st, cl, persistent: ps == 1, taps, mr, halo: hl == 1 };
+            let reduction = Reduction::from_code(red).ok_or_else(|| bad(format!("no reduction {red}")))?;
             WgmmaConfig { tile, split: Split { slices, reduction } }
         } else {
-            let [bn, wg, st, cl, ps] = expect(&leading, ["bn", "wg", "st", "cl", "ps"], bad)?;
-            WgmmaConfig { tile: Tile { bn, wg, st, cl, persistent: flag("ps", ps)?, taps, mr, halo }, split: UNSPLIT }
+            let [bn, wg, st, cl, ps, taps, mr, hl] = UNSPLIT_SCHEMA.parse(config)?;
+            let tile = Tile { bn, wg, st, cl, persistent: ps == 1, taps, mr, halo: hl == 1 };
+            WgmmaConfig { tile, split: UNSPLIT }
         };
         parsed.check(p).map_err(bad)?;
         Ok(parsed)
@@ -63,21 +74,13 @@ impl WgmmaConfig {
 
     pub(super) fn to_config(self, direction: Direction) -> Config {
         let Tile { bn, wg, st, cl, persistent, taps, mr, halo } = self.tile;
-        let mut fields = vec![("bn", bn), ("wg", wg), ("st", st), ("cl", cl), ("ps", u32::from(persistent))];
+        let (ps, hl) = (u32::from(persistent), u32::from(halo));
         if direction == Direction::BackwardWeight || self.split != UNSPLIT {
-            fields.extend([("ks", self.split.slices), ("red", self.split.reduction.code())]);
+            let (ks, red) = (self.split.slices, self.split.reduction.code());
+            SPLIT_SCHEMA.print([bn, wg, st, cl, ps, ks, red, taps, mr, hl])
+        } else {
+            UNSPLIT_SCHEMA.print([bn, wg, st, cl, ps, taps, mr, hl])
         }
-        // Written only where over 1, so that configs from before it read as they did.
-        if taps > 1 {
-            fields.push(("tp", taps));
-        }
-        if mr > 1 {
-            fields.push(("mr", mr));
-        }
-        if halo {
-            fields.push(("hl", 1));
-        }
-        Config::new(fields)
     }
 
     pub(super) fn check(self, p: &ConvProblem) -> std::result::Result<(), String> {

@@ -547,7 +547,7 @@ fn every_config_fits_and_round_trips() {
     assert!(error(&forward, tile(256, 2, 5, 1, 0)).contains("shared memory"));
     assert!(error(&forward, tile(96, 2, 4, 1, 0)).contains("bn must be"));
     assert!(error(&forward, tile(64, 1, 4, 4, 0)).contains("cl must be"));
-    assert!(error(&forward, tile(64, 1, 4, 1, 2)).contains("ps must be 0 or 1"));
+    assert!(error(&forward, tile(64, 1, 4, 1, 2)).contains("ps must be one of 0, 1"));
     let split = |cl: u32, ks: u32, red: u32| {
         Config::new([("bn", 64), ("wg", 1), ("st", 4), ("cl", cl), ("ps", 0), ("ks", ks), ("red", red)])
     };
@@ -555,7 +555,7 @@ fn every_config_fits_and_round_trips() {
     assert!(error(&one_row_tile, split(2, 1, 0)).contains("shares loads between row tiles"));
     assert!(error(&weight, split(1, 1, 1)).contains("needs ks over 1"));
     assert!(error(&weight, split(1, 8, 2)).contains("red 2 (sums in the cluster) takes ks [2, 4]"));
-    assert!(error(&weight, split(1, 2, 4)).contains("red must be 0"));
+    assert!(error(&weight, split(1, 2, 4)).contains("red must be one of 0, 1, 2, 3"));
     assert!(error(&weight, split(1, 2, 3)).contains("ks must be 1"));
     assert!(error(&weight, split(2, 1, 3)).contains("cl 1, ps 0"));
     assert!(error(&forward, split(1, 1, 3)).contains("backward-weight's"));
@@ -582,7 +582,8 @@ fn every_config_fits_and_round_trips() {
         Config::new([("bn", 64), ("wg", 1), ("st", 3), ("cl", 1), ("ps", 0), ("ks", 1), ("red", 0), ("mr", 2)]);
     assert!(error(&weight, weight_slices).contains("forward's and backward-data's"));
     let misplaced = Config::new([("bn", 64), ("wg", 1), ("mr", 2), ("st", 3), ("cl", 1), ("ps", 1)]);
-    assert!(error(&forward, misplaced).contains("then tp or mr"));
+    assert!(error(&forward, misplaced)
+        .contains("expected bn<64|128|256>_wg<1|2>_st<3|4|5|9>_cl<1|2>_ps<0|1>_tp<1|2|3|4>?_mr<1|2>?_hl<0|1>?"));
     assert!(WgmmaConfig::from_config(&weight, &tile(64, 1, 4, 1, 0)).is_err(), "backward-weight wants ks and red");
     // Forward reads its unsplit configs without ks and red, as they were written before splits.
     assert_eq!(WgmmaConfig::from_config(&forward, &tile(64, 1, 4, 1, 0)).unwrap().split, UNSPLIT);
