@@ -3,7 +3,7 @@
 `forward_and_backward_data_*` entries of crates/gconv-cuda/src/solvers/igemm_wgmma/wave-models.json)
 to config sweeps, and says how well it picks.
 
-    bench/wave_model.py data/bench/h100-s19-config-sweeps-bf16.csv data/bench/h100-s20-config-sweeps-bf16.csv
+    bench/wave_model.py data/bench/h100-2026-11-23-cb4b14f-config-sweeps-bf16.csv data/bench/h100-2026-11-23-39e0022-config-sweeps-bf16.csv
 
 Model: a config (tile shape: columns bn, consumers wg, 64-row slices per consumer mr, persistent
 or not; split ks) runs each product with taps (forward: one; backward-data: one per sub-pixel
@@ -39,12 +39,12 @@ SMS = 132
 # (bn, wg, mr, persistent): the order of the JSON entry's tiles.
 SHAPES = [(64, 1, 1, 1), (64, 2, 1, 1), (128, 1, 1, 1), (128, 2, 1, 1), (256, 1, 1, 1), (256, 2, 1, 1), (64, 2, 2, 1), (128, 2, 2, 0)]
 WEIGHT_SHAPES = [(64, 1, 1, 0), (64, 2, 1, 0), (128, 1, 1, 0), (128, 2, 1, 0), (256, 1, 1, 0), (256, 2, 1, 0)]
-WEIGHT_FITTED = ("s24-small-1x1-bwd-weight",)
-WEIGHT_FITTED_TF32 = ("s28-tf32-bwd-weight-sweep",)
+WEIGHT_FITTED = ("cda7f63-small-1x1-bwd-weight",)
+WEIGHT_FITTED_TF32 = ("5f7e743-tf32-bwd-weight-sweep",)
 WEIGHT_MAX_PIXEL_BLOCKS = 100
 WEIGHT_KEY = re.compile(r"v1:bwd-weight:(bf16|f16|tf32):NHWC:n(\d+):c(\d+):k(\d+):i(\d+)x(\d+):f1x1:s(\d+)x(\d+):p0x0:d1x1$")
-FITTED = ("s20-small-fwd-bwd-data", "rows-per-consumer", "small-fwd-bwd-data", "s20-default-ab-1-base", "s20-default-ab-1-new")
-FITTED_TF32 = ("s28-tf32-fwd-bwd-data-sweep",)
+FITTED = ("39e0022-small-fwd-bwd-data", "rows-per-consumer", "small-fwd-bwd-data", "39e0022-default-ab-1-base", "39e0022-default-ab-1-new")
+FITTED_TF32 = ("5f7e743-tf32-fwd-bwd-data-sweep",)
 KEY = re.compile(r"v1:(fwd|bwd-data):(bf16|f16|tf32):N[DH]*WC:n(\d+):c(\d+):k(\d+):i([\dx]+):f([\dx]+):s([\dx]+):p([\dx]+):d([\dx]+)(?::g(\d+))?$")
 
 

@@ -2,7 +2,10 @@ use proptest::prelude::*;
 
 use crate::reference::reference;
 use crate::testing::small_problem;
-use crate::{Config, ConvProblem, ConvTensors, DataType, Direction, Field, GconvError, Layout, Schema, SpatialDim, Tensor, Values};
+use crate::{
+    Config, ConvProblem, ConvTensors, DataType, Direction, Field, GconvError, Layout, Schema, SpatialDim, Tensor,
+    Values,
+};
 
 fn problem_2d(n: u32, c: u32, k: u32, g: u32, hw: u32, f: u32) -> ConvProblem {
     ConvProblem {
