@@ -134,7 +134,7 @@ fn configs_the_solver_rejects_are_skipped_with_a_warning() {
     let (out, err) = (stdout(&o), stderr(&o));
     assert!(o.status.success(), "{out}{err}");
     assert!(err.contains("warning: skipping find-db entry cpu.direct_blocked `rb0_kb8_lo1`"), "{err}");
-    assert!(err.contains("needs 1 <= rb"), "{err}");
+    assert!(err.contains("rb must be at least 1"), "{err}");
     assert!(!out.contains("rb0_kb8_lo1"), "the rejected config ran:\n{out}");
 
     conv.extend(["-S", "cpu.direct_blocked"]);

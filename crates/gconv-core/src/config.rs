@@ -143,6 +143,7 @@ impl fmt::Display for Values {
                 let listed: Vec<String> = values.iter().map(u32::to_string).collect();
                 write!(f, "one of {}", listed.join(", "))
             }
+            Values::Range(low, u32::MAX) => write!(f, "at least {low}"),
             Values::Range(low, high) => write!(f, "from {low} to {high}"),
         }
     }
@@ -244,6 +245,7 @@ impl Schema {
         let field = |f: &Field| {
             let values = match f.values {
                 Values::OneOf(values) => values.iter().map(u32::to_string).collect::<Vec<_>>().join("|"),
+                Values::Range(low, u32::MAX) => format!("{low}.."),
                 Values::Range(low, high) => format!("{low}..{high}"),
             };
             let optional = if f.omitted_at.is_some() { "?" } else { "" };

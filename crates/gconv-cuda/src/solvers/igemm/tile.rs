@@ -39,45 +39,34 @@ const SIMT_SPACE: Space =
     Space { bm: &[32, 64, 128], bn: &[32, 64, 128], bk: &[8, 16, 32], warps: &[], stages: &[2, 3] };
 
 /// A tile's text, per math and direction: `bm`, `bn`, `bk`, the warp grid (`wm`, `wn`) where
-/// tensor cores set it, pipeline stages (`st`), and backward-weight's split: slices (`ks`) and
-/// two-stage reduction (`red`, 0 for atomics).
-const TENSOR_CORE_SCHEMA: Schema = Schema::new(&[
+/// tensor cores set it, pipeline stages (`st`), then backward-weight's split: slices (`ks`) and
+/// two-stage reduction (`red`, 0 for atomics). The warp grid's pairs (`Space::warps`) are
+/// checked as pairs.
+const TENSOR_CORE_FIELDS: [Field; 8] = [
     Field::new("bm", Values::OneOf(TENSOR_CORE_SPACE.bm)),
     Field::new("bn", Values::OneOf(TENSOR_CORE_SPACE.bn)),
     Field::new("bk", Values::OneOf(TENSOR_CORE_SPACE.bk)),
-    WARPS_M,
-    WARPS_N,
-    Field::new("st", Values::OneOf(TENSOR_CORE_SPACE.stages)),
-]);
-const TENSOR_CORE_WEIGHT_SCHEMA: Schema = Schema::new(&[
-    Field::new("bm", Values::OneOf(TENSOR_CORE_SPACE.bm)),
-    Field::new("bn", Values::OneOf(TENSOR_CORE_SPACE.bn)),
-    Field::new("bk", Values::OneOf(TENSOR_CORE_SPACE.bk)),
-    WARPS_M,
-    WARPS_N,
+    Field::new("wm", Values::OneOf(&[1, 2, 4])),
+    Field::new("wn", Values::OneOf(&[1, 2, 4])),
     Field::new("st", Values::OneOf(TENSOR_CORE_SPACE.stages)),
     SLICES,
     REDUCTION,
-]);
-const SIMT_SCHEMA: Schema = Schema::new(&[
-    Field::new("bm", Values::OneOf(SIMT_SPACE.bm)),
-    Field::new("bn", Values::OneOf(SIMT_SPACE.bn)),
-    Field::new("bk", Values::OneOf(SIMT_SPACE.bk)),
-    Field::new("st", Values::OneOf(SIMT_SPACE.stages)),
-]);
-const SIMT_WEIGHT_SCHEMA: Schema = Schema::new(&[
+];
+const SIMT_FIELDS: [Field; 6] = [
     Field::new("bm", Values::OneOf(SIMT_SPACE.bm)),
     Field::new("bn", Values::OneOf(SIMT_SPACE.bn)),
     Field::new("bk", Values::OneOf(SIMT_SPACE.bk)),
     Field::new("st", Values::OneOf(SIMT_SPACE.stages)),
     SLICES,
     REDUCTION,
-]);
-/// The pairs `TENSOR_CORE_SPACE.warps` lists are checked as pairs.
-const WARPS_M: Field = Field::new("wm", Values::OneOf(&[1, 2, 4]));
-const WARPS_N: Field = Field::new("wn", Values::OneOf(&[1, 2, 4]));
+];
 const SLICES: Field = Field::new("ks", Values::OneOf(&SPLITS));
 const REDUCTION: Field = Field::new("red", Values::OneOf(&[0, 1]));
+/// Backward-weight's schemas are the whole lists, the other directions' all but the split.
+const TENSOR_CORE_WEIGHT_SCHEMA: Schema = Schema::new(&TENSOR_CORE_FIELDS);
+const TENSOR_CORE_SCHEMA: Schema = Schema::new(TENSOR_CORE_FIELDS.split_at(6).0);
+const SIMT_WEIGHT_SCHEMA: Schema = Schema::new(&SIMT_FIELDS);
+const SIMT_SCHEMA: Schema = Schema::new(SIMT_FIELDS.split_at(4).0);
 
 impl Math {
     fn schema(self, direction: Direction) -> &'static Schema {
