@@ -67,6 +67,7 @@ def _named(direction):
     """A profiler range under the operator's name while a profiler runs, else nothing."""
     return torch.profiler.record_function(_OP_NAMES[direction]) if _profiling() else contextlib.nullcontext()
 
+
 def signature(x, w, bias, args):
     """The key a call's spec is kept under."""
     bias_facts = None if bias is None else (bias.shape, bias.dtype, bias.device)
