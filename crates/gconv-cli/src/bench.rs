@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use gconv_core::{ConvProblem, DataType, Direction, Runtime, SolverKind};
+use gconv_heuristic::validate::{stats, summed_ratio};
 use gconv_tune::db::{Db, Warning};
 use gconv_tune::find::{find_reusing, measure, FindOptions, Ranked, TestBed};
 use gconv_tune::heuristic::Heuristic;
@@ -393,6 +394,30 @@ fn ratios(name: &str, ratios: &[f64]) -> String {
     )
 }
 
+/// How well the pick selects, against gconv's best: its efficiency (best time over the pick's:
+/// mean, median, P10), the slowest pick, and the picks' summed time over the best's, beside the
+/// vendor heuristic's.
+fn selection(members: &[&Row], v: &str) -> String {
+    let with_best: Vec<(&Row, f64)> = members.iter().filter_map(|r| Some((*r, r.best.as_ref()?.1))).collect();
+    if with_best.is_empty() {
+        return "selection: no best measured".into();
+    }
+    let (mean, median, p10) = stats(with_best.iter().map(|(r, best)| best / r.pick.1).collect());
+    let slowest = with_best.iter().map(|(r, best)| r.pick.1 / best).fold(1.0, f64::max);
+    let summed = |ms: &dyn Fn(&Row) -> Option<f64>| {
+        summed_ratio(with_best.iter().filter_map(|(r, best)| Some((ms(r)?, *best))))
+            .map_or("-".to_string(), |(ratio, n)| format!("{ratio:.3}x ({n})"))
+    };
+    format!(
+        "selection: pick efficiency mean {:.1}% median {:.1}% P10 {:.1}%, slowest {slowest:.2}x the best; summed time over the best's: pick {}, {v} heuristic {}",
+        100.0 * mean,
+        100.0 * median,
+        100.0 * p10,
+        summed(&|r| Some(r.pick.1)),
+        summed(&|r| r.vendor_heuristic.as_ref().ok().map(|m| m.1))
+    )
+}
+
 fn summarize(rows: &[Row], torch: bool) {
     let v = rows.first().map_or("the vendor library", |r| r.vendor.as_str());
     println!(
@@ -422,6 +447,7 @@ fn summarize(rows: &[Row], torch: bool) {
         };
         println!("  {name:<22} {:>3} layers{missing}", members.len());
         println!("      {}; {}; {}", ratios("pick", &pick), ratios("best", &best), ratios("own", &own));
+        println!("      {}", selection(&members, v));
         println!(
             "      roofline: best {}, own {}, {v} find {}",
             roofline(&|r| r.best.as_ref().map(|m| m.1)),
@@ -446,5 +472,36 @@ fn summarize(rows: &[Row], torch: bool) {
                 geomean(&best_vs_torch).unwrap_or(f64::NAN)
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(pick_ms: f64, best_ms: f64, heuristic_ms: f64) -> Row {
+        let measured = |ms: f64| ("cuda.x default".to_string(), ms);
+        Row {
+            key: String::new(),
+            class: "dense",
+            direction: Direction::Forward,
+            dtype: DataType::Bf16,
+            pick: measured(pick_ms),
+            best: Some(measured(best_ms)),
+            own: None,
+            vendor: "cuDNN".into(),
+            vendor_heuristic: Ok(measured(heuristic_ms)),
+            vendor_find: Err("not run".into()),
+            torch_ms: None,
+            bound_ms: None,
+        }
+    }
+
+    #[test]
+    fn selection_sums_the_picks_and_the_vendor_heuristics_against_the_best() {
+        let rows = [row(1.0, 1.0, 2.0), row(3.0, 1.0, 1.0)];
+        let line = selection(&rows.iter().collect::<Vec<_>>(), "cuDNN");
+        assert!(line.contains("mean 66.7%") && line.contains("slowest 3.00x"), "{line}");
+        assert!(line.contains("pick 2.000x (2), cuDNN heuristic 1.500x (2)"), "{line}");
     }
 }

@@ -202,14 +202,18 @@ fn print_summary(label: &str, s: &Summary) {
     let heuristic = s
         .vendor_heuristic_efficiency
         .map_or("-".to_string(), |(m, med, p10)| format!("{} / {} / {}", percent(m), percent(med), percent(p10)));
+    let summed_heuristic = s.summed_vendor_heuristic.map_or("-".to_string(), |(r, _)| format!("{r:.3}x"));
     println!(
-        "  {label:<20} {:>5}  {:>6} {:>6} {:>6}  {:>6} {:>6}  {:>15} {:>15}  {heuristic}",
+        "  {label:<20} {:>5}  {:>6} {:>6} {:>6}  {:>6} {:>6}  {:>7} {:>8}  {:>8}  {:>15} {:>15}  {heuristic}",
         s.problems,
         percent(s.mean),
         percent(s.median),
         percent(s.p10),
         percent(s.top1),
         percent(s.top5),
+        format!("{:.2}x", s.slowest),
+        format!("{:.3}x", s.summed_pick),
+        summed_heuristic,
         vs(s.vs_vendor_heuristic),
         vs(s.vs_vendor_find)
     );
@@ -244,8 +248,8 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     println!("models:    {} (trained on {})", args.models.origin, args.models.device());
     println!("problems:  {} measured of {} asked; efficiency = oracle time / pick time; the pick is the model's first-ranked candidate that ran", outcomes.len(), args.problems.len());
     println!(
-        "\n  {:<20} {:>5}  {:>6} {:>6} {:>6}  {:>6} {:>6}  {:>15} {:>15}  vendor heuristic mean/median/P10 %",
-        "", "n", "mean%", "med%", "P10%", "top1%", "top5%", "vs vendor heur", "vs vendor find"
+        "\n  {:<20} {:>5}  {:>6} {:>6} {:>6}  {:>6} {:>6}  {:>7} {:>8}  {:>8}  {:>15} {:>15}  vendor heuristic mean/median/P10 %",
+        "", "n", "mean%", "med%", "P10%", "top1%", "top5%", "slowest", "sum pick", "sum heur", "vs vendor heur", "vs vendor find"
     );
     for ((direction, dtype), group) in by_direction_and_dtype(&outcomes) {
         print_summary(&format!("{direction} {dtype}"), &summarize(&group).expect("a non-empty group"));
@@ -256,7 +260,7 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     }
     let all: Vec<&Outcome> = outcomes.iter().collect();
     print_summary("all", &summarize(&all).expect("outcomes"));
-    println!("\n  (vs vendor: geomean of the vendor's time over the pick's, > 1 where the pick is faster; in brackets the problems with both)");
+    println!("\n  (slowest: the slowest pick over its oracle; sum pick, sum heur: the picks' and the vendor heuristic's summed time over the oracles'; vs vendor: geomean of the vendor's time over the pick's, > 1 where the pick is faster; in brackets the problems with both)");
     let mut worst: Vec<&Outcome> = outcomes.iter().collect();
     worst.sort_by(|a, b| a.efficiency().total_cmp(&b.efficiency()));
     println!("\nworst 10:");

@@ -83,7 +83,7 @@ fn a_cpu_model_is_trained_validated_and_used() {
         "1",
     ];
     let out = ok(&s, &args);
-    for row in ["fwd f32", "bwd-data f32", "bwd-weight f32", "worst 10:"] {
+    for row in ["fwd f32", "bwd-data f32", "bwd-weight f32", "worst 10:", "slowest", "sum pick", "sum heur"] {
         assert!(out.contains(row), "{out}");
     }
     let efficiency = mean_efficiency(&out);

@@ -92,6 +92,12 @@ pub struct Summary {
     pub vs_vendor_find: Option<(f64, usize)>,
     /// The vendor heuristic's own efficiency against the oracle (mean, median, P10).
     pub vendor_heuristic_efficiency: Option<(f64, f64, f64)>,
+    /// The picks' summed time over the oracles' (>= 1): what a network of these layers pays.
+    pub summed_pick: f64,
+    /// The vendor heuristic's summed time over the oracles', on the problems it ran, and how many.
+    pub summed_vendor_heuristic: Option<(f64, usize)>,
+    /// The slowest pick, as a multiple of its oracle's time.
+    pub slowest: f64,
 }
 
 fn quantile(sorted: &[f64], q: f64) -> f64 {
@@ -99,9 +105,19 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[at]
 }
 
-fn stats(mut values: Vec<f64>) -> (f64, f64, f64) {
+/// Mean, median and P10 (the value 90% reach or beat) of efficiencies.
+pub fn stats(mut values: Vec<f64>) -> (f64, f64, f64) {
     values.sort_by(f64::total_cmp);
     (values.iter().sum::<f64>() / values.len() as f64, quantile(&values, 0.5), quantile(&values, 0.1))
+}
+
+/// Summed first times over summed second times, and how many pairs.
+pub fn summed_ratio(pairs: impl Iterator<Item = (f64, f64)>) -> Option<(f64, usize)> {
+    let (mut a, mut b, mut n) = (0.0, 0.0, 0);
+    for (x, y) in pairs {
+        (a, b, n) = (a + x, b + y, n + 1);
+    }
+    (n > 0).then(|| (a / b, n))
 }
 
 fn geomean_ratio(pairs: impl Iterator<Item = (f64, f64)>) -> Option<(f64, usize)> {
@@ -129,6 +145,11 @@ pub fn summarize(outcomes: &[&Outcome]) -> Option<Summary> {
         ),
         vs_vendor_find: geomean_ratio(outcomes.iter().filter_map(|o| o.vendor_find_ms.map(|f| (f, o.pick_ms)))),
         vendor_heuristic_efficiency: (!heuristic.is_empty()).then(|| stats(heuristic)),
+        summed_pick: summed_ratio(outcomes.iter().map(|o| (o.pick_ms, o.oracle_ms))).map_or(1.0, |(r, _)| r),
+        summed_vendor_heuristic: summed_ratio(
+            outcomes.iter().filter_map(|o| o.vendor_heuristic_ms.map(|h| (h, o.oracle_ms))),
+        ),
+        slowest: outcomes.iter().map(|o| o.pick_ms / o.oracle_ms).fold(1.0, f64::max),
     })
 }
 
