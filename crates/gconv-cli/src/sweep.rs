@@ -17,6 +17,7 @@ use anyhow::Context;
 use gconv_core::{Config, ConvProblem, DeviceFacts, Runtime, Solver, Yardstick};
 use gconv_heuristic::measured::VendorMarks;
 use gconv_tune::find::FindOptions;
+use gconv_tune::outcome::STATUS_TIME_BOXED;
 use gconv_tune::sweep::{candidates, sweep_problem, SweepEvent};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -186,8 +187,9 @@ pub fn sweep(
     bar.finish_and_clear();
     let counts = csv.into_inner().unwrap().counts;
     println!(
-        "measured:  {} ok, {} failed or wrong, {} not run; rows in {}",
+        "measured:  {} ok, {} stopped early, {} failed or wrong, {} not run; rows in {}",
         counts[0],
+        counts[3],
         counts[1],
         counts[2],
         opts.out.display()
@@ -292,6 +294,9 @@ impl Worker {
             "--workspace-limit-mib",
             &(opts.find.workspace_limit >> 20).to_string(),
         ]);
+        if opts.find.time_box {
+            command.arg("--early-stop");
+        }
         if let Some(device) = device {
             command.env("CUDA_VISIBLE_DEVICES", device);
         }
@@ -383,12 +388,9 @@ pub fn worker(rt: &dyn Runtime, find: &FindOptions) -> anyhow::Result<ExitCode> 
         sweep_problem(rt, &p, &runnable, find, |event| {
             let answer = match event {
                 SweepEvent::Built => Reply::Built { built: true },
-                SweepEvent::Measured { item, outcome, workspace_bytes } => Reply::Row {
-                    item: items[item].0,
-                    status: outcome.status(),
-                    ms: outcome.timed_ms(),
-                    workspace_bytes,
-                },
+                SweepEvent::Measured { item, outcome, workspace_bytes } => {
+                    Reply::Row { item: items[item].0, status: outcome.status(), ms: outcome.any_ms(), workspace_bytes }
+                }
             };
             if lost.is_none() {
                 lost = reply(&mut out, &answer).err();
@@ -435,8 +437,8 @@ fn measured_rows(path: &Path, device: &str) -> anyhow::Result<HashSet<(String, S
 /// The CSV, appended to a row at a time so that a stopped sweep keeps what it measured.
 pub struct CsvSink {
     writer: csv::Writer<std::fs::File>,
-    /// ok, failed (or wrong), not run.
-    counts: [usize; 3],
+    /// ok, failed (or wrong), not run, stopped early (`--early-stop`).
+    counts: [usize; 4],
 }
 
 impl CsvSink {
@@ -452,7 +454,7 @@ impl CsvSink {
             writer.write_record(COLUMNS)?;
             writer.flush()?;
         }
-        Ok(CsvSink { writer, counts: [0; 3] })
+        Ok(CsvSink { writer, counts: [0; 4] })
     }
 
     pub fn write(&mut self, row: &Row<'_>, reply: &RowReply) -> anyhow::Result<()> {
@@ -469,11 +471,12 @@ impl CsvSink {
         let [pad_d, pad_h, pad_w] = sizes(|d| d.pad, 0);
         let [dil_d, dil_h, dil_w] = sizes(|d| d.dilation, 1);
         let tflops = reply.ms.map(|ms| format!("{:.4}", p.flops() / (ms * 1e-3) / 1e12)).unwrap_or_default();
-        // Only a verified, fully timed candidate has a time.
-        let class = match (reply.ms, reply.status.starts_with("not run")) {
+        // A verified, fully timed candidate has a time, and one stopped early its one call's.
+        let class = match (reply.ms, reply.status.as_str()) {
+            (Some(_), STATUS_TIME_BOXED) => 3,
             (Some(_), _) => 0,
-            (None, true) => 2,
-            (None, false) => 1,
+            (None, status) if status.starts_with("not run") => 2,
+            (None, _) => 1,
         };
         self.counts[class] += 1;
         let record = [

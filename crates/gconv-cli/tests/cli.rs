@@ -230,6 +230,27 @@ fn sweep_writes_every_candidate_once_and_resumes() {
 }
 
 #[test]
+fn an_early_stopping_sweep_leaves_slow_candidates_at_one_call() {
+    let scratch = Scratch::new("sweep-early");
+    let problems = scratch.path("problems.txt");
+    // cpu.gemm_1x1 runs first; cpu.im2col_gemm's copy takes it to about three times as long.
+    std::fs::write(&problems, "v1:fwd:f32:NCHW:n2:c64:k64:i16x16:f1x1:s1x1:p0x0:d1x1\n").unwrap();
+    let out = scratch.path("sweep.csv");
+    let args = ["sweep", "--problems", problems.to_str().unwrap(), "--out", out.to_str().unwrap(), "--early-stop"];
+    let o = scratch.run(&args);
+    assert!(o.status.success() && stdout(&o).contains("stopped early"), "{}{}", stdout(&o), stderr(&o));
+    let text = std::fs::read_to_string(&out).unwrap();
+    let rows: Vec<Vec<&str>> = text.lines().skip(1).map(|l| l.split(',').collect()).collect();
+    let (latency, status) = (14, 34);
+    assert!(rows.iter().all(|r| !r[latency].is_empty() && ["ok", "time-boxed"].contains(&r[status])), "{text}");
+    let fastest_ok = rows.iter().filter(|r| r[status] == "ok").map(|r| r[latency].parse::<f64>().unwrap());
+    let fastest_ok = fastest_ok.fold(f64::INFINITY, f64::min);
+    let boxed: Vec<f64> =
+        rows.iter().filter(|r| r[status] == "time-boxed").map(|r| r[latency].parse().unwrap()).collect();
+    assert!(!boxed.is_empty() && boxed.iter().all(|&ms| ms > fastest_ok), "{text}");
+}
+
+#[test]
 fn sweep_refuses_a_csv_that_is_not_its_own() {
     let scratch = Scratch::new("sweep-bad");
     let problems = scratch.path("problems.txt");

@@ -54,7 +54,10 @@ pub enum SweepEvent {
 }
 
 /// Builds the kernels of `items` ahead in parallel threads, then measures each on one test
-/// bed, telling `on` as it goes. A lost device ends the problem with that error.
+/// bed, telling `on` as it goes. With `opts.time_box`, a candidate over TIME_BOX_FACTOR times
+/// the fastest so far on one call is left at that call's time, unverified (a sweep of a large
+/// space spends most of its time on such candidates); without it every candidate is verified
+/// and fully timed. A lost device ends the problem with that error.
 pub fn sweep_problem(
     rt: &dyn Runtime,
     p: &ConvProblem,
@@ -62,17 +65,20 @@ pub fn sweep_problem(
     opts: &FindOptions,
     mut on: impl FnMut(SweepEvent),
 ) -> Result<()> {
-    let opts = FindOptions { time_box: false, ..*opts };
     let jobs: Vec<_> = items.iter().flat_map(|(s, c)| unbuilt(*s, p, [c.clone()])).collect();
     prepare_in_parallel(&jobs, build_threads());
     on(SweepEvent::Built);
     let mut bed = TestBed::new(rt, p);
+    let mut best: Option<f64> = None;
     for (item, (solver, config)) in items.iter().enumerate() {
         let workspace_bytes = solver.workspace_bytes(p, config);
         let outcome = match workspace_bytes > opts.workspace_limit {
             true => Outcome::NotRun(Skip::Workspace { bytes: workspace_bytes, limit: opts.workspace_limit }),
-            false => measure(rt, &mut bed, *solver, config, &opts, None, true)?.0,
+            false => measure(rt, &mut bed, *solver, config, opts, best, true)?.0,
         };
+        if let Some(ms) = outcome.timed_ms() {
+            best = Some(best.map_or(ms, |b| b.min(ms)));
+        }
         on(SweepEvent::Measured { item, outcome, workspace_bytes });
     }
     Ok(())

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use gconv_tune::find::FindOptions;
 
 use super::{sweep_options, Context, FindArgs};
 use crate::driver::ProblemChoice;
@@ -34,6 +35,11 @@ pub struct SweepCmd {
     /// For breadth over shapes where a space is too large to sweep whole
     #[arg(long = "configs-per-solver", value_parser = clap::value_parser!(u64).range(1..))]
     pub configs_per_solver: Option<u64>,
+    /// Stop a candidate over twice the fastest so far after one call: it is recorded
+    /// `time-boxed`, at that call's time and unverified. Sweeps of large spaces go faster;
+    /// every row is verified and fully timed without it
+    #[arg(long = "early-stop")]
+    pub early_stop: bool,
     #[command(flatten)]
     pub find: FindArgs,
     /// Run as a worker: measure the JSON batches read from standard input (the sweep starts
@@ -43,12 +49,13 @@ pub struct SweepCmd {
 }
 
 pub fn run(ctx: &Context<'_>, cmd: SweepCmd) -> anyhow::Result<ExitCode> {
+    let find = FindOptions { time_box: cmd.early_stop, ..cmd.find.options(ctx.timing) };
     if cmd.worker {
-        return sweep::worker(ctx.rt, &cmd.find.options(ctx.timing));
+        return sweep::worker(ctx.rt, &find);
     }
     let (file, out) = (cmd.problems.as_deref().expect("required"), cmd.out.clone().expect("required"));
     let (problems, parsed) = cmd.select.problems(file, ctx.tf32)?;
-    let mut opts = sweep_options(ctx, out, cmd.find.options(ctx.timing), cmd.timeout_s, cmd.devices)?;
+    let mut opts = sweep_options(ctx, out, find, cmd.timeout_s, cmd.devices)?;
     opts.configs_per_solver = cmd.configs_per_solver.map(|n| n as usize);
     let code = sweep::sweep(ctx.rt, ctx.device_line, &problems, &opts)?;
     Ok(if parsed == ExitCode::SUCCESS { code } else { parsed })

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Args;
+use gconv_tune::find::FindOptions;
 
 use super::{sweep_options, Context, FindArgs};
 use crate::driver::ProblemChoice;
@@ -42,13 +43,23 @@ pub struct ValidateCmd {
     pub find: FindArgs,
 }
 
+/// The oracle's data: every candidate verified and fully timed, none stopped early.
+fn every_candidate_in_full(find: &FindArgs, ctx: &Context<'_>) -> FindOptions {
+    FindOptions { time_box: false, ..find.options(ctx.timing) }
+}
+
 pub fn run(ctx: &Context<'_>, cmd: ValidateCmd) -> anyhow::Result<ExitCode> {
     let set = learn::models_for(ctx.rt, cmd.model.as_deref().or(ctx.models))?
         .context("no model for this device: name one with --model DIR")?;
     let (problems, parsed) = cmd.select.problems(&cmd.problems, ctx.tf32)?;
     if !cmd.no_measure {
-        let mut opts =
-            sweep_options(ctx, cmd.measured.clone(), cmd.find.options(ctx.timing), cmd.timeout_s, Vec::new())?;
+        let mut opts = sweep_options(
+            ctx,
+            cmd.measured.clone(),
+            every_candidate_in_full(&cmd.find, ctx),
+            cmd.timeout_s,
+            Vec::new(),
+        )?;
         opts.configs_per_solver = cmd.configs_per_solver.map(|n| n as usize);
         sweep::sweep(ctx.rt, ctx.device_line, &problems, &opts)?;
     }
