@@ -224,9 +224,14 @@ impl Schema {
         Config::new(written.map(|(field, value)| (field.name, value)))
     }
 
-    /// Every combination of the fields' values, the first field varying slowest.
+    /// Every combination of the fields' values, the first field varying slowest (a bounded
+    /// range gives each of its values; an unbounded one, `at least N`, is the solver's to list).
     pub fn all<const N: usize>(&self) -> impl Iterator<Item = [u32; N]> {
         debug_assert_eq!(N, self.fields.len(), "one value per field of the schema");
+        debug_assert!(
+            self.fields.iter().all(|f| !matches!(f.values, Values::Range(_, u32::MAX))),
+            "an unbounded field has no list"
+        );
         let lists: Vec<Vec<u32>> = self.fields.iter().map(|f| f.values.list()).collect();
         let total: usize = lists.iter().map(Vec::len).product();
         (0..total).map(move |mut index| {
