@@ -199,12 +199,34 @@ def aligned(t):
     return t if t.data_ptr() % 16 == 0 else t.clone(memory_format=torch.preserve_format)
 
 
+# A workspace kept per (GPU, stream) for launches outside graph captures, as PyTorch keeps
+# cuBLAS's: an allocation per call costs the host about as much as the launch. Larger ones are
+# allocated per call, so that the memory a process keeps stays small; the CPU's runs take their
+# caller's thread, where a shared buffer would be raced for.
+_KEPT_WORKSPACE_BYTES = 32 << 20
+_kept = {}
+_capturing = torch.cuda.is_current_stream_capturing
+
+
+def _workspace(device, stream, nbytes):
+    """A workspace of `nbytes` for a launch on `stream`. A capture's comes from the capture's
+    own pool (a graph must not hold memory the process later frees); the others reuse the one
+    kept for the stream, which its launches use one after another in stream order."""
+    if device.type != "cuda" or nbytes > _KEPT_WORKSPACE_BYTES or _capturing():
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+    key = (device.index, stream)
+    kept = _kept.get(key)
+    if kept is None or kept.numel() < nbytes:
+        kept = _kept[key] = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    return kept
+
+
 def launch(found, device, stream, x_address, w_address, y_address):
     """Enqueues `found` on `stream` over the tensors at these addresses, with a workspace from
     torch's caching allocator, held until the launch is enqueued (stream order keeps it)."""
     workspace_bytes = found.workspace_bytes
     if workspace_bytes:
-        workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=device)
+        workspace = _workspace(device, stream, workspace_bytes)
         found.run(x_address, w_address, y_address, workspace.data_ptr(), workspace_bytes, stream)
     else:
         found.run(x_address, w_address, y_address, 0, 0, stream)
