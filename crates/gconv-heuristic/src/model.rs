@@ -199,6 +199,21 @@ impl ModelSet {
         self.models.iter().find(|m| m.covers(p))
     }
 
+    /// The runtime's solvers (but the oracle) that a model of the set never saw in training,
+    /// by model file: its ranking leaves them out, so they are never picked without a find.
+    pub fn unknown_solvers(&self, rt: &dyn gconv_core::Runtime) -> Vec<(String, Vec<&'static str>)> {
+        let registered: Vec<&'static str> =
+            rt.solvers().into_iter().filter(|s| !s.is_oracle()).map(|s| s.id()).collect();
+        self.models
+            .iter()
+            .filter_map(|m| {
+                let unknown: Vec<&'static str> =
+                    registered.iter().copied().filter(|id| !m.spec.solvers.iter().any(|known| known == id)).collect();
+                (!unknown.is_empty()).then(|| (m.file_name(), unknown))
+            })
+            .collect()
+    }
+
     pub fn device(&self) -> &str {
         self.models.first().map_or("", |m| m.device.as_str())
     }

@@ -51,6 +51,9 @@ fn every_candidate_in_full(find: &FindArgs, ctx: &Context<'_>) -> FindOptions {
 pub fn run(ctx: &Context<'_>, cmd: ValidateCmd) -> anyhow::Result<ExitCode> {
     let set = learn::models_for(ctx.rt, cmd.model.as_deref().or(ctx.models))?
         .context("no model for this device: name one with --model DIR")?;
+    for (file, solvers) in set.unknown_solvers(ctx.rt) {
+        eprintln!("warning: {file} never saw {} in training: its picks leave them out", solvers.join(", "));
+    }
     let (problems, parsed) = cmd.select.problems(&cmd.problems, ctx.tf32)?;
     if !cmd.no_measure {
         let mut opts = sweep_options(
@@ -67,4 +70,26 @@ pub fn run(ctx: &Context<'_>, cmd: ValidateCmd) -> anyhow::Result<ExitCode> {
         learn::ValidateArgs { models: set, problems, measured: cmd.measured, training: cmd.training, plots: cmd.plots };
     let code = learn::validate(&args)?;
     Ok(if parsed == ExitCode::SUCCESS { code } else { parsed })
+}
+
+#[cfg(test)]
+mod tests {
+    use gconv_core::Runtime;
+    use gconv_heuristic::model::ModelSet;
+
+    #[test]
+    fn the_built_in_cpu_models_know_every_cpu_solver() {
+        let rt = gconv_cpu::CpuRuntime::detect();
+        let sets = ModelSet::embedded().unwrap();
+        let cpu: Vec<&ModelSet> =
+            sets.iter().filter(|s| s.models.iter().all(|m| rt.owns_device_key(&m.device))).collect();
+        assert!(!cpu.is_empty(), "a built-in CPU model set");
+        for set in &cpu {
+            assert!(set.unknown_solvers(&rt).is_empty(), "{}: {:?}", set.origin, set.unknown_solvers(&rt));
+        }
+        let mut partial = cpu[0].clone();
+        partial.models[0].spec.solvers.retain(|s| s != "cpu.depthwise");
+        let file = partial.models[0].file_name();
+        assert_eq!(partial.unknown_solvers(&rt), vec![(file, vec!["cpu.depthwise"])]);
+    }
 }
