@@ -63,9 +63,12 @@ class Spec:
         _engine.launch(found, self.device, self.stream(), x_address, w_address, y_address)
 
 
+_UNNAMED = contextlib.nullcontext()
+
+
 def _named(direction):
     """A profiler range under the operator's name while a profiler runs, else nothing."""
-    return torch.profiler.record_function(_OP_NAMES[direction]) if _profiling() else contextlib.nullcontext()
+    return torch.profiler.record_function(_OP_NAMES[direction]) if _profiling() else _UNNAMED
 
 
 def signature(x, w, bias, args):
