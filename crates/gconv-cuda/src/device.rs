@@ -30,6 +30,19 @@ pub struct SmLimits {
     pub reserved_shared_bytes: u32,
 }
 
+#[cfg(test)]
+impl SmLimits {
+    /// An H100's (and H200's) SM: tile logic is tested with it, no GPU needed.
+    pub const HOPPER: SmLimits = SmLimits {
+        registers: 64 * 1024,
+        warps: 64,
+        blocks: 32,
+        shared_bytes: 228 * 1024,
+        block_shared_bytes: 227 * 1024,
+        reserved_shared_bytes: 1024,
+    };
+}
+
 pub struct CudaDevice {
     pub ordinal: usize,
     /// GPUs this process sees; gconv works on the first (`ordinal`).

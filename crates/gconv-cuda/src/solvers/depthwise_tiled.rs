@@ -443,14 +443,7 @@ mod tests {
 
     #[test]
     fn forward_groups_of_several_channels_default_to_two_rows_a_thread() {
-        let h100 = SmLimits {
-            registers: 65536,
-            warps: 64,
-            blocks: 32,
-            shared_bytes: 233_472,
-            block_shared_bytes: 232_448,
-            reserved_shared_bytes: 1024,
-        };
+        let h100 = SmLimits::HOPPER;
         let rows = |key: &str| Tile::default_for(&ConvProblem::from_key(key).unwrap(), &h100, 132).rh;
         assert_eq!(rows("v1:fwd:bf16:NHWC:n32:c128:k128:i56x56:f3x3:s1x1:p1x1:d1x1:g32"), 2);
         assert_eq!(rows("v1:bwd-data:bf16:NHWC:n32:c128:k128:i56x56:f3x3:s1x1:p1x1:d1x1:g32"), 4);
@@ -480,14 +473,7 @@ mod tests {
 
     #[test]
     fn backward_weight_streams_through_two_buffers_where_few_blocks_an_sm_run_many_waves() {
-        let h100 = SmLimits {
-            registers: 65536,
-            warps: 64,
-            blocks: 32,
-            shared_bytes: 233_472,
-            block_shared_bytes: 232_448,
-            reserved_shared_bytes: 1024,
-        };
+        let h100 = SmLimits::HOPPER;
         let key = |direction: &str, c: u32, size: u32, stride: u32| {
             ConvProblem::from_key(&format!(
                 "v1:{direction}:bf16:NHWC:n32:c{c}:k{c}:i{size}x{size}:f3x3:s{stride}x{stride}:p1x1:d1x1:g{c}"

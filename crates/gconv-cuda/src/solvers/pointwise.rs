@@ -255,14 +255,7 @@ mod tests {
         // x's 40 channels padded to 48, 8 more a row: 56 elements; two tiles of 8 x 4 x 16
         // pixels and 24 filter rows; 8 warps' 16 results rows of 3 column tiles and 8 more.
         assert_eq!(Tile { warps: 8, tiles_per_warp: 4 }.staged_bytes(&p), (2 * 512 + 24) * 56 * 2 + 8 * 16 * 32 * 2);
-        let h100 = SmLimits {
-            registers: 65536,
-            warps: 64,
-            blocks: 32,
-            shared_bytes: 233_472,
-            block_shared_bytes: 232_448,
-            reserved_shared_bytes: 1024,
-        };
+        let h100 = SmLimits::HOPPER;
         // 4 warps, 128 pixels: 35 KB a block (and the driver's 1 KB), six an SM.
         assert_eq!(Tile { warps: 4, tiles_per_warp: 2 }.blocks_per_sm(&p, &h100), 6);
         assert_eq!((column_group(3), column_group(18), column_group(32), column_group(7)), (3, 6, 8, 7));

@@ -353,7 +353,7 @@ mod tests {
             let space: Vec<Tile> = Tile::fitting(&p).collect();
             let taken = space.len().min(8);
             let spread = (0..taken).map(|i| space[(2 * i + 1) * space.len() / (2 * taken)]);
-            let sm = SmLimits { registers: 64 * 1024, warps: 64, blocks: 32, shared_bytes: 228 * 1024, block_shared_bytes: 227 * 1024, reserved_shared_bytes: 1024 };
+            let sm = SmLimits::HOPPER;
             for tile in Tile::preferred(&p, sms, &sm).into_iter().chain(spread) {
                 let got = emulate(&p, &t, tile);
                 prop_assert!(got.iter().all(|v| v.is_finite()), "{} {tile:?}: an element no block adds to", p.key());

@@ -11,14 +11,7 @@ use crate::device::SmLimits;
 
 /// An H100's limits: the tile logic needs no GPU.
 fn planner(math: Math) -> Planner {
-    let sm = SmLimits {
-        registers: 64 * 1024,
-        warps: 64,
-        blocks: 32,
-        shared_bytes: 228 * 1024,
-        block_shared_bytes: 227 * 1024,
-        reserved_shared_bytes: 1024,
-    };
+    let sm = SmLimits::HOPPER;
     Planner { math, sm_count: 132, sm }
 }
 
