@@ -186,6 +186,7 @@ mod tests {
     use gconv_core::ConvTensors;
     use proptest::prelude::*;
 
+    use super::super::drawn_problem;
     use super::*;
     use crate::ConvParams;
 
@@ -363,24 +364,8 @@ mod tests {
             "a valid problem",
             |((dims, reduced, written, g, backward), (dims_geometry, n))| {
                 let (c, k) = if backward { (written * g, reduced * g) } else { (reduced * g, written * g) };
-                // Field i (input, filter, stride, pad, dilation) of each dimension, as the key writes it.
-                let join = |i: usize| {
-                    dims_geometry[..dims]
-                        .iter()
-                        .map(|d| [d.0, d.1, d.2, d.3, d.4][i].to_string())
-                        .collect::<Vec<_>>()
-                        .join("x")
-                };
-                let direction = if backward { "bwd-data" } else { "fwd" };
-                let key = format!(
-                    "v1:{direction}:bf16:NHWC:n{n}:c{c}:k{k}:i{}:f{}:s{}:p{}:d{}:g{g}",
-                    join(0),
-                    join(1),
-                    join(2),
-                    join(3),
-                    join(4)
-                );
-                ConvProblem::from_key(&key).ok()
+                let direction = if backward { Direction::BackwardData } else { Direction::Forward };
+                drawn_problem(direction, n, [c, k, g], &dims_geometry[..dims])
             },
         )
     }

@@ -53,6 +53,26 @@ fn check_block(th: u32, tw: u32, gb: u32) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// A bf16 channels-last problem of these sizes (input, filter, stride, pad, dilation per
+/// dimension), where they make a valid one: what the kernels' property tests draw.
+#[cfg(test)]
+fn drawn_problem(
+    direction: Direction,
+    n: u32,
+    [c, k, g]: [u32; 3],
+    dims: &[(u32, u32, u32, u32, u32)],
+) -> Option<ConvProblem> {
+    let dims = dims.iter().map(|&(input, filter, stride, pad, dilation)| gconv_core::SpatialDim {
+        input,
+        filter,
+        stride,
+        pad,
+        dilation,
+    });
+    let p = ConvProblem { direction, dtype: DataType::Bf16, layout: Layout::Nhwc, n, c, k, g, dims: dims.collect() };
+    p.validate().is_ok().then_some(p)
+}
+
 /// Why a tile of `th` rows taking `shared_bytes` does not fit the problem, if it does not.
 fn check_fit(p: &ConvProblem, th: u32, shared_bytes: u64) -> std::result::Result<(), String> {
     if p.dims.len() == 1 && th > 1 {

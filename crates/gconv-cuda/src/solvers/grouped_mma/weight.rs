@@ -212,9 +212,10 @@ impl BlockTile for Tile {
 #[cfg(test)]
 mod tests {
     use gconv_core::reference::reference;
-    use gconv_core::ConvTensors;
+    use gconv_core::{ConvTensors, Direction};
     use proptest::prelude::*;
 
+    use super::super::drawn_problem;
     use super::*;
     use crate::ConvParams;
 
@@ -320,24 +321,7 @@ mod tests {
             (1usize..=3, prop::sample::select(vec![8u32, 16, 24]), prop::sample::select(vec![8u32, 16]), 2u32..=3);
         let geometry = (prop::collection::vec((3u32..=9, 1u32..=3, 1u32..=3, 0u32..=2, 1u32..=2), 3), 1u32..=2);
         (shape, geometry).prop_filter_map("a valid problem", |((dims, cg, kg, g), (dims_geometry, n))| {
-            let join = |i: usize| {
-                dims_geometry[..dims]
-                    .iter()
-                    .map(|d| [d.0, d.1, d.2, d.3, d.4][i].to_string())
-                    .collect::<Vec<_>>()
-                    .join("x")
-            };
-            let key = format!(
-                "v1:bwd-weight:bf16:NHWC:n{n}:c{}:k{}:i{}:f{}:s{}:p{}:d{}:g{g}",
-                cg * g,
-                kg * g,
-                join(0),
-                join(1),
-                join(2),
-                join(3),
-                join(4)
-            );
-            ConvProblem::from_key(&key).ok()
+            drawn_problem(Direction::BackwardWeight, n, [cg * g, kg * g, g], &dims_geometry[..dims])
         })
     }
 
