@@ -50,31 +50,48 @@ class Spec:
         self.plans = {}
 
     def plan(self, direction, like):
+        """The direction's plan and its workspace size, selected on the first call."""
         found = self.plans.get(direction)
         if found is None:
-            found = _engine.plan(direction, self.x_size, self.w_size, self.channels_last, like, self.stride, self.padding, self.dilation, self.groups)
-            self.plans[direction] = found
+            selected = _engine.plan(direction, self.x_size, self.w_size, self.channels_last, like, self.stride, self.padding, self.dilation, self.groups)
+            found = self.plans[direction] = (selected, selected.workspace_bytes)
         return found
 
     def empty(self, size, strides):
         return torch.empty_strided(size, strides, dtype=self.dtype, device=self.device)
 
     def launch(self, found, x_address, w_address, y_address):
-        _engine.launch(found, self.device, self.stream(), x_address, w_address, y_address)
+        plan, workspace_bytes = found
+        if workspace_bytes:
+            _engine.launch(plan, self.device, self.stream(), x_address, w_address, y_address)
+        else:
+            plan.run(x_address, w_address, y_address, 0, 0, self.stream())
 
 
 _UNNAMED = contextlib.nullcontext()
 
 
 def _named(direction):
-    """A profiler range under the operator's name while a profiler runs, else nothing."""
-    return torch.profiler.record_function(_OP_NAMES[direction]) if _profiling() else _UNNAMED
+    """A profiler range under the operator's name, for calls made while a profiler runs."""
+    return torch.profiler.record_function(_OP_NAMES[direction])
+
+
+def _unnamed(direction):
+    return _UNNAMED
+
+
+_F32 = torch.float32
 
 
 def signature(x, w, bias, args):
     """The key a call's spec is kept under."""
     bias_facts = None if bias is None else (bias.shape, bias.dtype, bias.device)
-    return (args, x.shape, x.stride(), w.shape, w.stride(), x.dtype, w.dtype, x.device, w.device, bias_facts, _tf32())
+    dtype = x.dtype
+    # TF32's switch matters to fp32 problems only: other dtypes skip the call.
+    return (args, x.shape, x.stride(), w.shape, w.stride(), dtype, w.dtype, x.device, w.device, bias_facts, dtype is _F32 and _tf32())
+
+
+_functorch_active = torch._C._are_functorch_transforms_active
 
 
 def conv(x, w, bias, args, normalize):
@@ -90,34 +107,45 @@ def conv(x, w, bias, args, normalize):
         if key is not None:
             _specs[key] = spec
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or (bias is not None and bias.requires_grad)):
-        return _Conv.apply(x, w, bias, spec)
+        if _functorch_active():
+            return GconvConvolution.apply(x, w, bias, spec)
+        return _conv_apply(x, w, bias, spec)
     return forward(x, w, bias, spec)
 
 
-def _ready(t, packed, channels_last):
-    """`t` and its address, copied first where it is not packed in the layout or aligned. The
-    caller holds the tensor returned until the launch is enqueued: a copy dropped earlier goes
-    back to torch's allocator, which may hand its memory to the next allocation."""
-    address = t.data_ptr()
-    if packed and address % 16 == 0:
-        return t, address
+def _address(t, channels_last):
+    """A copy of `t` packed in the layout at an aligned address, and that address (for tensors
+    that are not). The caller holds the copy until the launch is enqueued: a copy dropped
+    earlier goes back to torch's allocator, which may hand its memory to the next allocation."""
     t = _ops._packed(t, channels_last)
     return t, t.data_ptr()
 
 
 def forward(x, w, bias, spec):
     found = spec.plan("fwd", x)
-    with _named("fwd"):
-        x, x_address = _ready(x, spec.x_packed, spec.channels_last)
-        w, w_address = _ready(w, spec.w_packed, spec.channels_last)
-        y = spec.empty(spec.y_size, spec.y_strides)
-        spec.launch(found, x_address, w_address, y.data_ptr())
-        if bias is not None:
-            y.add_(bias.view(spec.bias_view))
+    if _profiling():
+        with _named("fwd"):
+            return _forward(x, w, bias, spec, found)
+    return _forward(x, w, bias, spec, found)
+
+
+def _forward(x, w, bias, spec, found):
+    x_address, w_address = x.data_ptr(), w.data_ptr()
+    if not spec.x_packed or x_address % 16:
+        x, x_address = _address(x, spec.channels_last)
+    if not spec.w_packed or w_address % 16:
+        w, w_address = _address(w, spec.channels_last)
+    y = torch.empty_strided(spec.y_size, spec.y_strides, dtype=spec.dtype, device=spec.device)
+    spec.launch(found, x_address, w_address, y.data_ptr())
+    if bias is not None:
+        y.add_(bias.view(spec.bias_view))
     return y
 
 
-class _Conv(torch.autograd.Function):
+class GconvConvolution(torch.autograd.Function):
+    """The eager path's autograd node: profiles show its calls as `GconvConvolution` and
+    `GconvConvolutionBackward`, the operators whose kernels are gconv's convolutions."""
+
     @staticmethod
     def forward(ctx, x, w, bias, spec):
         ctx.spec = spec
@@ -126,23 +154,41 @@ class _Conv(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        x, w = ctx.saved_tensors
-        s = ctx.spec
-        dy, dy_address = _ready(dy, dy.stride() == s.y_strides, s.channels_last)
-        dx = dw = db = None
-        if ctx.needs_input_grad[0]:
-            found = s.plan("bwd-data", dy)
-            with _named("bwd-data"):
-                w, w_address = _ready(w, s.w_packed, s.channels_last)
-                dx = s.empty(s.x_size, s.x_strides)
-                s.launch(found, dx.data_ptr(), w_address, dy_address)
-        if ctx.needs_input_grad[1]:
-            found = s.plan("bwd-weight", dy)
-            with _named("bwd-weight"):
-                x, x_address = _ready(x, s.x_packed, s.channels_last)
-                dw = s.empty(s.w_size, s.w_strides)
-                s.launch(found, x_address, dw.data_ptr(), dy_address)
-        if ctx.needs_input_grad[2]:
-            with _named("bias"):
-                db = _ops._conv_backward_bias(dy)
-        return dx, dw, db, None
+        return _backward(ctx, dy, _named if _profiling() else _unnamed)
+
+
+def _backward(ctx, dy, named):
+    x, w = ctx.saved_tensors
+    s = ctx.spec
+    needs = ctx.needs_input_grad
+    cl = s.channels_last
+    dy_address = dy.data_ptr()
+    if dy_address % 16 or dy.stride() != s.y_strides:
+        dy, dy_address = _address(dy, cl)
+    dx = dw = db = None
+    if needs[0]:
+        found = s.plan("bwd-data", dy)
+        with named("bwd-data"):
+            w_address = w.data_ptr()
+            if not s.w_packed or w_address % 16:
+                w, w_address = _address(w, cl)
+            dx = torch.empty_strided(s.x_size, s.x_strides, dtype=s.dtype, device=s.device)
+            s.launch(found, dx.data_ptr(), w_address, dy_address)
+    if needs[1]:
+        found = s.plan("bwd-weight", dy)
+        with named("bwd-weight"):
+            x_address = x.data_ptr()
+            if not s.x_packed or x_address % 16:
+                x, x_address = _address(x, cl)
+            dw = torch.empty_strided(s.w_size, s.w_strides, dtype=s.dtype, device=s.device)
+            s.launch(found, x_address, dw.data_ptr(), dy_address)
+    if needs[2]:
+        with named("bias"):
+            db = _ops._conv_backward_bias(dy)
+    return dx, dw, db, None
+
+
+# `GconvConvolution.apply` as torch's Python wrapper runs it outside functorch's transforms,
+# without the wrapper's argument rebinding and unwrapping (a few microseconds a call); under
+# functorch's transforms the wrapper runs.
+_conv_apply = super(torch.autograd.Function, GconvConvolution).apply
