@@ -15,10 +15,13 @@ in the order PyTorch then gconv:
 - eager: GPU time per step of --steps back-to-back steps between two CUDA events, after
   warm-up steps, and the peak memory allocated over them (above what the process held before
   the model was made);
+- host: the host time of one step enqueued behind a busy GPU (nothing waits on the GPU), the
+  eager step's floor when the step is host-bound, and the CPU time of the process in it;
 - graph: the whole step captured into one CUDA graph, replayed --steps times between events;
 - conv: CUDA time of the convolution kernels per step under torch.profiler: all the kernels'
   time less that of kernels tied to operators other than `aten::convolution` and
-  `aten::convolution_backward` (or the `gconv::conv*` operators).
+  `aten::convolution_backward` (or the `gconv::conv*` operators and the `GconvConvolution`
+  autograd node).
 
 --host-profile DIR writes where the host time of the first and of warm steps goes (cProfile).
 --overhead adds the host time of one eager call on a tiny layer (no grad), each side.
@@ -42,7 +45,9 @@ import gconv
 NETS = ["resnet50", "resnext50_32x4d", "mobilenet_v2", "efficientnet_b0", "convnext_tiny", "inception_v3", "squeezenet1_1"]
 CONV_OPS = {
     "torch": {"aten::convolution", "aten::convolution_backward"},
-    "gconv": {"gconv::conv", "gconv::conv_backward_data", "gconv::conv_backward_weight", "gconv::conv_backward_bias"},
+    # The registered operators, and the eager path's autograd node, which the profiler ties
+    # gconv's kernels to (its ranges inside are annotations, not the kernels' parents).
+    "gconv": {"gconv::conv", "gconv::conv_backward_data", "gconv::conv_backward_weight", "gconv::conv_backward_bias", "GconvConvolution", "GconvConvolutionBackward"},
 }
 
 
@@ -82,6 +87,24 @@ def gpu_ms(fn, steps):
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) / steps
+
+
+def host_ms(step, reps=5):
+    """Host time of one step enqueued behind a GPU kept busy (a spin longer than the step), so
+    that no launch waits on the GPU: what the step costs the host alone, the eager step's bound
+    when it is above the graph-replayed time; and the CPU time the process's threads spent in
+    it (below the wall time where the step waits: on a lock, on another thread). Medians of
+    `reps`. A step that synchronizes with the GPU reads the spin's 200 ms."""
+    wall, cpu = [], []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(400_000_000)
+        started, started_cpu = time.perf_counter(), time.process_time()
+        step()
+        wall.append((time.perf_counter() - started) * 1e3)
+        cpu.append((time.process_time() - started_cpu) * 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def conv_ms(step, side, steps=3):
@@ -158,6 +181,7 @@ def measure(name, side, args):
         torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     row["eager_ms"] = statistics.median(gpu_ms(step, args.steps) for _ in range(3))
+    row["host_ms"], row["host_cpu_ms"] = host_ms(step)
     row["peak_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20
     row["conv_ms"] = conv_ms(step, side)
     try:
@@ -231,7 +255,7 @@ def overhead():
     x, w = tiny_layer()
     out = {"torch_us": host_us(lambda: F.conv2d(x, w, None, 1, 1)), "gconv_us": host_us(lambda: gconv.conv2d(x, w, None, 1, 1))}
     spec = gconv._eager._specs[gconv._eager.signature(x, w, None, (2, 1, 1, 1, 1))]
-    plan = spec.plans["fwd"]
+    plan, _ = spec.plans["fwd"]
     y = torch.empty((1, 8, 8, 8), device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
     workspace = torch.empty(max(plan.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
     stream = torch.cuda.current_stream().cuda_stream
