@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Where a host-bound eager training step's host time goes with gconv: the step's wall and CPU
+time enqueued behind a busy GPU (nothing waits on the GPU), split into the time spent inside
+gconv's forward and backward functions and the rest (PyTorch's other operators, the autograd
+engine, the optimizer), beside PyTorch's own step.
+
+    python3 bench/torch_step_phases.py --out phases.json [--nets mobilenet_v2]
+
+The split times each call of `gconv._eager._forward` and `_backward` (wrapped for the
+measurement), on whichever thread runs it: the backward runs on the autograd engine's device
+thread, which a profiler of the main thread does not see.
+"""
+
+import argparse
+import json
+import statistics
+import threading
+import time
+
+import torch
+
+import gconv
+import gconv._eager as eager
+from torch_train_step import batch, build, make_step
+
+SPIN_CYCLES = 400_000_000  # about 200 ms of GPU time: longer than a step takes the host
+
+
+class Timed:
+    """Wraps `eager.<name>`, summing the wall time of its calls."""
+
+    def __init__(self, name):
+        self.name, self.inner = name, getattr(eager, name)
+        self.seconds, self.calls, self.lock = 0.0, 0, threading.Lock()
+        setattr(eager, name, self)
+
+    def __call__(self, *args):
+        started = time.perf_counter()
+        try:
+            return self.inner(*args)
+        finally:
+            spent = time.perf_counter() - started
+            with self.lock:
+                self.seconds += spent
+                self.calls += 1
+
+    def take(self):
+        with self.lock:
+            taken = (self.seconds * 1e3, self.calls)
+            self.seconds, self.calls = 0.0, 0
+        return taken
+
+
+def busy_step(step):
+    torch.cuda.synchronize()
+    torch.cuda._sleep(SPIN_CYCLES)
+    wall, cpu = time.perf_counter(), time.process_time()
+    step()
+    return (time.perf_counter() - wall) * 1e3, (time.process_time() - cpu) * 1e3
+
+
+def measure(name, side, args, timers):
+    device = torch.device("cuda")
+    model = build(name, device)
+    x, labels = batch(name, args.batch, device)
+    if side == "gconv":
+        gconv.patch(model)
+        gconv.tune(model, x)
+    step = make_step(model, x, labels)
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    rows = []
+    for _ in range(args.steps):
+        for t in timers:
+            t.take()
+        wall, cpu = busy_step(step)
+        row = {"wall_ms": wall, "cpu_ms": cpu}
+        for t in timers:
+            row[f"{t.name}_ms"], row[f"{t.name}_calls"] = t.take()
+        rows.append(row)
+    torch.cuda.synchronize()
+    out = {"net": name, "side": side}
+    for key in rows[0]:
+        out[key] = statistics.median(r[key] for r in rows)
+    print(json.dumps(out), flush=True)
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nets", default="mobilenet_v2")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=7)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    torch.backends.cudnn.benchmark = True
+    timers = [Timed("_forward"), Timed("_backward")]
+    rows = [measure(name, side, args, timers) for name in filter(None, args.nets.split(",")) for side in ("torch", "gconv")]
+    with open(args.out, "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
