@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One slice of an H200 sweep on a GPU machine, resumable across calls and sessions: the sweep
+# CSV committed under data/sweeps/ travels with the tree, the sweep measures only the rows it
+# lacks for this device, and the grown CSV comes back as $OUT/NAME.csv.gz, to commit over it.
+#
+#   bench/device-sweep.sh PROBLEMS DTYPE NAME SECONDS [sweep options...]
+#   bench/device-sweep.sh data/problems/h200-synthetic-train.txt bf16 h200-train-bf16 480 --early-stop --configs-per-solver 16
+#
+# Prepare here: ../shared/tools/device-pack -p gconv-cli; gzip -9 .device/bin/*; carry .device.
+# $OUT/NAME.log has the sweep's output and, last, the rows it added and the rate per second.
+set -u
+problems=$1 dtype=$2 name=$3 seconds=$4
+shift 4
+cd "$(dirname "$0")/.."
+for f in .device/bin/*.gz; do [ -e "$f" ] && gunzip -f "$f"; done
+chmod +x .device/bin/*
+csv=/tmp/$name.csv
+[ -f "data/sweeps/$name.csv" ] && cp "data/sweeps/$name.csv" "$csv"
+before=$( [ -f "$csv" ] && wc -l < "$csv" || echo 0)
+started=$(date +%s)
+timeout "$seconds" .device/bin/gconv sweep --problems "$problems" --dtype "$dtype" --out "$csv" "$@" > "$OUT/$name.log" 2>&1
+status=$?
+elapsed=$(( $(date +%s) - started ))
+after=$(wc -l < "$csv")
+echo "status $status: $((after - before)) rows in $elapsed s ($(awk "BEGIN { printf \"%.2f\", ($after - $before) / $elapsed }") a second)" >> "$OUT/$name.log"
+gzip -9 -c "$csv" > "$OUT/$name.csv.gz"
