@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 import gconv
 import gconv._eager as eager
-from torch_train_step import batch, build, make_step
+from torch_train_step import warm_step
 
 CALLS = 40
 
@@ -74,18 +74,11 @@ def main():
     rows = []
     for name in filter(None, args.nets.split(",")):
         eager._specs.clear()
-        model = build(name, device)
-        x, labels = batch(name, args.batch, device)
-        gconv.patch(model)
-        gconv.tune(model, x)
-        step = make_step(model, x, labels)
-        for _ in range(3):
-            step()
-        torch.cuda.synchronize()
+        step = warm_step(name, "gconv", args.batch, device, warmup=3)
         for spec in list(eager._specs.values()):
             rows.append(layer_row(name, spec))
             print(json.dumps(rows[-1]), flush=True)
-        del model, step
+        del step
     with open(args.out, "w") as f:
         json.dump(rows, f, indent=1)
 

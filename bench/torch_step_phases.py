@@ -19,9 +19,8 @@ import time
 
 import torch
 
-import gconv
 import gconv._eager as eager
-from torch_train_step import batch, build, make_step
+from torch_train_step import warm_step
 
 SPIN_CYCLES = 400_000_000  # about 200 ms of GPU time: longer than a step takes the host
 
@@ -60,16 +59,7 @@ def busy_step(step):
 
 
 def measure(name, side, args, timers):
-    device = torch.device("cuda")
-    model = build(name, device)
-    x, labels = batch(name, args.batch, device)
-    if side == "gconv":
-        gconv.patch(model)
-        gconv.tune(model, x)
-    step = make_step(model, x, labels)
-    for _ in range(5):
-        step()
-    torch.cuda.synchronize()
+    step = warm_step(name, side, args.batch, torch.device("cuda"), warmup=5)
     rows = []
     for _ in range(args.steps):
         for t in timers:

@@ -79,6 +79,21 @@ def make_step(model, x, labels):
     return step
 
 
+def warm_step(name, side, size, device, warmup):
+    """A network's training step, ready to time: built (with gconv's side patched and tuned)
+    and run `warmup` times."""
+    model = build(name, device)
+    x, labels = batch(name, size, device)
+    if side == "gconv":
+        gconv.patch(model)
+        gconv.tune(model, x)
+    step = make_step(model, x, labels)
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    return step
+
+
 def gpu_ms(fn, steps):
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()

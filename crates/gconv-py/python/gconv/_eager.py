@@ -113,10 +113,13 @@ def conv(x, w, bias, args, normalize):
     return forward(x, w, bias, spec)
 
 
-def _address(t, channels_last):
-    """A copy of `t` packed in the layout at an aligned address, and that address (for tensors
-    that are not). The caller holds the copy until the launch is enqueued: a copy dropped
-    earlier goes back to torch's allocator, which may hand its memory to the next allocation."""
+def _operand(t, packed, channels_last):
+    """`t` and its address, copied first where it is not `packed` in the layout or not aligned.
+    The caller holds the tensor returned until the launch is enqueued: a copy dropped earlier
+    goes back to torch's allocator, which may hand its memory to the next allocation."""
+    address = t.data_ptr()
+    if packed and address % 16 == 0:
+        return t, address
     t = _ops._packed(t, channels_last)
     return t, t.data_ptr()
 
@@ -130,11 +133,8 @@ def forward(x, w, bias, spec):
 
 
 def _forward(x, w, bias, spec, found):
-    x_address, w_address = x.data_ptr(), w.data_ptr()
-    if not spec.x_packed or x_address % 16:
-        x, x_address = _address(x, spec.channels_last)
-    if not spec.w_packed or w_address % 16:
-        w, w_address = _address(w, spec.channels_last)
+    x, x_address = _operand(x, spec.x_packed, spec.channels_last)
+    w, w_address = _operand(w, spec.w_packed, spec.channels_last)
     y = torch.empty_strided(spec.y_size, spec.y_strides, dtype=spec.dtype, device=spec.device)
     spec.launch(found, x_address, w_address, y.data_ptr())
     if bias is not None:
@@ -162,25 +162,19 @@ def _backward(ctx, dy, named):
     s = ctx.spec
     needs = ctx.needs_input_grad
     cl = s.channels_last
-    dy_address = dy.data_ptr()
-    if dy_address % 16 or dy.stride() != s.y_strides:
-        dy, dy_address = _address(dy, cl)
+    dy, dy_address = _operand(dy, dy.stride() == s.y_strides, cl)
     dx = dw = db = None
     if needs[0]:
         found = s.plan("bwd-data", dy)
         with named("bwd-data"):
-            w_address = w.data_ptr()
-            if not s.w_packed or w_address % 16:
-                w, w_address = _address(w, cl)
-            dx = torch.empty_strided(s.x_size, s.x_strides, dtype=s.dtype, device=s.device)
+            w, w_address = _operand(w, s.w_packed, cl)
+            dx = s.empty(s.x_size, s.x_strides)
             s.launch(found, dx.data_ptr(), w_address, dy_address)
     if needs[1]:
         found = s.plan("bwd-weight", dy)
         with named("bwd-weight"):
-            x_address = x.data_ptr()
-            if not s.x_packed or x_address % 16:
-                x, x_address = _address(x, cl)
-            dw = torch.empty_strided(s.w_size, s.w_strides, dtype=s.dtype, device=s.device)
+            x, x_address = _operand(x, s.x_packed, cl)
+            dw = s.empty(s.w_size, s.w_strides)
             s.launch(found, x_address, dw.data_ptr(), dy_address)
     if needs[2]:
         with named("bias"):
