@@ -19,8 +19,20 @@ pub const WORKSPACE_BYTES: u64 = 32 << 20;
 pub struct BlasHandle {
     pub blas: CudaBlas,
     /// The handle holds a stream and a workspace between calls: a call sets both and runs its
-    /// GEMMs while no other thread's call can change them.
-    turn: Mutex<()>,
+    /// GEMMs while no other thread's call can change them. Held here: the stream and workspace
+    /// a call last set, which the next call on the same ones need not set again (setting them
+    /// costs the host a microsecond or two a call).
+    turn: Mutex<Option<(usize, u64)>>,
+}
+
+fn check_workspace(workspace: Buffer) -> Result<()> {
+    if workspace.bytes < WORKSPACE_BYTES || !workspace.ptr.is_multiple_of(256) {
+        return Err(GconvError::Backend(format!(
+            "cuBLAS's workspace wants {WORKSPACE_BYTES} bytes at 256-byte alignment, got {} at {:#x}",
+            workspace.bytes, workspace.ptr
+        )));
+    }
+    Ok(())
 }
 
 fn fail(what: &str, e: &dyn std::fmt::Debug) -> GconvError {
@@ -31,22 +43,19 @@ impl BlasHandle {
     /// A handle on this thread's stream.
     pub fn new(device: &CudaDevice) -> Result<Self> {
         let blas = CudaBlas::new(device.stream()?).map_err(|e| fail("create a cuBLAS handle", &e))?;
-        Ok(BlasHandle { blas, turn: Mutex::new(()) })
+        Ok(BlasHandle { blas, turn: Mutex::new(None) })
     }
 
     /// Points the handle at `workspace`, which must outlive its GEMMs.
     pub fn set_workspace(&self, workspace: &CudaSlice<u8>) -> Result<()> {
         let (ptr, _) = workspace.device_ptr(workspace.stream());
+        let mut set = self.turn.lock().unwrap_or_else(|p| p.into_inner());
+        *set = None;
         self.use_workspace(Buffer { ptr, bytes: workspace.len() as u64 })
     }
 
     fn use_workspace(&self, workspace: Buffer) -> Result<()> {
-        if workspace.bytes < WORKSPACE_BYTES || !workspace.ptr.is_multiple_of(256) {
-            return Err(GconvError::Backend(format!(
-                "cuBLAS's workspace wants {WORKSPACE_BYTES} bytes at 256-byte alignment, got {} at {:#x}",
-                workspace.bytes, workspace.ptr
-            )));
-        }
+        check_workspace(workspace)?;
         // SAFETY: a live handle and a device range of the given length (checked by the caller's
         // buffers) that outlives the GEMMs run with it.
         unsafe {
@@ -63,13 +72,19 @@ impl BlasHandle {
     /// Runs `gemms` in order on `stream`, with cuBLAS's workspace the first WORKSPACE_BYTES of
     /// `workspace`.
     pub fn run_on(&self, stream: &CudaStream, workspace: Buffer, gemms: impl IntoIterator<Item = Gemm>) -> Result<()> {
-        let _turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
-        // SAFETY: a live handle and a live stream of the handle's context. Setting the stream
-        // resets the workspace, so the workspace is set after it.
-        unsafe { cudarc::cublas::sys::cublasSetStream_v2(*self.blas.handle(), stream.cu_stream() as _) }
-            .result()
-            .map_err(|e| fail("set cuBLAS's stream", &e))?;
-        self.use_workspace(workspace)?;
+        let mut set = self.turn.lock().unwrap_or_else(|p| p.into_inner());
+        let wanted = (stream.cu_stream() as usize, workspace.ptr);
+        check_workspace(workspace)?;
+        if *set != Some(wanted) {
+            *set = None;
+            // SAFETY: a live handle and a live stream of the handle's context. Setting the
+            // stream resets the workspace, so the workspace is set after it.
+            unsafe { cudarc::cublas::sys::cublasSetStream_v2(*self.blas.handle(), stream.cu_stream() as _) }
+                .result()
+                .map_err(|e| fail("set cuBLAS's stream", &e))?;
+            self.use_workspace(workspace)?;
+            *set = Some(wanted);
+        }
         gemms.into_iter().try_for_each(|g| self.gemm(&g))
     }
 }
