@@ -6,9 +6,10 @@ engine, the optimizer), beside PyTorch's own step.
 
     python3 bench/torch_step_phases.py --out phases.json [--nets mobilenet_v2]
 
-The split times each call of `gconv._eager._forward` and `_backward` (wrapped for the
-measurement), on whichever thread runs it: the backward runs on the autograd engine's device
-thread, which a profiler of the main thread does not see.
+The split times each call of `gconv._eager._forward`, `_backward` and `Spec.launch` (the
+native run, inside the other two), wrapped for the measurement, on whichever thread runs it:
+the backward may run on the autograd engine's device thread, which a profiler of the main
+thread does not see.
 """
 
 import argparse
@@ -26,12 +27,14 @@ SPIN_CYCLES = 400_000_000  # about 200 ms of GPU time: longer than a step takes 
 
 
 class Timed:
-    """Wraps `eager.<name>`, summing the wall time of its calls."""
+    """Wraps `owner.<name>` (a function of gconv's eager module, or a method of its `Spec`),
+    summing the wall time of its calls."""
 
-    def __init__(self, name):
-        self.name, self.inner = name, getattr(eager, name)
+    def __init__(self, owner, name):
+        self.name, self.inner = name.strip("_"), getattr(owner, name)
         self.seconds, self.calls, self.lock = 0.0, 0, threading.Lock()
-        setattr(eager, name, self)
+        wrapper = self.__call__
+        setattr(owner, name, (lambda *args: wrapper(*args)) if isinstance(owner, type) else self)
 
     def __call__(self, *args):
         started = time.perf_counter()
@@ -85,7 +88,8 @@ def main():
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
-    timers = [Timed("_forward"), Timed("_backward")]
+    # The forward and backward calls, and within them the launches (the native runs).
+    timers = [Timed(eager, "_forward"), Timed(eager, "_backward"), Timed(eager.Spec, "launch")]
     rows = [measure(name, side, args, timers) for name in filter(None, args.nets.split(",")) for side in ("torch", "gconv")]
     with open(args.out, "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
