@@ -71,8 +71,9 @@ pub struct Model {
     pub direction: Direction,
     pub family: Family,
     pub spec: FeatureSpec,
-    /// For solvers whose configs a vendor library lists per problem (cuDNN's engine tags): every
-    /// config seen in training, the candidates selection ranks without asking the library.
+    /// For solvers whose configs a vendor library lists per problem (cuDNN's engine tags): the
+    /// configs it listed for several training problems, the candidates selection ranks without
+    /// asking the library.
     pub listed: BTreeMap<String, Vec<String>>,
     /// For gconv's own solvers: the configs seen in training. Selection ranks these (those
     /// valid for the problem) and the solver's default rather than its whole space, whose other
@@ -108,6 +109,12 @@ impl Model {
     /// The listed configs of `solver`, parsed.
     pub fn listed_configs(&self, solver: &str) -> Vec<Config> {
         parsed(&self.listed, solver)
+    }
+
+    /// Whether selection by this model can propose `config` of `solver`: any config of an own
+    /// solver, only the model's listed configs of a listed one.
+    pub fn proposes(&self, solver: &str, config: &str) -> bool {
+        self.listed.get(solver).is_none_or(|configs| configs.iter().any(|c| c == config))
     }
 
     /// The configs of own solver `solver` seen in training, parsed; `None` for a model that

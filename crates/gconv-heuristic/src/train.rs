@@ -60,12 +60,16 @@ fn fit(
     let solvers: BTreeSet<String> = rows.iter().map(|r| r.solver.clone()).collect();
     let fields: BTreeSet<String> = rows.iter().flat_map(|r| r.config.fields().iter().map(|(n, _)| n.clone())).collect();
     let spec = FeatureSpec::new(solvers.into_iter().collect(), fields.into_iter().collect());
-    let (mut listed, mut trained): (BTreeMap<String, BTreeSet<String>>, BTreeMap<String, BTreeSet<String>>) =
-        Default::default();
+    let mut trained: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut listed_for: BTreeMap<String, BTreeMap<String, HashSet<&ConvProblem>>> = BTreeMap::new();
     for row in rows {
-        let configs = if row.vendor.listed { &mut listed } else { &mut trained };
-        configs.entry(row.solver.clone()).or_default().insert(row.config.to_string());
+        let config = row.config.to_string();
+        match row.vendor.listed {
+            true => listed_for.entry(row.solver.clone()).or_default().entry(config).or_default().insert(&row.problem),
+            false => trained.entry(row.solver.clone()).or_default().insert(config),
+        };
     }
+    let listed = listed_for.into_iter().map(|(solver, configs)| (solver, widely_listed(configs))).collect();
     let facts = rows[0].facts;
     let (matrix, width) = rows_of(&spec, rows);
     let targets: Vec<f64> = rows.iter().map(|r| r.ms.expect("timed rows").ln()).collect();
@@ -101,7 +105,7 @@ fn fit(
         device_facts: facts,
         direction,
         family,
-        listed: listed.into_iter().map(|(s, c)| (s, c.into_iter().collect())).collect(),
+        listed,
         trained: trained.into_iter().map(|(s, c)| (s, c.into_iter().collect())).collect(),
         manifest: Manifest {
             rows: rows.len(),
@@ -118,6 +122,23 @@ fn fit(
     })
 }
 
+/// Training problems a listed config must have been listed for to become a candidate.
+const MIN_LISTED_PROBLEMS: usize = 2;
+
+/// The configs a library listed for at least [`MIN_LISTED_PROBLEMS`] training problems (all of
+/// them where none was): those selection ranks without asking the library. A config listed for
+/// one problem carries knobs sized for that shape (a split factor, a tile count), which the
+/// trees would carry over to every other shape by extrapolation; its rows still train them.
+fn widely_listed(configs: BTreeMap<String, HashSet<&ConvProblem>>) -> Vec<String> {
+    let wide: Vec<String> =
+        configs.iter().filter(|(_, problems)| problems.len() >= MIN_LISTED_PROBLEMS).map(|(c, _)| c.clone()).collect();
+    if wide.is_empty() {
+        configs.into_keys().collect()
+    } else {
+        wide
+    }
+}
+
 /// The feature rows of measured candidates, row after row, and their width. A listed
 /// solver's workspace is left out: selection knows it only once the library plans the config.
 pub fn rows_of(spec: &FeatureSpec, rows: &[&Measured]) -> (Vec<f64>, usize) {
@@ -129,4 +150,23 @@ pub fn rows_of(spec: &FeatureSpec, rows: &[&Measured]) -> (Vec<f64>, usize) {
         spec.push_row(problem, &r.solver, &r.config, workspace, &mut out);
     }
     (out, spec.width())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_listed_for_one_problem_is_no_candidate_unless_none_is_listed_wider() {
+        let p =
+            |c: u32| ConvProblem::from_key(&format!("v1:bwd-weight:bf16:NHWC:n8:c{c}:k64:i14x14:f3x3:s1x1:p1x1:d1x1"));
+        let (a, b) = (p(32).unwrap(), p(64).unwrap());
+        fn listed<'p>(entries: &[(&str, &[&'p ConvProblem])]) -> BTreeMap<String, HashSet<&'p ConvProblem>> {
+            entries.iter().map(|(c, ps)| (c.to_string(), ps.iter().copied().collect())).collect()
+        }
+        let split_for_one_shape = listed(&[("eng1", &[&a, &b]), ("eng49_k0=131", &[&a])]);
+        assert_eq!(widely_listed(split_for_one_shape), ["eng1"]);
+        let each_once = listed(&[("eng1", &[&a]), ("eng2", &[&b])]);
+        assert_eq!(widely_listed(each_once), ["eng1", "eng2"]);
+    }
 }

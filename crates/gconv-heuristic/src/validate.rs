@@ -16,7 +16,8 @@ pub struct Outcome {
     pub problem: ConvProblem,
     pub oracle: (String, Config),
     pub oracle_ms: f64,
-    /// The model's first-ranked candidate that ran.
+    /// The model's first-ranked candidate that ran, of those selection by the model can
+    /// propose (a listed solver's configs from the model's list).
     pub pick: (String, Config),
     pub pick_ms: f64,
     pub predicted_ms: f64,
@@ -56,7 +57,8 @@ pub fn evaluate(set: &ModelSet, rows: &[Measured]) -> Vec<Outcome> {
         order.sort_by(|&a, &b| log_ms[a].total_cmp(&log_ms[b]));
         let ms = |i: usize| timed[i].ms.expect("timed");
         let oracle = (0..timed.len()).min_by(|&a, &b| ms(a).total_cmp(&ms(b))).expect("a timed row");
-        let pick = order[0];
+        let proposed = |&i: &usize| model.proposes(&timed[i].solver, &timed[i].config.to_string());
+        let pick = order.iter().copied().find(proposed).unwrap_or(order[0]);
         let vendor_best = |marked: fn(&Measured) -> bool| {
             timed.iter().filter(|r| marked(r)).filter_map(|r| r.ms).min_by(f64::total_cmp)
         };
