@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Where a host-bound eager training step's host time goes with gconv: the step's wall and CPU
 time enqueued behind a busy GPU (nothing waits on the GPU), split into the time spent inside
-gconv's forward and backward functions and the rest (PyTorch's other operators, the autograd
-engine, the optimizer), beside PyTorch's own step.
+gconv's forward and backward functions, the collector's passes and the rest (PyTorch's other
+operators, the autograd engine, the optimizer), beside PyTorch's own step, measured again
+after gconv's (whether gconv's presence slows PyTorch's own operators); and each side's plain
+eager step time (20 steps back to back).
 
     python3 bench/torch_step_phases.py --out phases.json [--nets mobilenet_v2]
 
@@ -13,6 +15,7 @@ thread does not see.
 """
 
 import argparse
+import gc
 import json
 import statistics
 import threading
@@ -53,6 +56,26 @@ class Timed:
         return taken
 
 
+class GcTime:
+    """The collector's passes and the wall time they took, summed until taken."""
+
+    def __init__(self):
+        self.name, self.seconds, self.calls, self.started = "gc", 0.0, 0, 0.0
+        gc.callbacks.append(self.note)
+
+    def note(self, phase, info):
+        if phase == "start":
+            self.started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self.started
+            self.calls += 1
+
+    def take(self):
+        taken = (self.seconds * 1e3, self.calls)
+        self.seconds, self.calls = 0.0, 0
+        return taken
+
+
 def busy_step(step):
     torch.cuda.synchronize()
     torch.cuda._sleep(SPIN_CYCLES)
@@ -61,8 +84,18 @@ def busy_step(step):
     return (time.perf_counter() - wall) * 1e3, (time.process_time() - cpu) * 1e3
 
 
+def eager_ms(step, steps=20):
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - started) / steps * 1e3
+
+
 def measure(name, side, args, timers):
     step = warm_step(name, side, args.batch, torch.device("cuda"), warmup=5)
+    plain = eager_ms(step)
     rows = []
     for _ in range(args.steps):
         for t in timers:
@@ -73,7 +106,7 @@ def measure(name, side, args, timers):
             row[f"{t.name}_ms"], row[f"{t.name}_calls"] = t.take()
         rows.append(row)
     torch.cuda.synchronize()
-    out = {"net": name, "side": side}
+    out = {"net": name, "side": side, "eager_ms": plain}
     for key in rows[0]:
         out[key] = statistics.median(r[key] for r in rows)
     print(json.dumps(out), flush=True)
@@ -85,12 +118,15 @@ def main():
     parser.add_argument("--nets", default="mobilenet_v2")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=7)
+    parser.add_argument("--order", default="torch,gconv,torch", help="the sides measured, in order, per network")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     # The forward and backward calls, and within them the launches (the native runs).
-    timers = [Timed(eager, "_forward"), Timed(eager, "_backward"), Timed(eager.Spec, "launch")]
-    rows = [measure(name, side, args, timers) for name in filter(None, args.nets.split(",")) for side in ("torch", "gconv")]
+    timers = [Timed(eager, "_forward"), Timed(eager, "_backward"), Timed(eager.Spec, "launch"), GcTime()]
+    # PyTorch again after gconv: whether gconv's presence in the process slows PyTorch's own ops.
+    sides = args.order.split(",")
+    rows = [measure(name, side, args, timers) for name in filter(None, args.nets.split(",")) for side in sides]
     with open(args.out, "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
 
