@@ -5,65 +5,26 @@
 //! Rows already in the CSV for this device are skipped, so a stopped sweep resumes.
 
 use std::collections::{HashSet, VecDeque};
-use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use gconv_core::{Config, ConvProblem, DeviceFacts, Runtime, Solver, Yardstick};
+use gconv_core::{Config, ConvProblem, Runtime, Solver, Yardstick};
 use gconv_heuristic::measured::VendorMarks;
 use gconv_tune::find::FindOptions;
-use gconv_tune::outcome::STATUS_TIME_BOXED;
 use gconv_tune::sweep::{candidates, sweep_problem, SweepEvent};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
-/// The CSV's columns: Composable Kernel's (C and K per group, as CK counts them) and then
-/// gconv's. 1D and 2D problems fill the missing leading dimensions with size 1.
-/// `vendor` says, for a solver whose configs a vendor library lists (cuDNN's engines), that it
-/// is `listed` and whether the library's heuristic picks it and its find times it.
-const COLUMNS: [&str; 36] = [
-    "kernel",
-    "problem_idx",
-    "N",
-    "C",
-    "K",
-    "G",
-    "Hi",
-    "Wi",
-    "Y",
-    "X",
-    "stride_h",
-    "stride_w",
-    "pad_h",
-    "pad_w",
-    "latency_ms",
-    "tflops",
-    "non_zero",
-    "direction",
-    "dtype",
-    "layout",
-    "Di",
-    "Z",
-    "stride_d",
-    "pad_d",
-    "dil_d",
-    "dil_h",
-    "dil_w",
-    "solver",
-    "config",
-    "workspace_bytes",
-    "device",
-    "device_units",
-    "device_mhz",
-    "vendor",
-    "status",
-    "key",
-];
+use self::csv_file::measured_rows;
+pub use self::csv_file::{CsvSink, Row, RowReply};
+
+mod csv_file;
+
 /// Building a problem's kernels ahead may take this many times the per-candidate timeout.
 const BUILD_TIMEOUT_FACTOR: u32 = 10;
 
@@ -177,14 +138,22 @@ pub fn sweep(
         bar.inc(1);
         Ok(())
     };
-    std::thread::scope(|scope| {
+    let started = Instant::now();
+    let spent = std::thread::scope(|scope| {
         let workers: Vec<_> = devices
             .iter()
             .map(|d| scope.spawn(|| drive_worker(opts.timeout, &|| Worker::start(opts, *d), &queue, &sink)))
             .collect();
-        workers.into_iter().try_for_each(|w| w.join().expect("a worker thread panicked"))
+        workers.into_iter().map(|w| w.join().expect("a worker thread panicked")).sum::<anyhow::Result<Spent>>()
     })?;
     bar.finish_and_clear();
+    let wall = started.elapsed().as_secs_f64();
+    println!(
+        "time:      {wall:.0} s, {:.2} candidates a second per worker; the workers built kernels {:.0} s and measured {:.0} s",
+        total as f64 / wall / devices.len() as f64,
+        spent.building.as_secs_f64(),
+        spent.measuring.as_secs_f64()
+    );
     let counts = csv.into_inner().unwrap().counts;
     println!(
         "measured:  {} ok, {} stopped early, {} failed or wrong, {} not run; rows in {}",
@@ -197,22 +166,21 @@ pub fn sweep(
     Ok(if counts[1] == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-/// A candidate's result as the CSV takes it.
-pub struct RowReply {
-    pub status: String,
-    pub ms: Option<f64>,
-    pub workspace_bytes: u64,
+/// Where a worker's time went: building a problem's kernels (from a batch sent to the worker
+/// saying it built them), then measuring its candidates.
+#[derive(Debug, Default)]
+struct Spent {
+    building: Duration,
+    measuring: Duration,
 }
 
-/// What a CSV row says of the candidate besides its result.
-pub struct Row<'a> {
-    pub problem_idx: usize,
-    pub problem: &'a ConvProblem,
-    pub solver: &'a str,
-    pub config: &'a str,
-    pub device: &'a str,
-    pub facts: DeviceFacts,
-    pub vendor: VendorMarks,
+impl std::iter::Sum for Spent {
+    fn sum<I: Iterator<Item = Spent>>(all: I) -> Spent {
+        all.fold(Spent::default(), |a, b| Spent {
+            building: a.building + b.building,
+            measuring: a.measuring + b.measuring,
+        })
+    }
 }
 
 /// Hands the queue's problems to a worker process on `device`, one at a time, starting a new
@@ -222,7 +190,8 @@ fn drive_worker(
     start: &dyn Fn() -> anyhow::Result<Worker>,
     queue: &Mutex<VecDeque<Pending>>,
     sink: &(dyn Fn(&Pending, usize, RowReply) -> anyhow::Result<()> + Sync),
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Spent> {
+    let mut spent = Spent::default();
     let mut worker: Option<Worker> = None;
     loop {
         let Some(pending) = queue.lock().unwrap().pop_front() else { break };
@@ -237,6 +206,7 @@ fn drive_worker(
                 items: left.iter().map(|&i| pending.items[i].clone()).collect(),
             };
             w.send(&batch)?;
+            let mut since = Instant::now();
             let mut answered = HashSet::new();
             let mut built = false;
             let stopped = loop {
@@ -245,7 +215,11 @@ fn drive_worker(
                 }
                 let wait = if built { timeout } else { timeout * BUILD_TIMEOUT_FACTOR };
                 match w.next(wait) {
-                    Ok(Reply::Built { .. }) => built = true,
+                    Ok(Reply::Built { .. }) => {
+                        built = true;
+                        spent.building += since.elapsed();
+                        since = Instant::now();
+                    }
                     Ok(Reply::Row { item, status, ms, workspace_bytes }) => {
                         let i = *left.get(item).context("a worker answered a candidate it was not given")?;
                         sink(&pending, i, RowReply { status, ms, workspace_bytes })?;
@@ -254,6 +228,10 @@ fn drive_worker(
                     Err(reason) => break Some(reason),
                 }
             };
+            match built {
+                true => spent.measuring += since.elapsed(),
+                false => spent.building += since.elapsed(),
+            }
             let Some(reason) = stopped else { break };
             // The first unanswered candidate was running: it gets the failure, the rest go to
             // a new worker.
@@ -271,7 +249,7 @@ fn drive_worker(
     if let Some(w) = worker {
         w.finish(timeout);
     }
-    Ok(())
+    Ok(spent)
 }
 
 /// A worker process and the lines it prints, read by a thread of their own so that waiting for
@@ -408,119 +386,6 @@ fn reply(out: &mut impl Write, reply: &Reply) -> anyhow::Result<()> {
     writeln!(out, "{}", serde_json::to_string(reply)?)?;
     out.flush()?;
     Ok(())
-}
-
-/// The (problem key, solver, config) rows of `device` already in the CSV at `path`.
-fn measured_rows(path: &Path, device: &str) -> anyhow::Result<HashSet<(String, String, String)>> {
-    let mut done = HashSet::new();
-    if !path.exists() {
-        return Ok(done);
-    }
-    let mut reader = csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let header = reader.headers()?.clone();
-    anyhow::ensure!(
-        header.iter().eq(COLUMNS),
-        "{} is not a sweep CSV of this gconv (its columns differ); name a new file",
-        path.display()
-    );
-    let column = |name: &str| COLUMNS.iter().position(|c| *c == name).expect("a sweep column");
-    let [key, solver, config, on] = ["key", "solver", "config", "device"].map(column);
-    for row in reader.records() {
-        let row = row.with_context(|| format!("cannot read {}", path.display()))?;
-        if &row[on] == device {
-            done.insert((row[key].to_string(), row[solver].to_string(), row[config].to_string()));
-        }
-    }
-    Ok(done)
-}
-
-/// The CSV, appended to a row at a time so that a stopped sweep keeps what it measured.
-pub struct CsvSink {
-    writer: csv::Writer<std::fs::File>,
-    /// ok, failed (or wrong), not run, stopped early (`--early-stop`).
-    counts: [usize; 4],
-}
-
-impl CsvSink {
-    pub fn open(path: &Path) -> anyhow::Result<Self> {
-        let fresh = !path.exists() || std::fs::metadata(path)?.len() == 0;
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        let mut writer = csv::Writer::from_writer(file);
-        if fresh {
-            writer.write_record(COLUMNS)?;
-            writer.flush()?;
-        }
-        Ok(CsvSink { writer, counts: [0; 4] })
-    }
-
-    pub fn write(&mut self, row: &Row<'_>, reply: &RowReply) -> anyhow::Result<()> {
-        let p = row.problem;
-        // One field's (depth, height, width) sizes; missing leading dimensions are `absent`.
-        let sizes = |get: fn(&gconv_core::SpatialDim) -> u32, absent: u32| -> [String; 3] {
-            std::array::from_fn(|axis| {
-                p.dims.len().checked_sub(3 - axis).map_or(absent, |i| get(&p.dims[i])).to_string()
-            })
-        };
-        let [di, hi, wi] = sizes(|d| d.input, 1);
-        let [z, y, x] = sizes(|d| d.filter, 1);
-        let [stride_d, stride_h, stride_w] = sizes(|d| d.stride, 1);
-        let [pad_d, pad_h, pad_w] = sizes(|d| d.pad, 0);
-        let [dil_d, dil_h, dil_w] = sizes(|d| d.dilation, 1);
-        let tflops = reply.ms.map(|ms| format!("{:.4}", p.flops() / (ms * 1e-3) / 1e12)).unwrap_or_default();
-        // A verified, fully timed candidate has a time, and one stopped early its one call's.
-        let class = match (reply.ms, reply.status.as_str()) {
-            (Some(_), STATUS_TIME_BOXED) => 3,
-            (Some(_), _) => 0,
-            (None, status) if status.starts_with("not run") => 2,
-            (None, _) => 1,
-        };
-        self.counts[class] += 1;
-        let record = [
-            format!("{}:{}", row.solver, row.config),
-            row.problem_idx.to_string(),
-            p.n.to_string(),
-            p.c_per_group().to_string(),
-            p.k_per_group().to_string(),
-            p.g.to_string(),
-            hi,
-            wi,
-            y,
-            x,
-            stride_h,
-            stride_w,
-            pad_h,
-            pad_w,
-            reply.ms.map(|ms| format!("{ms:.6}")).unwrap_or_default(),
-            tflops,
-            u8::from(reply.ms.is_some()).to_string(),
-            p.direction.to_string(),
-            p.dtype.to_string(),
-            p.layout.name(p.rank()).to_string(),
-            di,
-            z,
-            stride_d,
-            pad_d,
-            dil_d,
-            dil_h,
-            dil_w,
-            row.solver.to_string(),
-            row.config.to_string(),
-            reply.workspace_bytes.to_string(),
-            row.device.to_string(),
-            row.facts.units.to_string(),
-            row.facts.clock_mhz.to_string(),
-            row.vendor.text(),
-            reply.status.clone(),
-            p.key(),
-        ];
-        self.writer.write_record(&record)?;
-        self.writer.flush()?;
-        Ok(())
-    }
 }
 
 #[cfg(test)]
