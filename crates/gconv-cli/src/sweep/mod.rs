@@ -2,7 +2,8 @@
 //! learned heuristic's training data. Candidates run in worker processes (this binary with
 //! `sweep --worker`), one per device, so a kernel that faults or hangs costs only its own row:
 //! the worker is stopped, the row recorded as failed, and a new worker goes on with the rest.
-//! Rows already in the CSV for this device are skipped, so a stopped sweep resumes.
+//! Rows already in the CSV for this device are skipped, so a stopped sweep resumes. While the
+//! workers measure, this process builds the kernels of the problems queued next.
 
 use std::collections::{HashSet, VecDeque};
 use std::io::{BufRead, BufReader, Write};
@@ -16,6 +17,7 @@ use anyhow::Context;
 use gconv_core::{Config, ConvProblem, Runtime, Solver, Yardstick};
 use gconv_heuristic::measured::VendorMarks;
 use gconv_tune::find::FindOptions;
+use gconv_tune::prebuild::{build_threads, prepare_in_parallel, unbuilt, BuildJob};
 use gconv_tune::sweep::{candidates, sweep_problem, SweepEvent};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -144,6 +146,7 @@ pub fn sweep(
             .iter()
             .map(|d| scope.spawn(|| drive_worker(opts.timeout, &|| Worker::start(opts, *d), &queue, &sink)))
             .collect();
+        scope.spawn(|| build_ahead(rt, &queue));
         workers.into_iter().map(|w| w.join().expect("a worker thread panicked")).sum::<anyhow::Result<Spent>>()
     })?;
     bar.finish_and_clear();
@@ -164,6 +167,28 @@ pub fn sweep(
         opts.out.display()
     );
     Ok(if counts[1] == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Builds the kernels of the problems next in the queue while the workers measure, into the
+/// disk cache where a worker then finds them: the workers' GPUs otherwise idle while their
+/// next problem builds. Ends when every problem still queued is built (failures are left for
+/// the worker, which reports them in its rows).
+fn build_ahead(rt: &dyn Runtime, queue: &Mutex<VecDeque<Pending>>) {
+    let mut built = HashSet::new();
+    loop {
+        let next = {
+            let queue = queue.lock().unwrap();
+            queue.iter().find(|p| !built.contains(&p.idx)).map(|p| (p.idx, p.problem.clone(), p.items.clone()))
+        };
+        let Some((idx, problem, items)) = next else { break };
+        built.insert(idx);
+        let jobs: Vec<BuildJob<'_>> = items
+            .iter()
+            .filter_map(|(solver, config)| Some((rt.solver(solver).ok()?, config.parse::<Config>().ok()?)))
+            .flat_map(|(solver, config)| unbuilt(solver, &problem, [config]))
+            .collect();
+        prepare_in_parallel(&jobs, build_threads());
+    }
 }
 
 /// Where a worker's time went: building a problem's kernels (from a batch sent to the worker
