@@ -9,6 +9,7 @@ use std::collections::{HashSet, VecDeque};
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -141,13 +142,17 @@ pub fn sweep(
         Ok(())
     };
     let started = Instant::now();
+    let measured = AtomicBool::new(false);
     let spent = std::thread::scope(|scope| {
+        scope.spawn(|| build_ahead(rt, &queue, &measured));
         let workers: Vec<_> = devices
             .iter()
             .map(|d| scope.spawn(|| drive_worker(opts.timeout, &|| Worker::start(opts, *d), &queue, &sink)))
             .collect();
-        scope.spawn(|| build_ahead(rt, &queue));
-        workers.into_iter().map(|w| w.join().expect("a worker thread panicked")).sum::<anyhow::Result<Spent>>()
+        let spent: anyhow::Result<Spent> =
+            workers.into_iter().map(|w| w.join().expect("a worker thread panicked")).sum();
+        measured.store(true, Ordering::Relaxed);
+        spent
     })?;
     bar.finish_and_clear();
     let wall = started.elapsed().as_secs_f64();
@@ -171,11 +176,12 @@ pub fn sweep(
 
 /// Builds the kernels of the problems next in the queue while the workers measure, into the
 /// disk cache where a worker then finds them: the workers' GPUs otherwise idle while their
-/// next problem builds. Ends when every problem still queued is built (failures are left for
-/// the worker, which reports them in its rows).
-fn build_ahead(rt: &dyn Runtime, queue: &Mutex<VecDeque<Pending>>) {
+/// next problem builds. Ends when every problem still queued is built or, after the problem
+/// it is building, once the workers are done (failures are left for the worker, which reports
+/// them in its rows).
+fn build_ahead(rt: &dyn Runtime, queue: &Mutex<VecDeque<Pending>>, measured: &AtomicBool) {
     let mut built = HashSet::new();
-    loop {
+    while !measured.load(Ordering::Relaxed) {
         let next = {
             let queue = queue.lock().unwrap();
             queue.iter().find(|p| !built.contains(&p.idx)).map(|p| (p.idx, p.problem.clone(), p.items.clone()))
