@@ -135,7 +135,7 @@ def forward(x, w, bias, spec):
 def _forward(x, w, bias, spec, found):
     x, x_address = _operand(x, spec.x_packed, spec.channels_last)
     w, w_address = _operand(w, spec.w_packed, spec.channels_last)
-    y = torch.empty_strided(spec.y_size, spec.y_strides, dtype=spec.dtype, device=spec.device)
+    y = spec.empty(spec.y_size, spec.y_strides)
     spec.launch(found, x_address, w_address, y.data_ptr())
     if bias is not None:
         y.add_(bias.view(spec.bias_view))
