@@ -168,7 +168,15 @@ impl FeatureSpec {
     ) {
         out.extend_from_slice(&problem.values);
         out.extend(self.solvers.iter().map(|s| f64::from(u8::from(s == solver))));
-        out.extend(self.fields.iter().map(|f| config.get(f).map_or(f64::NAN, f64::from)));
+        // Each of the config's few fields finds its column (in reverse, so that a repeated
+        // name reads its first value, as `Config::get` does).
+        let fields_at = out.len();
+        out.resize(fields_at + self.fields.len(), f64::NAN);
+        for (name, value) in config.fields().iter().rev() {
+            if let Some(i) = self.fields.iter().position(|f| f == name) {
+                out[fields_at + i] = f64::from(*value);
+            }
+        }
         let field = |name: &str| config.get(name).map(f64::from);
         let [m, n, k] = problem.gemm;
         let mut tile = [f64::NAN; TILE_FEATURES.len()];
