@@ -75,9 +75,10 @@ pub struct Model {
     /// configs it listed for several training problems, the candidates selection ranks without
     /// asking the library.
     pub listed: BTreeMap<String, Vec<String>>,
-    /// For gconv's own solvers: the configs seen in training. Selection ranks these (those
-    /// valid for the problem) and the solver's default rather than its whole space, whose other
-    /// configs the trees know only by extrapolation and which can run to thousands.
+    /// For gconv's own solvers: the configs measured on several training problems. Selection
+    /// ranks these (those valid for the problem) and the solver's default rather than its whole
+    /// space, whose other configs the trees know only by extrapolation and which can run to
+    /// thousands.
     #[serde(default)]
     pub trained: BTreeMap<String, Vec<String>>,
     pub manifest: Manifest,

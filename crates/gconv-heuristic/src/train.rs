@@ -60,16 +60,14 @@ fn fit(
     let solvers: BTreeSet<String> = rows.iter().map(|r| r.solver.clone()).collect();
     let fields: BTreeSet<String> = rows.iter().flat_map(|r| r.config.fields().iter().map(|(n, _)| n.clone())).collect();
     let spec = FeatureSpec::new(solvers.into_iter().collect(), fields.into_iter().collect());
-    let mut trained: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut listed_for: BTreeMap<String, BTreeMap<String, HashSet<&ConvProblem>>> = BTreeMap::new();
+    type SeenOn<'r> = BTreeMap<String, BTreeMap<String, HashSet<&'r ConvProblem>>>;
+    let (mut listed, mut trained): (SeenOn<'_>, SeenOn<'_>) = Default::default();
     for row in rows {
-        let config = row.config.to_string();
-        match row.vendor.listed {
-            true => listed_for.entry(row.solver.clone()).or_default().entry(config).or_default().insert(&row.problem),
-            false => trained.entry(row.solver.clone()).or_default().insert(config),
-        };
+        let configs = if row.vendor.listed { &mut listed } else { &mut trained };
+        configs.entry(row.solver.clone()).or_default().entry(row.config.to_string()).or_default().insert(&row.problem);
     }
-    let listed = listed_for.into_iter().map(|(solver, configs)| (solver, widely_listed(configs))).collect();
+    let widely = |seen: SeenOn<'_>| seen.into_iter().map(|(solver, configs)| (solver, widely_seen(configs))).collect();
+    let (listed, trained) = (widely(listed), widely(trained));
     let facts = rows[0].facts;
     let (matrix, width) = rows_of(&spec, rows);
     let targets: Vec<f64> = rows.iter().map(|r| r.ms.expect("timed rows").ln()).collect();
@@ -106,7 +104,7 @@ fn fit(
         direction,
         family,
         listed,
-        trained: trained.into_iter().map(|(s, c)| (s, c.into_iter().collect())).collect(),
+        trained,
         manifest: Manifest {
             rows: rows.len(),
             problems: problems.len(),
@@ -122,16 +120,17 @@ fn fit(
     })
 }
 
-/// Training problems a listed config must have been listed for to become a candidate.
-const MIN_LISTED_PROBLEMS: usize = 2;
+/// Training problems a config must have been measured on to become a candidate.
+const MIN_PROBLEMS: usize = 2;
 
-/// The configs a library listed for at least [`MIN_LISTED_PROBLEMS`] training problems (all of
-/// them where none was): those selection ranks without asking the library. A config listed for
-/// one problem carries knobs sized for that shape (a split factor, a tile count), which the
-/// trees would carry over to every other shape by extrapolation; its rows still train them.
-fn widely_listed(configs: BTreeMap<String, HashSet<&ConvProblem>>) -> Vec<String> {
+/// The configs measured on at least [`MIN_PROBLEMS`] training problems (all of them where none
+/// was): those selection ranks, beside an own solver's default for the problem. A config seen
+/// on one problem carries knobs sized for that shape (a vendor library's split factor, the
+/// tile of a space swept whole on one shape), which the trees would carry over to every other
+/// shape by extrapolation; its rows still train them.
+fn widely_seen(configs: BTreeMap<String, HashSet<&ConvProblem>>) -> Vec<String> {
     let wide: Vec<String> =
-        configs.iter().filter(|(_, problems)| problems.len() >= MIN_LISTED_PROBLEMS).map(|(c, _)| c.clone()).collect();
+        configs.iter().filter(|(_, problems)| problems.len() >= MIN_PROBLEMS).map(|(c, _)| c.clone()).collect();
     if wide.is_empty() {
         configs.into_keys().collect()
     } else {
@@ -157,7 +156,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_config_listed_for_one_problem_is_no_candidate_unless_none_is_listed_wider() {
+    fn a_config_seen_on_one_problem_is_no_candidate_unless_none_is_seen_wider() {
         let p =
             |c: u32| ConvProblem::from_key(&format!("v1:bwd-weight:bf16:NHWC:n8:c{c}:k64:i14x14:f3x3:s1x1:p1x1:d1x1"));
         let (a, b) = (p(32).unwrap(), p(64).unwrap());
@@ -165,8 +164,8 @@ mod tests {
             entries.iter().map(|(c, ps)| (c.to_string(), ps.iter().copied().collect())).collect()
         }
         let split_for_one_shape = listed(&[("eng1", &[&a, &b]), ("eng49_k0=131", &[&a])]);
-        assert_eq!(widely_listed(split_for_one_shape), ["eng1"]);
+        assert_eq!(widely_seen(split_for_one_shape), ["eng1"]);
         let each_once = listed(&[("eng1", &[&a]), ("eng2", &[&b])]);
-        assert_eq!(widely_listed(each_once), ["eng1", "eng2"]);
+        assert_eq!(widely_seen(each_once), ["eng1", "eng2"]);
     }
 }
