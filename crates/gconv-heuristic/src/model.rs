@@ -72,10 +72,10 @@ pub struct Model {
     pub family: Family,
     pub spec: FeatureSpec,
     /// For solvers whose configs a vendor library lists per problem (cuDNN's engine tags): the
-    /// configs it listed for several training problems, the candidates selection ranks without
+    /// configs it listed for several training shapes, the candidates selection ranks without
     /// asking the library.
     pub listed: BTreeMap<String, Vec<String>>,
-    /// For gconv's own solvers: the configs measured on several training problems. Selection
+    /// For gconv's own solvers: the configs measured on several training shapes. Selection
     /// ranks these (those valid for the problem) and the solver's default rather than its whole
     /// space, whose other configs the trees know only by extrapolation and which can run to
     /// thousands.

@@ -60,13 +60,15 @@ fn fit(
     let solvers: BTreeSet<String> = rows.iter().map(|r| r.solver.clone()).collect();
     let fields: BTreeSet<String> = rows.iter().flat_map(|r| r.config.fields().iter().map(|(n, _)| n.clone())).collect();
     let spec = FeatureSpec::new(solvers.into_iter().collect(), fields.into_iter().collect());
-    type SeenOn<'r> = BTreeMap<String, BTreeMap<String, HashSet<&'r ConvProblem>>>;
-    let (mut listed, mut trained): (SeenOn<'_>, SeenOn<'_>) = Default::default();
+    // Solver -> config -> the shapes it was measured on.
+    type SeenOn = BTreeMap<String, BTreeMap<String, HashSet<String>>>;
+    let (mut listed, mut trained): (SeenOn, SeenOn) = Default::default();
     for row in rows {
         let configs = if row.vendor.listed { &mut listed } else { &mut trained };
-        configs.entry(row.solver.clone()).or_default().entry(row.config.to_string()).or_default().insert(&row.problem);
+        let shapes = configs.entry(row.solver.clone()).or_default().entry(row.config.to_string()).or_default();
+        shapes.insert(shape_key(&row.problem));
     }
-    let widely = |seen: SeenOn<'_>| seen.into_iter().map(|(solver, configs)| (solver, widely_seen(configs))).collect();
+    let widely = |seen: SeenOn| seen.into_iter().map(|(solver, configs)| (solver, widely_seen(configs))).collect();
     let (listed, trained) = (widely(listed), widely(trained));
     let facts = rows[0].facts;
     let (matrix, width) = rows_of(&spec, rows);
@@ -120,17 +122,17 @@ fn fit(
     })
 }
 
-/// Training problems a config must have been measured on to become a candidate.
-const MIN_PROBLEMS: usize = 2;
+/// Training shapes a config must have been measured on to become a candidate.
+const MIN_SHAPES: usize = 2;
 
-/// The configs measured on at least [`MIN_PROBLEMS`] training problems (all of them where none
+/// The configs measured on at least [`MIN_SHAPES`] training shapes (all of them where none
 /// was): those selection ranks, beside an own solver's default for the problem. A config seen
-/// on one problem carries knobs sized for that shape (a vendor library's split factor, the
-/// tile of a space swept whole on one shape), which the trees would carry over to every other
-/// shape by extrapolation; its rows still train them.
-fn widely_seen(configs: BTreeMap<String, HashSet<&ConvProblem>>) -> Vec<String> {
+/// on one shape carries knobs sized for it (a vendor library's split factor, the tile of a
+/// space swept whole on one shape), which the trees would carry over to every other shape by
+/// extrapolation; its rows still train them.
+fn widely_seen(configs: BTreeMap<String, HashSet<String>>) -> Vec<String> {
     let wide: Vec<String> =
-        configs.iter().filter(|(_, problems)| problems.len() >= MIN_PROBLEMS).map(|(c, _)| c.clone()).collect();
+        configs.iter().filter(|(_, shapes)| shapes.len() >= MIN_SHAPES).map(|(c, _)| c.clone()).collect();
     if wide.is_empty() {
         configs.into_keys().collect()
     } else {
@@ -156,16 +158,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_config_seen_on_one_problem_is_no_candidate_unless_none_is_seen_wider() {
-        let p =
-            |c: u32| ConvProblem::from_key(&format!("v1:bwd-weight:bf16:NHWC:n8:c{c}:k64:i14x14:f3x3:s1x1:p1x1:d1x1"));
-        let (a, b) = (p(32).unwrap(), p(64).unwrap());
-        fn listed<'p>(entries: &[(&str, &[&'p ConvProblem])]) -> BTreeMap<String, HashSet<&'p ConvProblem>> {
-            entries.iter().map(|(c, ps)| (c.to_string(), ps.iter().copied().collect())).collect()
-        }
-        let split_for_one_shape = listed(&[("eng1", &[&a, &b]), ("eng49_k0=131", &[&a])]);
+    fn a_config_seen_on_one_shape_is_no_candidate_unless_none_is_seen_wider() {
+        let shape = |c: u32, dtype: &str| {
+            let p =
+                ConvProblem::from_key(&format!("v1:bwd-weight:{dtype}:NHWC:n8:c{c}:k64:i14x14:f3x3:s1x1:p1x1:d1x1"));
+            shape_key(&p.unwrap())
+        };
+        let (a, b, a_in_f16) = (shape(32, "bf16"), shape(64, "bf16"), shape(32, "f16"));
+        let seen = |entries: &[(&str, &[&String])]| -> BTreeMap<String, HashSet<String>> {
+            entries.iter().map(|(c, shapes)| (c.to_string(), shapes.iter().map(|s| s.to_string()).collect())).collect()
+        };
+        let split_for_one_shape = seen(&[("eng1", &[&a, &b]), ("eng49_k0=131", &[&a, &a_in_f16])]);
         assert_eq!(widely_seen(split_for_one_shape), ["eng1"]);
-        let each_once = listed(&[("eng1", &[&a]), ("eng2", &[&b])]);
+        let each_once = seen(&[("eng1", &[&a]), ("eng2", &[&b])]);
         assert_eq!(widely_seen(each_once), ["eng1", "eng2"]);
     }
 }
