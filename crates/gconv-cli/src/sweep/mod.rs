@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use gconv_core::{Config, ConvProblem, Runtime, Solver, Yardstick};
+use gconv_core::{Config, ConvProblem, Runtime, Solver, SolverKind, Yardstick};
 use gconv_heuristic::measured::VendorMarks;
 use gconv_tune::find::FindOptions;
 use gconv_tune::prebuild::{build_threads, prepare_in_parallel, unbuilt, BuildJob};
@@ -174,11 +174,12 @@ pub fn sweep(
     Ok(if counts[1] == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-/// Builds the kernels of the problems next in the queue while the workers measure, into the
-/// disk cache where a worker then finds them: the workers' GPUs otherwise idle while their
-/// next problem builds. Ends when every problem still queued is built or, after the problem
-/// it is building, once the workers are done (failures are left for the worker, which reports
-/// them in its rows).
+/// Builds the kernels of gconv's own solvers for the problems next in the queue while the
+/// workers measure, into the disk cache where a worker then finds them: the workers' GPUs
+/// otherwise idle while their next problem builds. (A vendor library's builds, cuDNN's plans,
+/// live in the process that makes them: the worker's.) Ends when every problem still queued
+/// is built or, after the problem it is building, once the workers are done (failures are
+/// left for the worker, which reports them in its rows).
 fn build_ahead(rt: &dyn Runtime, queue: &Mutex<VecDeque<Pending>>, measured: &AtomicBool) {
     let mut built = HashSet::new();
     while !measured.load(Ordering::Relaxed) {
@@ -191,6 +192,7 @@ fn build_ahead(rt: &dyn Runtime, queue: &Mutex<VecDeque<Pending>>, measured: &At
         let jobs: Vec<BuildJob<'_>> = items
             .iter()
             .filter_map(|(solver, config)| Some((rt.solver(solver).ok()?, config.parse::<Config>().ok()?)))
+            .filter(|(solver, _)| solver.kind() == SolverKind::Own)
             .flat_map(|(solver, config)| unbuilt(solver, &problem, [config]))
             .collect();
         prepare_in_parallel(&jobs, build_threads());
