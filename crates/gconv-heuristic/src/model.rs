@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use gconv_core::{Config, ConvProblem, DataType, DeviceFacts, Direction};
 use serde::{Deserialize, Serialize};
 
-use crate::features::{FeatureSpec, FEATURE_VERSION};
+use crate::features::{FeatureSpec, ProblemRow, FEATURE_VERSION};
 use crate::forest::Forest;
 use crate::{Error, Result};
 
@@ -59,6 +59,20 @@ pub struct Manifest {
     pub learning_rate: f32,
     /// Root-mean-square error of log time on the training rows.
     pub train_rmse: f64,
+    /// Whether the pick's stage one earned its place (see [`StageOneCheck`]); absent where the
+    /// training shapes were too few to hold some out.
+    #[serde(default)]
+    pub stage_one: Option<StageOneCheck>,
+}
+
+/// The check that keeps stage one: a model trained on the other training shapes picks among
+/// the measured candidates of held-out shapes with stage one and without, and stage one stays
+/// when its picks' summed time is no longer. Both sums are over the held-out oracles' sum.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StageOneCheck {
+    pub problems: usize,
+    pub without: f64,
+    pub with: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -82,7 +96,14 @@ pub struct Model {
     #[serde(default)]
     pub trained: BTreeMap<String, Vec<String>>,
     pub manifest: Manifest,
+    /// Stage two of the pick: every candidate's log time.
     pub forest: Forest,
+    /// Stage one: each solver's best log time on a problem (its fastest config's), from the
+    /// problem and the solver alone, a smoother target than any one config's. The pick takes
+    /// the solvers in this order and each solver's configs in `forest`'s. Absent from models
+    /// trained before it (their pick is `forest`'s alone).
+    #[serde(default)]
+    pub solver_forest: Option<Forest>,
 }
 
 impl Model {
@@ -104,12 +125,38 @@ impl Model {
             )));
         }
         model.forest.check(model.spec.width()).map_err(bad)?;
+        if let Some(stage_one) = &model.solver_forest {
+            stage_one.check(model.spec.width()).map_err(bad)?;
+        }
         Ok(model)
     }
 
     /// The listed configs of `solver`, parsed.
     pub fn listed_configs(&self, solver: &str) -> Vec<Config> {
         parsed(&self.listed, solver)
+    }
+
+    /// The order in which the pick takes candidates whose solvers are `solvers` and whose
+    /// predicted log times are `log_ms`: solvers by stage one's prediction of their best time
+    /// on `problem`, each solver's candidates by their own prediction.
+    pub fn pick_order(&self, problem: &ProblemRow, solvers: &[&str], log_ms: &[f64]) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..log_ms.len()).collect();
+        let Some(stage_one) = &self.solver_forest else {
+            order.sort_by(|&a, &b| log_ms[a].total_cmp(&log_ms[b]));
+            return order;
+        };
+        let mut distinct: Vec<&str> = solvers.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let mut rows = Vec::with_capacity(distinct.len() * self.spec.width());
+        for solver in &distinct {
+            self.spec.push_row(problem, solver, &Config::empty(), None, &mut rows);
+        }
+        let mut best = Vec::new();
+        stage_one.predict(&rows, self.spec.width(), &mut best);
+        let best_of = |i: usize| best[distinct.binary_search(&solvers[i]).expect("a listed solver")];
+        order.sort_by(|&a, &b| best_of(a).total_cmp(&best_of(b)).then(log_ms[a].total_cmp(&log_ms[b])));
+        order
     }
 
     /// Whether selection by this model can propose `config` of `solver`: any config of an own

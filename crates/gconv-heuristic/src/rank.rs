@@ -97,12 +97,16 @@ impl ModelHeuristic {
         let featured = Instant::now();
         let mut log_ms = Vec::new();
         model.forest.specialize(problem.values()).predict(&rows, model.spec.width(), &mut log_ms);
-        let mut ranked: Vec<Predicted> = candidates
+        let solvers: Vec<&str> = candidates.iter().map(|(solver, _)| *solver).collect();
+        let order = model.pick_order(&problem, &solvers, &log_ms);
+        let mut candidates: Vec<Option<(&str, Config)>> = candidates.into_iter().map(Some).collect();
+        let ranked: Vec<Predicted> = order
             .into_iter()
-            .zip(log_ms)
-            .map(|((solver, config), t)| Predicted { solver: solver.to_string(), config, ms: t.exp() })
+            .map(|i| {
+                let (solver, config) = candidates[i].take().expect("each candidate once");
+                Predicted { solver: solver.to_string(), config, ms: log_ms[i].exp() }
+            })
             .collect();
-        ranked.sort_by(|a, b| a.ms.total_cmp(&b.ms));
         let phases =
             RankPhases { candidates: listed - started, features: featured - listed, trees: featured.elapsed() };
         Some((Ranking { candidates: ranked }, phases))

@@ -5,12 +5,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use forust_ml::objective::ObjectiveType;
 use forust_ml::{GradientBooster, Matrix};
-use gconv_core::{ConvProblem, Direction};
+use gconv_core::{Config, ConvProblem, Direction};
 
 use crate::features::{FeatureSpec, ProblemRow};
 use crate::forest::Forest;
 use crate::measured::Measured;
-use crate::model::{Family, Manifest, Model, MODEL_FORMAT};
+use crate::model::{Family, Manifest, Model, StageOneCheck, MODEL_FORMAT};
 use crate::problems::shape_key;
 use crate::{Error, Result};
 
@@ -50,7 +50,89 @@ pub fn train(rows: &[Measured], sources: &[String], opts: &TrainOptions) -> Resu
     groups.into_iter().map(|((direction, family), rows)| fit(direction, family, &rows, sources, opts)).collect()
 }
 
+/// Folds of the training shapes for the stage-one check, and the fewest problems it needs.
+const FOLDS: u32 = 5;
+const CHECKED_PROBLEMS: usize = 10;
+/// The share of the cross-validated summed pick time stage one must leave to be kept: on a
+/// few dozen shapes a sum moves by several percent with one problem's pick, so a smaller
+/// gain is not told from noise.
+const STAGE_ONE_GAIN: f64 = 0.9;
+
+/// The model of one direction and family, with stage one where it earns its place.
 fn fit(
+    direction: Direction,
+    family: Family,
+    rows: &[&Measured],
+    sources: &[String],
+    opts: &TrainOptions,
+) -> Result<Model> {
+    let check = stage_one_check(direction, family, rows, opts)?;
+    let mut model = fit_stages(direction, family, rows, sources, opts)?;
+    if !check.is_some_and(|c| c.with <= STAGE_ONE_GAIN * c.without) {
+        model.solver_forest = None;
+    }
+    model.manifest.stage_one = check;
+    Ok(model)
+}
+
+/// Cross-validated picks: the training shapes in [`FOLDS`] folds (by a hash of the shape), and
+/// each fold's problems picked by a model trained on the other folds, with stage one and
+/// without; `None` where the rows hold too few problems.
+fn stage_one_check(
+    direction: Direction,
+    family: Family,
+    rows: &[&Measured],
+    opts: &TrainOptions,
+) -> Result<Option<StageOneCheck>> {
+    let problems: HashSet<&ConvProblem> = rows.iter().map(|r| &r.problem).collect();
+    if problems.len() < CHECKED_PROBLEMS {
+        return Ok(None);
+    }
+    let (mut oracle, mut without, mut with) = (0.0, 0.0, 0.0);
+    for fold in 0..FOLDS {
+        let (held, kept): (Vec<&Measured>, Vec<&Measured>) = rows.iter().partition(|r| fold_of(&r.problem) == fold);
+        if held.is_empty() || kept.is_empty() {
+            continue;
+        }
+        let trial = fit_stages(direction, family, &kept, &[], opts)?;
+        let mut by_problem: BTreeMap<String, Vec<&Measured>> = BTreeMap::new();
+        for row in held {
+            by_problem.entry(row.problem.key()).or_default().push(row);
+        }
+        for candidates in by_problem.values() {
+            let [best, one_stage, two_stage] = picks(&trial, candidates);
+            (oracle, without, with) = (oracle + best, without + one_stage, with + two_stage);
+        }
+    }
+    Ok(Some(StageOneCheck { problems: problems.len(), without: without / oracle, with: with / oracle }))
+}
+
+/// The measured times of a problem's best candidate, of `model`'s pick without stage one and
+/// of its pick with it, each pick the first candidate of its order the model can propose.
+fn picks(model: &Model, candidates: &[&Measured]) -> [f64; 3] {
+    let ms = |i: usize| candidates[i].ms.expect("timed rows");
+    let (matrix, width) = rows_of(&model.spec, candidates);
+    let mut log_ms = Vec::new();
+    model.forest.predict(&matrix, width, &mut log_ms);
+    let proposed = |&i: &usize| model.proposes(&candidates[i].solver, &candidates[i].config.to_string());
+    let first = |order: Vec<usize>| ms(order.iter().copied().find(proposed).unwrap_or(order[0]));
+    let mut one_stage: Vec<usize> = (0..candidates.len()).collect();
+    one_stage.sort_by(|&a, &b| log_ms[a].total_cmp(&log_ms[b]));
+    let solvers: Vec<&str> = candidates.iter().map(|r| r.solver.as_str()).collect();
+    let problem = ProblemRow::new(&candidates[0].problem, candidates[0].facts);
+    let two_stage = model.pick_order(&problem, &solvers, &log_ms);
+    [(0..candidates.len()).map(ms).fold(f64::INFINITY, f64::min), first(one_stage), first(two_stage)]
+}
+
+/// A training shape's fold for the stage-one check: a hash of the shape salted apart from
+/// `is_validation`'s, whose share the training files already leave out.
+fn fold_of(p: &ConvProblem) -> u32 {
+    let hash = blake3::hash(format!("stage one {}", shape_key(p)).as_bytes());
+    u32::from_le_bytes(hash.as_bytes()[..4].try_into().expect("4 bytes")) % FOLDS
+}
+
+/// The model of `rows` with both stages.
+fn fit_stages(
     direction: Direction,
     family: Family,
     rows: &[&Measured],
@@ -73,29 +155,21 @@ fn fit(
     let facts = rows[0].facts;
     let (matrix, width) = rows_of(&spec, rows);
     let targets: Vec<f64> = rows.iter().map(|r| r.ms.expect("timed rows").ln()).collect();
-    // forust reads columns: column j of row i at j * rows + i.
-    let mut columns = vec![0.0; matrix.len()];
-    for (i, row) in matrix.chunks_exact(width).enumerate() {
-        for (j, &v) in row.iter().enumerate() {
-            columns[j * rows.len() + i] = v;
-        }
-    }
-    let mut booster = GradientBooster::default()
-        .set_objective_type(ObjectiveType::SquaredLoss)
-        .set_iterations(opts.trees)
-        .set_learning_rate(opts.learning_rate)
-        .set_max_depth(opts.max_depth)
-        .set_seed(opts.seed)
-        .set_parallel(true);
-    let weights = vec![1.0; rows.len()];
-    booster
-        .fit(&Matrix::new(&columns, rows.len(), width), &targets, &weights, None)
-        .map_err(|e| Error::Training(format!("{direction} {}: {e}", family.token())))?;
-    let forest = Forest::from_booster(&booster);
+    let grown = |matrix: &[f64], targets: &[f64]| {
+        grow(matrix, width, targets, opts).map_err(|e| Error::Training(format!("{direction} {}: {e}", family.token())))
+    };
+    let forest = grown(&matrix, &targets)?;
     let mut predicted = Vec::new();
     forest.predict(&matrix, width, &mut predicted);
     let train_rmse =
         (predicted.iter().zip(&targets).map(|(p, t)| (p - t).powi(2)).sum::<f64>() / targets.len() as f64).sqrt();
+    let (best_matrix, best_targets) = solver_bests(&spec, rows);
+    // Stage one learns from a row per problem and solver, a few hundred: a third of the trees
+    // at three times the rate fit them as well (H100 validation) in a smaller file.
+    let stage_one =
+        TrainOptions { trees: opts.trees.div_ceil(3), learning_rate: (opts.learning_rate * 3.0).min(1.0), ..*opts };
+    let solver_forest = grow(&best_matrix, width, &best_targets, &stage_one)
+        .map_err(|e| Error::Training(format!("{direction} {} (stage one): {e}", family.token())))?;
     let problems: HashSet<&ConvProblem> = rows.iter().map(|r| &r.problem).collect();
     let shapes: HashSet<String> = problems.iter().map(|p| shape_key(p)).collect();
     Ok(Model {
@@ -116,10 +190,51 @@ fn fit(
             max_depth: opts.max_depth,
             learning_rate: opts.learning_rate,
             train_rmse,
+            stage_one: None,
         },
         spec,
         forest,
+        solver_forest: Some(solver_forest),
     })
+}
+
+/// Gradient-boosted trees fitted to `targets` from the feature rows of `matrix`.
+fn grow(matrix: &[f64], width: usize, targets: &[f64], opts: &TrainOptions) -> std::result::Result<Forest, String> {
+    let rows = targets.len();
+    // forust reads columns: column j of row i at j * rows + i.
+    let mut columns = vec![0.0; matrix.len()];
+    for (i, row) in matrix.chunks_exact(width).enumerate() {
+        for (j, &v) in row.iter().enumerate() {
+            columns[j * rows + i] = v;
+        }
+    }
+    let mut booster = GradientBooster::default()
+        .set_objective_type(ObjectiveType::SquaredLoss)
+        .set_iterations(opts.trees)
+        .set_learning_rate(opts.learning_rate)
+        .set_max_depth(opts.max_depth)
+        .set_seed(opts.seed)
+        .set_parallel(true);
+    booster.fit(&Matrix::new(&columns, rows, width), targets, &vec![1.0; rows], None).map_err(|e| e.to_string())?;
+    Ok(Forest::from_booster(&booster))
+}
+
+/// Stage one's training rows: for each problem and solver, the solver alone (no config, no
+/// workspace) and the log of its fastest config's time.
+fn solver_bests(spec: &FeatureSpec, rows: &[&Measured]) -> (Vec<f64>, Vec<f64>) {
+    let mut best: BTreeMap<(String, &str), &Measured> = BTreeMap::new();
+    for row in rows {
+        let fastest = best.entry((row.problem.key(), row.solver.as_str())).or_insert(row);
+        if row.ms < fastest.ms {
+            *fastest = row;
+        }
+    }
+    let (mut matrix, mut targets) = (Vec::new(), Vec::new());
+    for row in best.into_values() {
+        spec.push_row(&ProblemRow::new(&row.problem, row.facts), &row.solver, &Config::empty(), None, &mut matrix);
+        targets.push(row.ms.expect("timed rows").ln());
+    }
+    (matrix, targets)
 }
 
 /// Training shapes a config must have been measured on to become a candidate.
@@ -155,7 +270,49 @@ pub fn rows_of(spec: &FeatureSpec, rows: &[&Measured]) -> (Vec<f64>, usize) {
 
 #[cfg(test)]
 mod tests {
+    use gconv_core::DeviceFacts;
+
     use super::*;
+    use crate::measured::VendorMarks;
+
+    #[test]
+    fn the_pick_takes_solvers_in_stage_one_order_and_configs_in_stage_two_order() {
+        // Solver `a` has one fast config among slow ones, `b` one middling config: `a` is
+        // the better solver on every problem, whatever its average config.
+        let mut rows = Vec::new();
+        for c in [16, 32, 48, 64, 80, 96] {
+            let problem =
+                ConvProblem::from_key(&format!("v1:fwd:f32:NHWC:n8:c{c}:k64:i14x14:f3x3:s1x1:p1x1:d1x1")).unwrap();
+            let scale = f64::from(c) / 16.0;
+            for (solver, config, ms) in [("a", 1, 1.0), ("a", 2, 9.0), ("a", 3, 10.0), ("a", 4, 11.0), ("b", 1, 3.0)] {
+                rows.push(Measured {
+                    problem: problem.clone(),
+                    solver: solver.into(),
+                    config: Config::new([("x", config)]),
+                    ms: Some(ms * scale),
+                    workspace_bytes: 0,
+                    device: "test".into(),
+                    facts: DeviceFacts { units: 8, clock_mhz: 1000 },
+                    vendor: VendorMarks::default(),
+                });
+            }
+        }
+        let opts = TrainOptions { trees: 40, max_depth: 3, learning_rate: 0.3, seed: 0 };
+        let timed: Vec<&Measured> = rows.iter().collect();
+        let model = fit_stages(Direction::Forward, Family::Fp32, &timed, &[], &opts).unwrap();
+        assert!(model.solver_forest.is_some());
+        let p = &rows[10].problem;
+        let candidates: Vec<&Measured> = rows.iter().filter(|r| r.problem == *p).collect();
+        let (matrix, width) = rows_of(&model.spec, &candidates);
+        let mut log_ms = Vec::new();
+        model.forest.predict(&matrix, width, &mut log_ms);
+        let solvers: Vec<&str> = candidates.iter().map(|r| r.solver.as_str()).collect();
+        let order = model.pick_order(&ProblemRow::new(p, rows[0].facts), &solvers, &log_ms);
+        let picked: Vec<(&str, u32)> =
+            order.iter().map(|&i| (solvers[i], candidates[i].config.get("x").unwrap())).collect();
+        assert_eq!(picked[0], ("a", 1), "the fast config of the better solver first: {picked:?}");
+        assert_eq!(picked[4].0, "b", "all of the better solver's configs before the other's: {picked:?}");
+    }
 
     #[test]
     fn a_config_seen_on_one_shape_is_no_candidate_unless_none_is_seen_wider() {

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use gconv_core::{Config, ConvProblem, DataType, Direction};
 
+use crate::features::ProblemRow;
 use crate::measured::Measured;
 use crate::model::ModelSet;
 use crate::problems::class_of;
@@ -53,8 +54,8 @@ pub fn evaluate(set: &ModelSet, rows: &[Measured]) -> Vec<Outcome> {
         let (features, width) = rows_of(&model.spec, &timed);
         let mut log_ms = Vec::new();
         model.forest.predict(&features, width, &mut log_ms);
-        let mut order: Vec<usize> = (0..timed.len()).collect();
-        order.sort_by(|&a, &b| log_ms[a].total_cmp(&log_ms[b]));
+        let solvers: Vec<&str> = timed.iter().map(|r| r.solver.as_str()).collect();
+        let order = model.pick_order(&ProblemRow::new(p, timed[0].facts), &solvers, &log_ms);
         let ms = |i: usize| timed[i].ms.expect("timed");
         let oracle = (0..timed.len()).min_by(|&a, &b| ms(a).total_cmp(&ms(b))).expect("a timed row");
         let proposed = |&i: &usize| model.proposes(&timed[i].solver, &timed[i].config.to_string());
