@@ -26,3 +26,4 @@ job 2 26-39 "python3 $step --nets resnext50_32x4d,convnext_tiny --out $r/step-c.
 job 3 40-63 "(time .device/tests/gpu_solvers-* --include-ignored) > $r/gpu-solvers.log 2>&1; cd crates/gconv-py && (time python3 -m pytest -q -rs tests/) > $r/pytest.log 2>&1" &
 wait
 tar czf "$OUT/r.tgz" -C /tmp r
+keep_gconv_db
