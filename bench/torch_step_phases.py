@@ -24,10 +24,7 @@ import time
 import torch
 
 import gconv._eager as eager
-from torch_train_step import warm_step
-
-SPIN_CYCLES = 400_000_000  # about 200 ms of GPU time: longer than a step takes the host
-
+from torch_train_step import busy_step, gpu_ms, warm_step
 
 class Timed:
     """Wraps `owner.<name>` (a function of gconv's eager module, or a method of its `Spec`),
@@ -76,26 +73,9 @@ class GcTime:
         return taken
 
 
-def busy_step(step):
-    torch.cuda.synchronize()
-    torch.cuda._sleep(SPIN_CYCLES)
-    wall, cpu = time.perf_counter(), time.process_time()
-    step()
-    return (time.perf_counter() - wall) * 1e3, (time.process_time() - cpu) * 1e3
-
-
-def eager_ms(step, steps=20):
-    torch.cuda.synchronize()
-    started = time.perf_counter()
-    for _ in range(steps):
-        step()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - started) / steps * 1e3
-
-
 def measure(name, side, args, timers):
     step = warm_step(name, side, args.batch, torch.device("cuda"), warmup=5)
-    plain = eager_ms(step)
+    plain = gpu_ms(step, 20)
     rows = []
     for _ in range(args.steps):
         for t in timers:

@@ -104,20 +104,24 @@ def gpu_ms(fn, steps):
     return start.elapsed_time(end) / steps
 
 
+SPIN_CYCLES = 400_000_000  # about 200 ms of GPU time: longer than a step takes the host
+
+
+def busy_step(step):
+    """Wall and CPU time (ms) of one step enqueued behind a GPU kept busy by a spin, so that no
+    launch waits on the GPU: what the step costs the host alone; CPU time below the wall time
+    is waiting (on a lock, on another thread). A step that synchronizes reads the spin's 200 ms."""
+    torch.cuda.synchronize()
+    torch.cuda._sleep(SPIN_CYCLES)
+    started, started_cpu = time.perf_counter(), time.process_time()
+    step()
+    return (time.perf_counter() - started) * 1e3, (time.process_time() - started_cpu) * 1e3
+
+
 def host_ms(step, reps=5):
-    """Host time of one step enqueued behind a GPU kept busy (a spin longer than the step), so
-    that no launch waits on the GPU: what the step costs the host alone, the eager step's bound
-    when it is above the graph-replayed time; and the CPU time the process's threads spent in
-    it (below the wall time where the step waits: on a lock, on another thread). Medians of
-    `reps`. A step that synchronizes with the GPU reads the spin's 200 ms."""
-    wall, cpu = [], []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        torch.cuda._sleep(400_000_000)
-        started, started_cpu = time.perf_counter(), time.process_time()
-        step()
-        wall.append((time.perf_counter() - started) * 1e3)
-        cpu.append((time.process_time() - started_cpu) * 1e3)
+    """Medians of `reps` busy steps' wall and CPU time: the eager step's bound when it is above
+    the graph-replayed time."""
+    wall, cpu = zip(*(busy_step(step) for _ in range(reps)))
     torch.cuda.synchronize()
     return statistics.median(wall), statistics.median(cpu)
 

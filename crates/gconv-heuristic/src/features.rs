@@ -4,8 +4,12 @@
 //! split-K, workspace). A model's [`FeatureSpec`] fixes the columns, so the same function
 //! makes training rows and selection rows.
 
+use std::collections::HashMap;
+
 use gconv_core::{Config, ConvProblem, DataType, DeviceFacts, Direction, Layout};
 use serde::{Deserialize, Serialize};
+
+use crate::measured::Measured;
 
 /// Bumped whenever a feature's meaning or order changes: a model of another version is refused.
 pub const FEATURE_VERSION: u32 = 1;
@@ -198,6 +202,19 @@ impl FeatureSpec {
         tile[8] = workspace.map_or(f64::NAN, |w| w as f64 * 1e-6);
         out.extend_from_slice(&tile);
     }
+}
+
+/// The feature rows of measured candidates, row after row, and their width. A listed
+/// solver's workspace is left out: selection knows it only once the library plans the config.
+pub fn rows_of(spec: &FeatureSpec, rows: &[&Measured]) -> (Vec<f64>, usize) {
+    let mut problem_rows: HashMap<&ConvProblem, ProblemRow> = HashMap::new();
+    let mut out = Vec::with_capacity(rows.len() * spec.width());
+    for r in rows {
+        let problem = problem_rows.entry(&r.problem).or_insert_with(|| ProblemRow::new(&r.problem, r.facts));
+        let workspace = (!r.vendor.listed).then_some(r.workspace_bytes);
+        spec.push_row(problem, &r.solver, &r.config, workspace, &mut out);
+    }
+    (out, spec.width())
 }
 
 #[cfg(test)]

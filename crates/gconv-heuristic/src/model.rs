@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use gconv_core::{Config, ConvProblem, DataType, DeviceFacts, Direction};
 use serde::{Deserialize, Serialize};
 
-use crate::features::{FeatureSpec, ProblemRow, FEATURE_VERSION};
+use crate::features::{rows_of, FeatureSpec, ProblemRow, FEATURE_VERSION};
 use crate::forest::Forest;
+use crate::measured::Measured;
 use crate::{Error, Result};
 
 include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
@@ -140,11 +141,8 @@ impl Model {
     /// predicted log times are `log_ms`: solvers by stage one's prediction of their best time
     /// on `problem`, each solver's candidates by their own prediction.
     pub fn pick_order(&self, problem: &ProblemRow, solvers: &[&str], log_ms: &[f64]) -> Vec<usize> {
+        let Some(stage_one) = &self.solver_forest else { return by_time(log_ms) };
         let mut order: Vec<usize> = (0..log_ms.len()).collect();
-        let Some(stage_one) = &self.solver_forest else {
-            order.sort_by(|&a, &b| log_ms[a].total_cmp(&log_ms[b]));
-            return order;
-        };
         let mut distinct: Vec<&str> = solvers.to_vec();
         distinct.sort_unstable();
         distinct.dedup();
@@ -159,6 +157,20 @@ impl Model {
         order
     }
 
+    /// Stage two's predicted log times of measured candidates.
+    pub fn predict(&self, candidates: &[&Measured]) -> Vec<f64> {
+        let (rows, width) = rows_of(&self.spec, candidates);
+        let mut log_ms = Vec::new();
+        self.forest.predict(&rows, width, &mut log_ms);
+        log_ms
+    }
+
+    /// The first of `order` that selection by this model can propose (else the first).
+    pub fn first_proposed(&self, candidates: &[&Measured], order: &[usize]) -> usize {
+        let proposed = |&i: &usize| self.proposes(&candidates[i].solver, &candidates[i].config.to_string());
+        order.iter().copied().find(proposed).unwrap_or(order[0])
+    }
+
     /// Whether selection by this model can propose `config` of `solver`: any config of an own
     /// solver, only the model's listed configs of a listed one.
     pub fn proposes(&self, solver: &str, config: &str) -> bool {
@@ -170,6 +182,13 @@ impl Model {
     pub fn trained_configs(&self, solver: &str) -> Option<Vec<Config>> {
         self.trained.contains_key(solver).then(|| parsed(&self.trained, solver))
     }
+}
+
+/// Candidates' indices, fastest predicted first.
+pub fn by_time(log_ms: &[f64]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..log_ms.len()).collect();
+    order.sort_by(|&a, &b| log_ms[a].total_cmp(&log_ms[b]));
+    order
 }
 
 fn parsed(configs: &BTreeMap<String, Vec<String>>, solver: &str) -> Vec<Config> {

@@ -166,9 +166,13 @@ pub fn shape_key(p: &ConvProblem) -> String {
 /// Whether a shape belongs to the validation share (`percent` of shapes), by a hash of its
 /// shape key: fixed, whatever else is in the set.
 pub fn is_validation(p: &ConvProblem, percent: u32) -> bool {
-    let hash = blake3::hash(shape_key(p).as_bytes());
-    let value = u32::from_le_bytes(hash.as_bytes()[..4].try_into().expect("4 bytes"));
-    value % 100 < percent
+    shape_hash(p, "") % 100 < percent
+}
+
+/// A number fixed by the shape alone, `salt` making splits independent of one another.
+pub fn shape_hash(p: &ConvProblem, salt: &str) -> u32 {
+    let hash = blake3::hash(format!("{salt}{}", shape_key(p)).as_bytes());
+    u32::from_le_bytes(hash.as_bytes()[..4].try_into().expect("4 bytes"))
 }
 
 /// The problem's class, for reports: 1D, 3D, depthwise, grouped, dense 1x1 or dense.

@@ -1,17 +1,17 @@
 //! Training: one gradient-boosted regressor of log time per direction and data-type family,
 //! from the timed rows of sweep CSVs (and rows exported from finds and tuning).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use forust_ml::objective::ObjectiveType;
 use forust_ml::{GradientBooster, Matrix};
 use gconv_core::{Config, ConvProblem, Direction};
 
-use crate::features::{FeatureSpec, ProblemRow};
+use crate::features::{rows_of, FeatureSpec, ProblemRow};
 use crate::forest::Forest;
 use crate::measured::Measured;
-use crate::model::{Family, Manifest, Model, StageOneCheck, MODEL_FORMAT};
-use crate::problems::shape_key;
+use crate::model::{by_time, Family, Manifest, Model, StageOneCheck, MODEL_FORMAT};
+use crate::problems::{shape_hash, shape_key};
 use crate::{Error, Result};
 
 #[derive(Debug, Clone, Copy)]
@@ -108,27 +108,24 @@ fn stage_one_check(
 }
 
 /// The measured times of a problem's best candidate, of `model`'s pick without stage one and
-/// of its pick with it, each pick the first candidate of its order the model can propose.
+/// of its pick with it.
 fn picks(model: &Model, candidates: &[&Measured]) -> [f64; 3] {
     let ms = |i: usize| candidates[i].ms.expect("timed rows");
-    let (matrix, width) = rows_of(&model.spec, candidates);
-    let mut log_ms = Vec::new();
-    model.forest.predict(&matrix, width, &mut log_ms);
-    let proposed = |&i: &usize| model.proposes(&candidates[i].solver, &candidates[i].config.to_string());
-    let first = |order: Vec<usize>| ms(order.iter().copied().find(proposed).unwrap_or(order[0]));
-    let mut one_stage: Vec<usize> = (0..candidates.len()).collect();
-    one_stage.sort_by(|&a, &b| log_ms[a].total_cmp(&log_ms[b]));
+    let log_ms = model.predict(candidates);
     let solvers: Vec<&str> = candidates.iter().map(|r| r.solver.as_str()).collect();
     let problem = ProblemRow::new(&candidates[0].problem, candidates[0].facts);
     let two_stage = model.pick_order(&problem, &solvers, &log_ms);
-    [(0..candidates.len()).map(ms).fold(f64::INFINITY, f64::min), first(one_stage), first(two_stage)]
+    [
+        (0..candidates.len()).map(ms).fold(f64::INFINITY, f64::min),
+        ms(model.first_proposed(candidates, &by_time(&log_ms))),
+        ms(model.first_proposed(candidates, &two_stage)),
+    ]
 }
 
 /// A training shape's fold for the stage-one check: a hash of the shape salted apart from
 /// `is_validation`'s, whose share the training files already leave out.
 fn fold_of(p: &ConvProblem) -> u32 {
-    let hash = blake3::hash(format!("stage one {}", shape_key(p)).as_bytes());
-    u32::from_le_bytes(hash.as_bytes()[..4].try_into().expect("4 bytes")) % FOLDS
+    shape_hash(p, "stage one ") % FOLDS
 }
 
 /// The model of `rows` with both stages.
@@ -253,19 +250,6 @@ fn widely_seen(configs: BTreeMap<String, HashSet<String>>) -> Vec<String> {
     } else {
         wide
     }
-}
-
-/// The feature rows of measured candidates, row after row, and their width. A listed
-/// solver's workspace is left out: selection knows it only once the library plans the config.
-pub fn rows_of(spec: &FeatureSpec, rows: &[&Measured]) -> (Vec<f64>, usize) {
-    let mut problem_rows: HashMap<&ConvProblem, ProblemRow> = HashMap::new();
-    let mut out = Vec::with_capacity(rows.len() * spec.width());
-    for r in rows {
-        let problem = problem_rows.entry(&r.problem).or_insert_with(|| ProblemRow::new(&r.problem, r.facts));
-        let workspace = (!r.vendor.listed).then_some(r.workspace_bytes);
-        spec.push_row(problem, &r.solver, &r.config, workspace, &mut out);
-    }
-    (out, spec.width())
 }
 
 #[cfg(test)]

@@ -9,7 +9,6 @@ use crate::features::ProblemRow;
 use crate::measured::Measured;
 use crate::model::ModelSet;
 use crate::problems::class_of;
-use crate::train::rows_of;
 
 /// One problem's outcome.
 #[derive(Debug, Clone)]
@@ -51,15 +50,12 @@ pub fn evaluate(set: &ModelSet, rows: &[Measured]) -> Vec<Outcome> {
         if timed.is_empty() {
             continue;
         }
-        let (features, width) = rows_of(&model.spec, &timed);
-        let mut log_ms = Vec::new();
-        model.forest.predict(&features, width, &mut log_ms);
+        let log_ms = model.predict(&timed);
         let solvers: Vec<&str> = timed.iter().map(|r| r.solver.as_str()).collect();
         let order = model.pick_order(&ProblemRow::new(p, timed[0].facts), &solvers, &log_ms);
         let ms = |i: usize| timed[i].ms.expect("timed");
         let oracle = (0..timed.len()).min_by(|&a, &b| ms(a).total_cmp(&ms(b))).expect("a timed row");
-        let proposed = |&i: &usize| model.proposes(&timed[i].solver, &timed[i].config.to_string());
-        let pick = order.iter().copied().find(proposed).unwrap_or(order[0]);
+        let pick = model.first_proposed(&timed, &order);
         let vendor_best = |marked: fn(&Measured) -> bool| {
             timed.iter().filter(|r| marked(r)).filter_map(|r| r.ms).min_by(f64::total_cmp)
         };

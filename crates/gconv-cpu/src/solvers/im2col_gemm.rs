@@ -149,6 +149,18 @@ impl Plan {
         }
     }
 
+    /// Adds image n's share of group g's weight gradient to `dst`: its column matrix, built in
+    /// `col`, times its output gradient.
+    ///
+    /// # Safety
+    /// No other task reads or writes `dst` meanwhile.
+    unsafe fn add_weight_product(&self, x: &[f32], dy: &[f32], n: usize, g: usize, col: &mut [f32], dst: View) {
+        self.im2col(x, n, g, col);
+        let (dy, col) = (View::of(dy, self.y_span(n, g)), View::of(col, self.col_span()).t());
+        // SAFETY: as the caller promises for dst; the operands are read-only slices.
+        unsafe { gemm(dst, dy, col, true, self.gemm_threads()) };
+    }
+
     fn im2col(&self, x: &[f32], n: usize, g: usize, col: &mut [f32]) {
         let geo = &self.geo;
         let c0 = g * geo.cg;
@@ -308,7 +320,6 @@ impl HostKernel for Plan {
 
     fn backward_weight(&self, x: &[f32], dy: &[f32], dw: &mut [f32], ws: &mut [f32]) {
         let geo = &self.geo;
-        let gemm_threads = self.gemm_threads();
         if self.weight_by_group {
             let dw_shared = SharedMut::new(dw);
             let parts = partition(geo.g, self.slots);
@@ -316,17 +327,8 @@ impl HostKernel for Plan {
                 for g in groups {
                     let dst = View::at(dw_shared, self.weight_span(g));
                     for n in 0..geo.n {
-                        self.im2col(x, n, g, col);
                         // SAFETY: this task owns group g of dw.
-                        unsafe {
-                            gemm(
-                                dst,
-                                View::of(dy, self.y_span(n, g)),
-                                View::of(col, self.col_span()).t(),
-                                true,
-                                gemm_threads,
-                            )
-                        };
+                        unsafe { self.add_weight_product(x, dy, n, g, col, dst) };
                     }
                 }
             });
@@ -338,18 +340,9 @@ impl HostKernel for Plan {
             partial.fill(0.0);
             for n in images {
                 for g in 0..geo.g {
-                    self.im2col(x, n, g, col);
                     let dst = View::at(SharedMut::new(partial), self.weight_span(g));
                     // SAFETY: the partial sum belongs to this task alone.
-                    unsafe {
-                        gemm(
-                            dst,
-                            View::of(dy, self.y_span(n, g)),
-                            View::of(col, self.col_span()).t(),
-                            true,
-                            gemm_threads,
-                        )
-                    };
+                    unsafe { self.add_weight_product(x, dy, n, g, col, dst) };
                 }
             }
         });
