@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One slice of an H200 sweep on a GPU machine, resumable across calls and sessions: the sweep
-# CSV committed under data/sweeps/ travels with the tree, the sweep measures only the rows it
-# lacks for this device, and the grown CSV comes back as $OUT/NAME.csv.gz, to commit over it.
+# committed as data/sweeps/NAME.csv.gz travels with the tree, the sweep measures only the rows
+# it lacks for this device, and the grown sweep comes back as $OUT/NAME.csv.gz, to commit over
+# it (`gconv train` and `validate` read gzipped sweeps as they are).
 #
 #   bench/device-sweep.sh PROBLEMS DTYPE NAME SECONDS [sweep options...]
 #   bench/device-sweep.sh data/problems/h200-synthetic-train.txt bf16 h200-train-bf16 480 --early-stop --configs-per-solver 16
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 for f in .device/bin/*.gz; do [ -e "$f" ] && gunzip -f "$f"; done
 chmod +x .device/bin/*
 csv=/tmp/$name.csv
-[ -f "data/sweeps/$name.csv" ] && cp "data/sweeps/$name.csv" "$csv"
+[ -f "data/sweeps/$name.csv.gz" ] && gunzip -c "data/sweeps/$name.csv.gz" > "$csv"
 before=$( [ -f "$csv" ] && wc -l < "$csv" || echo 0)
 started=$(date +%s)
 timeout "$seconds" .device/bin/gconv sweep --problems "$problems" --dtype "$dtype" --out "$csv" "$@" > "$OUT/$name.log" 2>&1

@@ -1,8 +1,13 @@
 //! Measured candidates as `gconv sweep` writes them (one CSV row each), read back for
-//! training and validation. Columns are found by name.
+//! training and validation. Columns are found by name; a file named `*.gz` is read through
+//! gzip (committed sweeps are kept compressed: a tenth of the size).
 
 use std::collections::HashMap;
+use std::fs::File;
+use std::io::Read;
 use std::path::Path;
+
+use flate2::read::MultiGzDecoder;
 
 use gconv_core::{Config, ConvProblem, DeviceFacts};
 
@@ -66,7 +71,10 @@ pub fn read(paths: &[impl AsRef<Path>]) -> Result<Vec<Measured>> {
     for path in paths {
         let path = path.as_ref();
         let bad = |reason: String| Error::BadData { path: path.to_path_buf(), reason };
-        let mut reader = csv::Reader::from_path(path).map_err(|e| bad(e.to_string()))?;
+        let file = File::open(path).map_err(|e| bad(e.to_string()))?;
+        let source: Box<dyn Read> =
+            if path.extension().is_some_and(|e| e == "gz") { Box::new(MultiGzDecoder::new(file)) } else { Box::new(file) };
+        let mut reader = csv::Reader::from_reader(source);
         let header = reader.headers().map_err(|e| bad(e.to_string()))?.clone();
         let column = |name: &str| {
             header
@@ -114,4 +122,38 @@ pub fn read(paths: &[impl AsRef<Path>]) -> Result<Vec<Measured>> {
         }
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use flate2::write::GzEncoder;
+    use flate2::Compression;
+
+    use super::*;
+
+    const SWEEP: &str = "key,solver,config,latency_ms,workspace_bytes,device,device_units,device_mhz,vendor\n\
+        v1:fwd:bf16:NHWC:n32:c3:k64:i224x224:f7x7:s2x2:p3x3:d1x1,cuda.gemm_blas,default,0.356523,151568384,cuda:H200,132,1980,\n\
+        v1:fwd:bf16:NHWC:n32:c3:k64:i224x224:f7x7:s2x2:p3x3:d1x1,cuda.naive,default,,0,cuda:H200,132,1980,\n";
+
+    #[test]
+    fn a_gzipped_sweep_reads_as_the_plain_one() {
+        let dir = std::env::temp_dir().join(format!("gconv-measured-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (plain, packed) = (dir.join("sweep.csv"), dir.join("sweep.csv.gz"));
+        std::fs::write(&plain, SWEEP).unwrap();
+        let mut gz = GzEncoder::new(File::create(&packed).unwrap(), Compression::best());
+        gz.write_all(SWEEP.as_bytes()).unwrap();
+        gz.finish().unwrap();
+        let summary = |rows: Vec<Measured>| -> Vec<(String, String, Option<f64>)> {
+            rows.into_iter().map(|r| (r.problem.key(), r.solver, r.ms)).collect()
+        };
+        let from_plain = summary(read(&[&plain]).unwrap());
+        assert_eq!(from_plain.len(), 2);
+        assert_eq!(from_plain[0].2, Some(0.356523));
+        assert_eq!(from_plain[1].2, None);
+        assert_eq!(summary(read(&[&packed]).unwrap()), from_plain);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
