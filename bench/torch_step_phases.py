@@ -4,9 +4,14 @@ time enqueued behind a busy GPU (nothing waits on the GPU), split into the time 
 gconv's forward and backward functions, the collector's passes and the rest (PyTorch's other
 operators, the autograd engine, the optimizer), beside PyTorch's own step, measured again
 after gconv's (whether gconv's presence slows PyTorch's own operators); and each side's plain
-eager step time (20 steps back to back).
+eager step time (20 steps back to back); the launches' time is also split by the solver
+launched (`launch_by_solver`: ms a step, launches a step, us a launch).
 
-    python3 bench/torch_step_phases.py --out phases.json [--nets mobilenet_v2]
+    python3 bench/torch_step_phases.py --out phases.json [--nets mobilenet_v2] [--order torch,gconv,profile,torch,gconv]
+
+`profile` in --order runs one profiled PyTorch step (torch.profiler, as the training-step
+script's conv time does) before the sides after it: on an H200 every later step cost the host
+more (PyTorch's MobileNetV2 step 17.7 -> 28.1 ms, gconv's 18.3 -> 24.0 ms).
 
 The split times each call of `gconv._eager._forward`, `_backward` and `Spec.launch` (the
 native run, inside the other two), wrapped for the measurement, on whichever thread runs it:
@@ -24,7 +29,7 @@ import time
 import torch
 
 import gconv._eager as eager
-from torch_train_step import busy_step, gpu_ms, warm_step
+from torch_train_step import busy_step, conv_ms, gpu_ms, warm_step
 
 class Timed:
     """Wraps `owner.<name>` (a function of gconv's eager module, or a method of its `Spec`),
@@ -53,6 +58,30 @@ class Timed:
         return taken
 
 
+class LaunchesBySolver:
+    """Wraps `Spec.launch` (inside the timer of `Timed`), summing its calls' wall time by the
+    solver launched."""
+
+    def __init__(self):
+        self.name, self.inner, self.spent = "launch_by_solver", eager.Spec.launch, {}
+        inner, spent = self.inner, self.spent
+
+        def launch(spec, found, *addresses):
+            started = time.perf_counter()
+            try:
+                return inner(spec, found, *addresses)
+            finally:
+                seconds, calls = spent.get(found[0].solver, (0.0, 0))
+                spent[found[0].solver] = (seconds + time.perf_counter() - started, calls + 1)
+
+        eager.Spec.launch = launch
+
+    def take(self):
+        taken = {solver: (seconds * 1e3, calls) for solver, (seconds, calls) in self.spent.items()}
+        self.spent.clear()
+        return taken
+
+
 class GcTime:
     """The collector's passes and the wall time they took, summed until taken."""
 
@@ -73,10 +102,11 @@ class GcTime:
         return taken
 
 
-def measure(name, side, args, timers):
+def measure(name, side, args, timers, by_solver):
     step = warm_step(name, side, args.batch, torch.device("cuda"), warmup=5)
     plain = gpu_ms(step, 20)
-    rows = []
+    rows, launches = [], {}
+    by_solver.take()
     for _ in range(args.steps):
         for t in timers:
             t.take()
@@ -85,12 +115,24 @@ def measure(name, side, args, timers):
         for t in timers:
             row[f"{t.name}_ms"], row[f"{t.name}_calls"] = t.take()
         rows.append(row)
+        for solver, (ms, calls) in by_solver.take().items():
+            total = launches.get(solver, (0.0, 0))
+            launches[solver] = (total[0] + ms, total[1] + calls)
     torch.cuda.synchronize()
     out = {"net": name, "side": side, "eager_ms": plain}
     for key in rows[0]:
         out[key] = statistics.median(r[key] for r in rows)
+    out["launch_by_solver"] = {s: (ms / args.steps, calls / args.steps, ms / calls * 1e3) for s, (ms, calls) in launches.items()}
     print(json.dumps(out), flush=True)
     return out
+
+
+def profile_once(name, args):
+    """One profiled PyTorch step, as the training-step script's conv time takes."""
+    step = warm_step(name, "torch", args.batch, torch.device("cuda"), warmup=1)
+    ms = conv_ms(step, "torch", steps=1)
+    print(json.dumps({"net": name, "side": "profile", "conv_ms": ms}), flush=True)
+    return {"net": name, "side": "profile", "conv_ms": ms}
 
 
 def main():
@@ -98,15 +140,20 @@ def main():
     parser.add_argument("--nets", default="mobilenet_v2")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=7)
-    parser.add_argument("--order", default="torch,gconv,torch", help="the sides measured, in order, per network")
+    parser.add_argument("--order", default="torch,gconv,torch", help="the sides measured, in order, per network (`profile`: one profiled step)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     # The forward and backward calls, and within them the launches (the native runs).
+    by_solver = LaunchesBySolver()
     timers = [Timed(eager, "_forward"), Timed(eager, "_backward"), Timed(eager.Spec, "launch"), GcTime()]
     # PyTorch again after gconv: whether gconv's presence in the process slows PyTorch's own ops.
     sides = args.order.split(",")
-    rows = [measure(name, side, args, timers) for name in filter(None, args.nets.split(",")) for side in sides]
+    rows = [
+        profile_once(name, args) if side == "profile" else measure(name, side, args, timers, by_solver)
+        for name in filter(None, args.nets.split(","))
+        for side in sides
+    ]
     with open(args.out, "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
 
