@@ -9,7 +9,9 @@ launched (`launch_by_solver`: ms a step, launches a step, us a launch).
 
     python3 bench/torch_step_phases.py --out phases.json [--nets mobilenet_v2] [--order torch,gconv,profile,torch,gconv]
 
-`profile` in --order runs one profiled PyTorch step (torch.profiler, as the training-step
+`gconv-direct` in --order is gconv with every run launched as it is (`gconv.set_launch_replay(False)`),
+`gconv` replays runs made again on the same memory from graphs (the default). `profile` in
+--order runs one profiled PyTorch step (torch.profiler, as the training-step
 script's conv time does) before the sides after it: on an H200 every later step cost the host
 more (PyTorch's MobileNetV2 step 17.7 -> 28.1 ms, gconv's 18.3 -> 24.0 ms).
 
@@ -28,6 +30,7 @@ import time
 
 import torch
 
+import gconv
 import gconv._eager as eager
 from torch_train_step import busy_step, conv_ms, gpu_ms, warm_step
 
@@ -103,7 +106,9 @@ class GcTime:
 
 
 def measure(name, side, args, timers, by_solver):
-    step = warm_step(name, side, args.batch, torch.device("cuda"), warmup=5)
+    # `gconv-direct`: gconv with every run launched as it is, none replayed from a graph.
+    gconv.set_launch_replay(side != "gconv-direct")
+    step = warm_step(name, "gconv" if side.startswith("gconv") else side, args.batch, torch.device("cuda"), warmup=5)
     plain = gpu_ms(step, 20)
     rows, launches = [], {}
     by_solver.take()
@@ -140,7 +145,7 @@ def main():
     parser.add_argument("--nets", default="mobilenet_v2")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=7)
-    parser.add_argument("--order", default="torch,gconv,torch", help="the sides measured, in order, per network (`profile`: one profiled step)")
+    parser.add_argument("--order", default="torch,gconv,torch", help="the sides measured, in order, per network (`profile`: one profiled step; `gconv-direct`: gconv without launch replay)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True

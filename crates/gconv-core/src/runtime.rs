@@ -180,6 +180,9 @@ pub trait Runtime: Send + Sync {
     unsafe fn run_on(&self, s: &Solution, _buffers: &CallerBuffers) -> Result<()> {
         Err(GconvError::Backend(format!("the {} backend cannot run {} on caller memory", self.backend(), s.solver_id)))
     }
+    /// Whether [`Runtime::run_on`] may launch a run it has seen before on the same addresses
+    /// from a graph captured of it, where the backend has graphs (on by default there).
+    fn set_launch_replay(&self, _enabled: bool) {}
     /// Waits for everything enqueued on the device ([`Workload::enqueue`]).
     fn synchronize(&self) -> Result<()> {
         Ok(())

@@ -15,6 +15,7 @@ use gconv_core::{
 use crate::check::Reference;
 use crate::cudnn::Cudnn;
 use crate::device::{driver_error, CudaDevice};
+use crate::replay::Replays;
 use crate::solvers::*;
 use crate::timing::GpuTimer;
 use crate::{Buffer, Cuda, CudaBuffers, DeviceTensors};
@@ -29,6 +30,7 @@ pub struct CudaRuntime {
     cudnn: Arc<Cudnn>,
     key: String,
     peaks: Mutex<HashMap<DataType, Peaks>>,
+    replays: Replays,
 }
 
 /// Every CUDA solver, one line each, in priority order.
@@ -51,7 +53,14 @@ fn registry(device: &Arc<CudaDevice>, cudnn: &Arc<Cudnn>) -> Registry<Cuda> {
 impl CudaRuntime {
     pub fn new(device: Arc<CudaDevice>) -> Self {
         let cudnn = Cudnn::new(device.clone());
-        CudaRuntime { registry: registry(&device, &cudnn), key: device.key(), cudnn, device, peaks: Mutex::default() }
+        CudaRuntime {
+            registry: registry(&device, &cudnn),
+            key: device.key(),
+            cudnn,
+            device,
+            peaks: Mutex::default(),
+            replays: Replays::new(),
+        }
     }
 
     /// The first GPU, kernels cached under `kernel_cache`; or why there is none usable.
@@ -144,7 +153,11 @@ impl Runtime for CudaRuntime {
             return Err(GconvError::TensorMismatch(format!("address {:#x} is not 16-byte aligned", b.ptr)));
         }
         let mut buffers = CudaBuffers::covering(p, s.workspace_bytes, given, &stream)?;
-        s.invoker::<Cuda>()?.run(&mut buffers)
+        self.replays.run(&self.device, s, s.invoker::<Cuda>()?, &mut buffers)
+    }
+
+    fn set_launch_replay(&self, enabled: bool) {
+        self.replays.set_enabled(enabled);
     }
 
     fn synchronize(&self) -> Result<()> {

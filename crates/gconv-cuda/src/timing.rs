@@ -8,13 +8,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::result::{graph as graph_api, stream as stream_api};
-use cudarc::driver::sys::{self as cu, CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use gconv_core::runtime::calls_per_sample;
 use gconv_core::{DataType, Result, Timer, TimingMethod, TimingOptions};
 
 use crate::device::{driver_error, CudaDevice};
+use crate::graph::{capture, Graph};
 use crate::KernelSource;
 
 const SPIN_SOURCE: &str = include_str!("kernels/spin.cu");
@@ -182,65 +182,6 @@ impl<'a> GpuTimer<'a> {
         };
         self.payload = payload;
         seconds
-    }
-}
-
-/// `calls` calls captured into a graph, instantiated, uploaded; an error where the calls
-/// cannot be captured (the stream is out of capture mode again either way).
-fn capture(stream: &Arc<CudaStream>, calls: u32, launch: &mut impl FnMut() -> Result<()>) -> Result<Graph> {
-    let raw = stream.cu_stream();
-    // SAFETY: a live stream of the current context (the calibration call ran on it). Only this
-    // thread's unsafe calls are checked against the capture, so other threads of the process
-    // (another runtime, a framework) go on.
-    unsafe { stream_api::begin_capture(raw, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }
-        .map_err(|e| driver_error("begin a graph capture", e))?;
-    let enqueued = (0..calls).try_for_each(|_| launch());
-    // Ended here, whatever happened: cudarc's own end_capture first returns any error a drop
-    // recorded on the context, before ending the capture, which left the stream capturing and
-    // every later call on it captured and never run.
-    // SAFETY: the stream began a capture above.
-    let ended = unsafe { stream_api::end_capture(raw) };
-    enqueued?;
-    let graph = ended.map_err(|e| driver_error("capture a graph", e))?;
-    if graph.is_null() {
-        return Err(gconv_core::GconvError::Backend("the captured graph is empty".into()));
-    }
-    // SAFETY: a graph captured above, instantiated once; on failure destroyed here.
-    let exec = match unsafe { graph_api::instantiate(graph, CUgraphInstantiate_flags(0)) } {
-        Ok(exec) => exec,
-        Err(e) => {
-            // SAFETY: the graph is not used again.
-            let _ = unsafe { graph_api::destroy(graph) };
-            return Err(driver_error("instantiate a graph", e));
-        }
-    };
-    let graph = Graph { graph, exec };
-    // SAFETY: a live instantiated graph and stream of the same context.
-    unsafe { graph_api::upload(graph.exec, raw) }.map_err(|e| driver_error("upload a graph", e))?;
-    Ok(graph)
-}
-
-/// A captured and instantiated graph, destroyed on drop.
-struct Graph {
-    graph: cu::CUgraph,
-    exec: cu::CUgraphExec,
-}
-
-impl Graph {
-    fn launch(&self, stream: &CudaStream) -> Result<()> {
-        // SAFETY: a live instantiated graph and stream of the same context; the buffers its
-        // calls use live as long as the timer's launch closure, which outlives the graph.
-        unsafe { graph_api::launch(self.exec, stream.cu_stream()) }.map_err(|e| driver_error("launch a graph", e))
-    }
-}
-
-impl Drop for Graph {
-    fn drop(&mut self) {
-        // SAFETY: made by `capture`, destroyed once; replays were waited for by their samples.
-        unsafe {
-            let _ = graph_api::exec_destroy(self.exec);
-            let _ = graph_api::destroy(self.graph);
-        }
     }
 }
 

@@ -72,8 +72,11 @@ pub fn read(paths: &[impl AsRef<Path>]) -> Result<Vec<Measured>> {
         let path = path.as_ref();
         let bad = |reason: String| Error::BadData { path: path.to_path_buf(), reason };
         let file = File::open(path).map_err(|e| bad(e.to_string()))?;
-        let source: Box<dyn Read> =
-            if path.extension().is_some_and(|e| e == "gz") { Box::new(MultiGzDecoder::new(file)) } else { Box::new(file) };
+        let source: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
+            Box::new(MultiGzDecoder::new(file))
+        } else {
+            Box::new(file)
+        };
         let mut reader = csv::Reader::from_reader(source);
         let header = reader.headers().map_err(|e| bad(e.to_string()))?.clone();
         let column = |name: &str| {

@@ -117,6 +117,12 @@ impl Engine {
         Ok(Engine { inner: Arc::new(inner) })
     }
 
+    /// Whether a run seen before on the same addresses may be launched from a CUDA graph
+    /// captured of it (on by default on a GPU; nothing on the CPU).
+    fn set_launch_replay(&self, enabled: bool) {
+        self.inner.rt.set_launch_replay(enabled);
+    }
+
     /// The device in one line.
     fn describe(&self) -> String {
         self.inner.rt.describe()

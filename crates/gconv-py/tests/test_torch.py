@@ -227,6 +227,40 @@ def test_cuda_graph_capture_and_replay():
 
 
 @needs_cuda
+@pytest.mark.parametrize("seed", range(1000, 1024))
+def test_runs_repeated_on_the_same_memory_match_torch_every_time(seed):
+    """Runs made again on the same addresses (a training step's, from the second step on) are
+    launched from a graph captured of the first: every round's results match torch's for that
+    round's data."""
+    p = random_problem(seed)
+    torch.backends.cudnn.allow_tf32 = p.dtype == "tf32"
+    x, w, dy = tensors(p, "cuda", seed)
+    x.requires_grad_()
+    w.requires_grad_()
+    conv = getattr(gconv, f"conv{p.rank}d")
+    reference = getattr(F, f"conv{p.rank}d")
+    args = dict(stride=p.stride, padding=p.padding, dilation=p.dilation, groups=p.groups)
+    fwd, bwd_data, bwd_weight = p.reduction_lengths()
+    for _ in range(4):
+        with torch.no_grad():
+            x.copy_(torch.rand_like(x) * 2 - 1)
+            dy.copy_(torch.rand_like(dy) * 2 - 1)
+        x.grad = w.grad = None
+        y = conv(x, w, None, **args)
+        y.backward(dy)
+        x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+        y64 = reference(x64, w64, None, **args)
+        y64.backward(dy.double())
+        excess = {
+            "y": worst_excess(y.detach(), y64.detach(), p.dtype, fwd, 1.0),
+            "dx": worst_excess(x.grad, x64.grad, p.dtype, bwd_data, 1.0),
+            "dw": worst_excess(w.grad, w64.grad, p.dtype, bwd_weight, 1.0),
+        }
+        assert all(v <= 1 for v in excess.values()), f"{p}: error over its bound by {excess}"
+        del y
+
+
+@needs_cuda
 def test_a_shape_first_seen_in_capture_is_a_clear_error():
     x = torch.randn(3, 5, 7, 7, device="cuda")
     w = torch.randn(5, 5, 3, 3, device="cuda")

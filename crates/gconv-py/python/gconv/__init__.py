@@ -28,6 +28,7 @@ _FROM = {
     "set_mode": "_engine",
     "get_mode": "_engine",
     "set_database": "_engine",
+    "set_launch_replay": "_engine",
     "stats": "_engine",
 }
 

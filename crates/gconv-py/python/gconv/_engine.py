@@ -23,6 +23,7 @@ _engines = {}
 _plans = {}
 _lock = threading.Lock()
 _db_path = None
+_launch_replay = True
 _counts = {}
 _finders = {}
 
@@ -68,6 +69,17 @@ def set_database(path):
     _db_path = None if path is None else str(path)
 
 
+def set_launch_replay(enabled):
+    """Whether a GPU convolution run again on the same tensors' addresses (a training step's,
+    from the second step on) is launched from a CUDA graph captured of its first run, which
+    costs the host a few microseconds instead of a vendor library's or a kernel's launch path
+    (on by default). Calls under a CUDA graph capture are always launched as they are."""
+    global _launch_replay
+    _launch_replay = bool(enabled)
+    for found in _engines.values():
+        found.set_launch_replay(_launch_replay)
+
+
 def engine(device):
     """The engine of a torch device (`cpu` or `cuda:N`), made on first use."""
     key = (device.type, device.index or 0)
@@ -83,6 +95,7 @@ def engine(device):
                     # (two in one process fail to load each other's engines).
                     torch.backends.cudnn.version()
                 found = _native.Engine(device.type, key[1], _db_path)
+                found.set_launch_replay(_launch_replay)
                 _engines[key] = found
     return found
 
