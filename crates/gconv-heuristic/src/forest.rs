@@ -2,7 +2,10 @@
 //! them; selection only walks them, tree by tree over all of a problem's candidates so that a
 //! tree's nodes stay in cache, eight rows at a time, each walking as many steps as its tree is
 //! deep without branching (1.5x to 1.8x faster than walks that stop at their leaf, on the H100
-//! models' candidate lists).
+//! models' candidate lists). In ranking a problem's candidates, only those that the first
+//! trees put ahead walk the rest (`Screen`).
+
+use std::sync::OnceLock;
 
 use forust_ml::GradientBooster;
 use serde::{Deserialize, Serialize};
@@ -16,19 +19,29 @@ struct Node(u32, f32, u32, u32);
 const LEAF: u32 = u32::MAX;
 const MISSING_LEFT: u32 = 1 << 31;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Forest {
     base: f64,
     /// Index of each tree's root in `nodes`.
     roots: Vec<u32>,
     nodes: Vec<Node>,
+    /// The nodes laid out for walking, made on the first prediction.
+    #[serde(skip)]
+    walk: OnceLock<Walk>,
+}
+
+impl PartialEq for Forest {
+    fn eq(&self, other: &Self) -> bool {
+        self.base == other.base && self.roots == other.roots && self.nodes == other.nodes
+    }
 }
 
 impl Forest {
     /// The booster's trees. forust sends missing values to one of a split's two children
     /// unless asked to grow a third branch, which training never asks.
     pub fn from_booster(booster: &GradientBooster) -> Self {
-        let mut forest = Forest { base: booster.base_score, roots: Vec::new(), nodes: Vec::new() };
+        let mut forest =
+            Forest { base: booster.base_score, roots: Vec::new(), nodes: Vec::new(), walk: OnceLock::new() };
         for tree in &booster.trees {
             let offset = forest.nodes.len() as u32;
             // forust numbers a tree's nodes by `num`; children name nodes by number.
@@ -63,14 +76,12 @@ impl Forest {
 
     /// Predictions of the rows of `rows` (each `width` long), into `out`.
     pub fn predict(&self, rows: &[f64], width: usize, out: &mut Vec<f64>) {
-        out.clear();
-        out.resize(rows.len() / width.max(1), self.base);
-        let walk = Walk::of(self);
-        for &(root, depth) in &walk.trees {
-            for (values, rows) in out.chunks_mut(INTERLEAVED).zip(rows.chunks(INTERLEAVED * width)) {
-                walk.add(root, depth, rows, width, values);
-            }
-        }
+        self.walked().predict(rows, width, out);
+    }
+
+    /// The forest laid out for walking.
+    pub fn walked(&self) -> &Walk {
+        self.walk.get_or_init(|| Walk::of(self))
     }
 
     /// Levels below node `i` to its deepest leaf.
@@ -79,57 +90,6 @@ impl Forest {
             Node(LEAF, ..) => 0,
             Node(_, _, left, right) => 1 + self.depth(left).max(self.depth(right)),
         }
-    }
-
-    /// The forest with the first `fixed.len()` columns set to `fixed`: their splits resolved,
-    /// trees that become a leaf folded into the base. A problem's columns are the same for all
-    /// its candidates, so ranking walks only the splits that tell candidates apart.
-    pub fn specialize(&self, fixed: &[f64]) -> Forest {
-        let mut out = Forest {
-            base: self.base,
-            roots: Vec::with_capacity(self.roots.len()),
-            nodes: Vec::with_capacity(self.nodes.len() / 4),
-        };
-        for &root in &self.roots {
-            let start = self.resolve(root, fixed);
-            match self.nodes[start as usize] {
-                Node(LEAF, value, _, _) => out.base += f64::from(value),
-                _ => {
-                    let at = out.copy_resolved(self, start, fixed);
-                    out.roots.push(at);
-                }
-            }
-        }
-        out
-    }
-
-    /// The first node under `i` that splits on a column past `fixed`, or a leaf.
-    fn resolve(&self, mut i: u32, fixed: &[f64]) -> u32 {
-        loop {
-            let node = self.nodes[i as usize];
-            let feature = (node.0 & !MISSING_LEFT) as usize;
-            if node.0 == LEAF || feature >= fixed.len() {
-                return i;
-            }
-            let x = fixed[feature] as f32;
-            let left = if x.is_nan() { node.0 & MISSING_LEFT != 0 } else { x < node.1 };
-            i = if left { node.2 } else { node.3 };
-        }
-    }
-
-    /// Copies the subtree at `i` of `from` with fixed splits resolved; children land after
-    /// their parent, as `check` requires.
-    fn copy_resolved(&mut self, from: &Forest, i: u32, fixed: &[f64]) -> u32 {
-        let node = from.nodes[from.resolve(i, fixed) as usize];
-        let at = self.nodes.len() as u32;
-        self.nodes.push(node);
-        if node.0 != LEAF {
-            let left = self.copy_resolved(from, node.2, fixed);
-            let right = self.copy_resolved(from, node.3, fixed);
-            let copied = &mut self.nodes[at as usize];
-            (copied.2, copied.3) = (left, right);
-        }
-        at
     }
 
     /// Checks that every split names a column below `width` and children after it, so that a
@@ -156,12 +116,23 @@ const INTERLEAVED: usize = 8;
 /// The nodes laid out for walking without branches: each leaf points back at itself, so that a
 /// row walks exactly as many steps as its tree is deep wherever its leaf is, and the next node
 /// is selected, not branched to.
-struct Walk {
+#[derive(Debug, Clone)]
+pub struct Walk {
+    base: f64,
     /// Each tree's root and depth.
     trees: Vec<(u32, u32)>,
     /// The forest's nodes, a leaf as a split on column 0 whose two children are the leaf
     /// itself, its value where a split keeps its threshold.
     nodes: Vec<Node>,
+}
+
+/// How a ranking narrows its candidates: all walk the first `trees`; only the `keep` they put
+/// fastest, and the `per_group` fastest of each group (a solver's candidates), walk the rest.
+#[derive(Debug, Clone, Copy)]
+pub struct Screen {
+    pub trees: usize,
+    pub keep: usize,
+    pub per_group: usize,
 }
 
 impl Walk {
@@ -175,7 +146,65 @@ impl Walk {
                 split => split,
             })
             .collect();
-        Walk { trees: forest.roots.iter().map(|&root| (root, forest.depth(root))).collect(), nodes }
+        let trees = forest.roots.iter().map(|&root| (root, forest.depth(root))).collect();
+        Walk { base: forest.base, trees, nodes }
+    }
+
+    /// Predictions of the rows of `rows` (each `width` long), into `out`.
+    pub fn predict(&self, rows: &[f64], width: usize, out: &mut Vec<f64>) {
+        out.clear();
+        out.resize(rows.len() / width.max(1), self.base);
+        self.add_trees(&self.trees, rows, width, out);
+    }
+
+    /// [`Walk::predict`] where the screen narrows the rows (`group[i]` is row i's group): the
+    /// rows it passes get their whole prediction; the others their first trees' sum plus the
+    /// largest rest of any passed row, which orders them after every passed row.
+    pub fn predict_screened(&self, rows: &[f64], width: usize, group: &[u32], screen: Screen, out: &mut Vec<f64>) {
+        let count = rows.len() / width.max(1);
+        if count <= screen.keep || self.trees.len() <= screen.trees {
+            return self.predict(rows, width, out);
+        }
+        out.clear();
+        out.resize(count, self.base);
+        let (first, rest) = self.trees.split_at(screen.trees);
+        self.add_trees(first, rows, width, out);
+        let mut order: Vec<usize> = (0..count).collect();
+        order.sort_by(|&a, &b| out[a].total_cmp(&out[b]));
+        let mut passed = vec![false; count];
+        let mut taken_of = std::collections::HashMap::new();
+        for (place, &i) in order.iter().enumerate() {
+            let taken = taken_of.entry(group[i]).or_insert(0usize);
+            if place < screen.keep || *taken < screen.per_group {
+                passed[i] = true;
+                *taken += 1;
+            }
+        }
+        let chosen: Vec<usize> = (0..count).filter(|&i| passed[i]).collect();
+        let mut narrowed = Vec::with_capacity(chosen.len() * width);
+        for &i in &chosen {
+            narrowed.extend_from_slice(&rows[i * width..(i + 1) * width]);
+        }
+        let mut rests = vec![0.0; chosen.len()];
+        self.add_trees(rest, &narrowed, width, &mut rests);
+        let largest_rest = rests.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        for (i, passed) in passed.iter().enumerate() {
+            if !passed {
+                out[i] += largest_rest;
+            }
+        }
+        for (&i, rest) in chosen.iter().zip(&rests) {
+            out[i] += rest;
+        }
+    }
+
+    /// Adds the leaves `trees` give each row to `values`.
+    fn add_trees(&self, trees: &[(u32, u32)], rows: &[f64], width: usize, values: &mut [f64]) {
+        for &(root, depth) in trees {
+            for (values, rows) in values.chunks_mut(INTERLEAVED).zip(rows.chunks(INTERLEAVED * width)) {
+                self.add(root, depth, rows, width, values);
+            }
+        }
     }
 
     /// Adds the tree's leaf for each row of `rows` (at most [`INTERLEAVED`]) to `values`.
@@ -232,6 +261,7 @@ mod tests {
                 Node(LEAF, 7.0, 0, 0),
                 Node(LEAF, 11.0, 0, 0),
             ],
+            walk: OnceLock::new(),
         };
         lopsided.check(2).unwrap();
         let mut rows = Vec::new();
@@ -272,18 +302,43 @@ mod tests {
             assert_eq!(a.to_bits(), walked(&forest, row).to_bits());
         }
         assert!(forest.check(1).is_err(), "a split past the row is refused");
-        // Fixing x0 leaves a forest over x1 alone that predicts the same for those rows.
-        let fixed = [5.0];
-        let special = forest.specialize(&fixed);
-        special.check(2).unwrap();
-        assert!(special.nodes.len() < forest.nodes.len());
-        let rows: Vec<usize> = (0..rows).filter(|&i| x0[i] == 5.0).collect();
-        let by_rows: Vec<f64> = rows.iter().flat_map(|&i| [x0[i], x1[i]]).collect();
-        let (mut whole, mut part) = (Vec::new(), Vec::new());
-        forest.predict(&by_rows, 2, &mut whole);
-        special.predict(&by_rows, 2, &mut part);
-        for (a, b) in whole.iter().zip(&part) {
-            assert!((a - b).abs() < 1e-9 * (1.0 + a.abs()), "{b} against the whole forest's {a}");
+    }
+
+    #[test]
+    fn a_screen_gives_the_rows_it_passes_their_whole_prediction_and_orders_the_rest_after() {
+        // y = x0 + x1 / 10 over 60 rows in three groups.
+        let rows = 60;
+        let x0: Vec<f64> = (0..rows).map(|i| ((i * 7) % 23) as f64).collect();
+        let x1: Vec<f64> = (0..rows).map(|i| ((i * 5) % 13) as f64).collect();
+        let y: Vec<f64> = x0.iter().zip(&x1).map(|(a, b)| a + b / 10.0).collect();
+        let columns: Vec<f64> = x0.iter().chain(&x1).copied().collect();
+        let mut booster = GradientBooster::default()
+            .set_objective_type(ObjectiveType::SquaredLoss)
+            .set_iterations(40)
+            .set_max_depth(3);
+        booster.fit(&Matrix::new(&columns, rows, 2), &y, &vec![1.0; rows], None).unwrap();
+        let forest = Forest::from_booster(&booster);
+        let walk = forest.walked();
+        let by_rows: Vec<f64> = (0..rows).flat_map(|i| [x0[i], x1[i]]).collect();
+        let group: Vec<u32> = (0..rows as u32).map(|i| i % 3).collect();
+        let (mut whole, mut screened) = (Vec::new(), Vec::new());
+        walk.predict(&by_rows, 2, &mut whole);
+        let screen = Screen { trees: 10, keep: 8, per_group: 2 };
+        walk.predict_screened(&by_rows, 2, &group, screen, &mut screened);
+        let exact: Vec<bool> =
+            whole.iter().zip(&screened).map(|(a, b)| (a - b).abs() < 1e-9 * (1.0 + a.abs())).collect();
+        let passed = exact.iter().filter(|&&e| e).count();
+        assert!((8..=8 + 3 * 2).contains(&passed), "{passed} rows passed");
+        for g in 0..3 {
+            assert!((0..rows).filter(|&i| group[i] == g && exact[i]).count() >= 2, "group {g} keeps its two best");
         }
+        let slowest_passed = (0..rows).filter(|&i| exact[i]).map(|i| screened[i]).fold(f64::MIN, f64::max);
+        assert!((0..rows).filter(|&i| !exact[i]).all(|i| screened[i] >= slowest_passed));
+        // The fastest row passes: the screen's first trees already order rows by x0.
+        let fastest = (0..rows).min_by(|&a, &b| whole[a].total_cmp(&whole[b])).unwrap();
+        assert!(exact[fastest]);
+        // A screen wider than the rows is the whole prediction.
+        walk.predict_screened(&by_rows, 2, &group, Screen { trees: 10, keep: rows, per_group: 0 }, &mut screened);
+        assert_eq!(screened, whole);
     }
 }

@@ -95,10 +95,8 @@ impl ModelHeuristic {
             model.spec.push_row(&problem, solver, config, *workspace, &mut rows);
         }
         let featured = Instant::now();
-        let mut log_ms = Vec::new();
-        model.forest.specialize(problem.values()).predict(&rows, model.spec.width(), &mut log_ms);
         let solvers: Vec<&str> = candidates.iter().map(|(solver, _)| *solver).collect();
-        let order = model.pick_order(&problem, &solvers, &log_ms);
+        let (log_ms, order) = model.rank(&problem, &rows, &solvers);
         let mut candidates: Vec<Option<(&str, Config)>> = candidates.into_iter().map(Some).collect();
         let ranked: Vec<Predicted> = order
             .into_iter()
@@ -149,7 +147,7 @@ impl gconv_tune::search::SearchStrategy for ModelGuided {
             model.spec.push_row(&problem, solver.id(), config, Some(solver.workspace_bytes(p, config)), &mut rows);
         }
         let mut log_ms = Vec::new();
-        model.forest.specialize(problem.values()).predict(&rows, model.spec.width(), &mut log_ms);
+        model.forest.predict(&rows, model.spec.width(), &mut log_ms);
         let mut ranked: Vec<(f64, Config)> = log_ms.into_iter().zip(space).collect();
         ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
         ranked.into_iter().take(self.top_k).map(|(_, c)| c).collect()

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use gconv_core::{Config, ConvProblem, DataType, Direction};
 
-use crate::features::ProblemRow;
+use crate::features::{rows_of, ProblemRow};
 use crate::measured::Measured;
 use crate::model::ModelSet;
 use crate::problems::class_of;
@@ -50,12 +50,22 @@ pub fn evaluate(set: &ModelSet, rows: &[Measured]) -> Vec<Outcome> {
         if timed.is_empty() {
             continue;
         }
-        let log_ms = model.predict(&timed);
-        let solvers: Vec<&str> = timed.iter().map(|r| r.solver.as_str()).collect();
-        let order = model.pick_order(&ProblemRow::new(p, timed[0].facts), &solvers, &log_ms);
         let ms = |i: usize| timed[i].ms.expect("timed");
         let oracle = (0..timed.len()).min_by(|&a, &b| ms(a).total_cmp(&ms(b))).expect("a timed row");
-        let pick = model.first_proposed(&timed, &order);
+        // Ranked as selection ranks: among the candidates it would propose (all, where it
+        // would propose none of these).
+        let mut proposed: Vec<usize> =
+            (0..timed.len()).filter(|&i| model.proposes(&timed[i].solver, &timed[i].config.to_string())).collect();
+        if proposed.is_empty() {
+            proposed = (0..timed.len()).collect();
+        }
+        let candidates: Vec<&Measured> = proposed.iter().map(|&i| timed[i]).collect();
+        let solvers: Vec<&str> = candidates.iter().map(|r| r.solver.as_str()).collect();
+        let (rows, _) = rows_of(&model.spec, &candidates);
+        let (ranked_ms, ranked) = model.rank(&ProblemRow::new(p, timed[0].facts), &rows, &solvers);
+        let order: Vec<usize> = ranked.iter().map(|&i| proposed[i]).collect();
+        let pick = order[0];
+        let log_ms = model.predict(&timed);
         let vendor_best = |marked: fn(&Measured) -> bool| {
             timed.iter().filter(|r| marked(r)).filter_map(|r| r.ms).min_by(f64::total_cmp)
         };
@@ -65,8 +75,8 @@ pub fn evaluate(set: &ModelSet, rows: &[Measured]) -> Vec<Outcome> {
             oracle_ms: ms(oracle),
             pick: (timed[pick].solver.clone(), timed[pick].config.clone()),
             pick_ms: ms(pick),
-            predicted_ms: log_ms[pick].exp(),
-            oracle_rank: order.iter().position(|&i| ms(i) <= ms(oracle)).expect("the oracle is ranked"),
+            predicted_ms: ranked_ms[ranked[0]].exp(),
+            oracle_rank: order.iter().position(|&i| ms(i) <= ms(oracle)).unwrap_or(order.len()),
             vendor_heuristic_ms: vendor_best(|r| r.vendor.heuristic),
             vendor_find_ms: vendor_best(|r| r.vendor.find),
             predictions: (0..timed.len()).map(|i| (log_ms[i].exp(), ms(i))).collect(),
