@@ -128,6 +128,7 @@ def measure(name, side, args, timers, by_solver):
     for key in rows[0]:
         out[key] = statistics.median(r[key] for r in rows)
     out["launch_by_solver"] = {s: (ms / args.steps, calls / args.steps, ms / calls * 1e3) for s, (ms, calls) in launches.items()}
+    out["launch_replays"] = gconv.launch_replays()  # so far in the process
     print(json.dumps(out), flush=True)
     return out
 

@@ -21,7 +21,7 @@ pub use error::{GconvError, Result};
 pub use geometry::Geometry;
 pub use problem::{ConvProblem, DataType, Direction, Layout, SpatialDim};
 pub use runtime::{
-    CallerBuffers, DeviceFacts, Peaks, Runtime, Timer, TimingMethod, TimingOptions, Workload, Yardstick,
+    CallerBuffers, DeviceFacts, Peaks, ReplayCounts, Runtime, Timer, TimingMethod, TimingOptions, Workload, Yardstick,
 };
 pub use solver::{Backend, BuildStats, Invoker, NotApplicable, Registry, Solution, Solve, Solver, SolverKind};
 pub use tensor::{ConvTensors, Tensor};

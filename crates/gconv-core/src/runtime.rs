@@ -138,6 +138,15 @@ pub struct CallerBuffers {
     pub stream: u64,
 }
 
+/// What [`Runtime::run_on`]'s launch replay did so far: runs captured into a graph, graph
+/// launches in place of runs, and runs that could not be captured (launched as they are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReplayCounts {
+    pub captured: u64,
+    pub replayed: u64,
+    pub refused: u64,
+}
+
 /// A backend on one device.
 pub trait Runtime: Send + Sync {
     /// `cpu`, `cuda`: the name `--backend` takes.
@@ -183,6 +192,10 @@ pub trait Runtime: Send + Sync {
     /// Whether [`Runtime::run_on`] may launch a run it has seen before on the same addresses
     /// from a graph captured of it, where the backend has graphs (on by default there).
     fn set_launch_replay(&self, _enabled: bool) {}
+    /// What the launch replay did so far (nothing, where the backend has none).
+    fn launch_replays(&self) -> ReplayCounts {
+        ReplayCounts::default()
+    }
     /// Waits for everything enqueued on the device ([`Workload::enqueue`]).
     fn synchronize(&self) -> Result<()> {
         Ok(())

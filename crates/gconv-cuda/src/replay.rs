@@ -9,13 +9,13 @@
 //! are.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use cudarc::driver::result::stream as stream_api;
 use cudarc::driver::sys::CUstreamCaptureStatus;
 use cudarc::driver::CudaStream;
-use gconv_core::{Config, ConvProblem, Invoker, Result, Solution};
+use gconv_core::{Config, ConvProblem, Invoker, ReplayCounts, Result, Solution};
 
 use crate::device::CudaDevice;
 use crate::graph::{capture, Graph};
@@ -28,6 +28,9 @@ const MAX_SITES: usize = 4096;
 pub(crate) struct Replays {
     enabled: AtomicBool,
     sites: Mutex<HashMap<Site, Seen>>,
+    captured: AtomicU64,
+    replayed: AtomicU64,
+    refused: AtomicU64,
 }
 
 /// One run: a solution's invoker (by address) on the caller's buffers and workspace size.
@@ -62,7 +65,21 @@ impl Seen {
 
 impl Replays {
     pub(crate) fn new() -> Self {
-        Replays { enabled: AtomicBool::new(true), sites: Mutex::default() }
+        Replays {
+            enabled: AtomicBool::new(true),
+            sites: Mutex::default(),
+            captured: AtomicU64::new(0),
+            replayed: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn counts(&self) -> ReplayCounts {
+        ReplayCounts {
+            captured: self.captured.load(Ordering::Relaxed),
+            replayed: self.replayed.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+        }
     }
 
     pub(crate) fn set_enabled(&self, enabled: bool) {
@@ -110,12 +127,21 @@ impl Replays {
         };
         if let Replay::Once = seen.replay {
             seen.replay = match captured(device, s, invoker, b) {
-                Ok(graph) => Replay::Graph(graph),
-                Err(_) => Replay::Never,
+                Ok(graph) => {
+                    self.captured.fetch_add(1, Ordering::Relaxed);
+                    Replay::Graph(graph)
+                }
+                Err(_) => {
+                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    Replay::Never
+                }
             };
         }
         match &seen.replay {
-            Replay::Graph(graph) => graph.launch(b.stream()),
+            Replay::Graph(graph) => {
+                self.replayed.fetch_add(1, Ordering::Relaxed);
+                graph.launch(b.stream())
+            }
             Replay::Once | Replay::Never => invoker.run(b),
         }
     }

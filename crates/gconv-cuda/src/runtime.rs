@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use gconv_core::verify::{error_scale_floor, Verification};
 use gconv_core::{
     BuildStats, CallerBuffers, Config, ConvProblem, ConvTensors, Conversion, DataType, GconvError, Peaks, Registry,
-    Result, Runtime, Solution, Solver, Tensor, Timer, TimingOptions, Workload, Yardstick,
+    ReplayCounts, Result, Runtime, Solution, Solver, Tensor, Timer, TimingOptions, Workload, Yardstick,
 };
 
 use crate::check::Reference;
@@ -158,6 +158,10 @@ impl Runtime for CudaRuntime {
 
     fn set_launch_replay(&self, enabled: bool) {
         self.replays.set_enabled(enabled);
+    }
+
+    fn launch_replays(&self) -> ReplayCounts {
+        self.replays.counts()
     }
 
     fn synchronize(&self) -> Result<()> {

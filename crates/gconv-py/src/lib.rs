@@ -123,6 +123,12 @@ impl Engine {
         self.inner.rt.set_launch_replay(enabled);
     }
 
+    /// What the launch replay did so far: `(captured, replayed, refused)` runs.
+    fn launch_replays(&self) -> (u64, u64, u64) {
+        let counts = self.inner.rt.launch_replays();
+        (counts.captured, counts.replayed, counts.refused)
+    }
+
     /// The device in one line.
     fn describe(&self) -> String {
         self.inner.rt.describe()

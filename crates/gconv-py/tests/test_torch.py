@@ -230,8 +230,8 @@ def test_cuda_graph_capture_and_replay():
 @pytest.mark.parametrize("seed", range(1000, 1024))
 def test_runs_repeated_on_the_same_memory_match_torch_every_time(seed):
     """Runs made again on the same addresses (a training step's, from the second step on) are
-    launched from a graph captured of the first: every round's results match torch's for that
-    round's data."""
+    launched from a graph captured of them: every round's results match torch's for that
+    round's data, and some rounds were replays."""
     p = random_problem(seed)
     torch.backends.cudnn.allow_tf32 = p.dtype == "tf32"
     x, w, dy = tensors(p, "cuda", seed)
@@ -241,7 +241,8 @@ def test_runs_repeated_on_the_same_memory_match_torch_every_time(seed):
     reference = getattr(F, f"conv{p.rank}d")
     args = dict(stride=p.stride, padding=p.padding, dilation=p.dilation, groups=p.groups)
     fwd, bwd_data, bwd_weight = p.reduction_lengths()
-    for _ in range(4):
+    before = gconv.launch_replays().get("cuda:0", {}).get("replayed", 0)
+    for _ in range(6):
         with torch.no_grad():
             x.copy_(torch.rand_like(x) * 2 - 1)
             dy.copy_(torch.rand_like(dy) * 2 - 1)
@@ -258,6 +259,8 @@ def test_runs_repeated_on_the_same_memory_match_torch_every_time(seed):
         }
         assert all(v <= 1 for v in excess.values()), f"{p}: error over its bound by {excess}"
         del y
+    counts = gconv.launch_replays()["cuda:0"]
+    assert counts["refused"] == 0 and counts["replayed"] > before, f"{p}: {counts}"
 
 
 @needs_cuda

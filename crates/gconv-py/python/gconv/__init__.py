@@ -29,6 +29,7 @@ _FROM = {
     "get_mode": "_engine",
     "set_database": "_engine",
     "set_launch_replay": "_engine",
+    "launch_replays": "_engine",
     "stats": "_engine",
 }
 

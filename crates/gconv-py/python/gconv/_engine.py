@@ -80,6 +80,16 @@ def set_launch_replay(enabled):
         found.set_launch_replay(_launch_replay)
 
 
+def launch_replays():
+    """Per device in use, the runs the launch replay (`set_launch_replay`) captured into a CUDA
+    graph, the graph launches it made in their place, and the runs it could not capture."""
+    out = {}
+    for (kind, index), found in _engines.items():
+        captured, replayed, refused = found.launch_replays()
+        out[f"{kind}:{index}"] = {"captured": captured, "replayed": replayed, "refused": refused}
+    return out
+
+
 def engine(device):
     """The engine of a torch device (`cpu` or `cuda:N`), made on first use."""
     key = (device.type, device.index or 0)
