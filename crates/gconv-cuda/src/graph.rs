@@ -11,8 +11,8 @@ use gconv_core::Result;
 
 use crate::device::driver_error;
 
-/// `calls` calls captured into a graph, instantiated, uploaded; an error where the calls
-/// cannot be captured (the stream is out of capture mode again either way).
+/// `calls` calls captured into a graph and instantiated; an error where the calls cannot be
+/// captured (the stream is out of capture mode again either way).
 pub(crate) fn capture(stream: &Arc<CudaStream>, calls: u32, launch: &mut impl FnMut() -> Result<()>) -> Result<Graph> {
     let raw = stream.cu_stream();
     // SAFETY: a live stream of the current context (the calibration call ran on it). Only this
@@ -40,10 +40,7 @@ pub(crate) fn capture(stream: &Arc<CudaStream>, calls: u32, launch: &mut impl Fn
             return Err(driver_error("instantiate a graph", e));
         }
     };
-    let graph = Graph { graph, exec };
-    // SAFETY: a live instantiated graph and stream of the same context.
-    unsafe { graph_api::upload(graph.exec, raw) }.map_err(|e| driver_error("upload a graph", e))?;
-    Ok(graph)
+    Ok(Graph { graph, exec })
 }
 
 /// A captured and instantiated graph, destroyed on drop.
@@ -57,6 +54,13 @@ pub(crate) struct Graph {
 unsafe impl Send for Graph {}
 
 impl Graph {
+    /// Sets up the graph's device resources ahead of its first launch on `stream`, which
+    /// would otherwise pay for it.
+    pub(crate) fn upload(&self, stream: &CudaStream) -> Result<()> {
+        // SAFETY: a live instantiated graph and stream of the same context.
+        unsafe { graph_api::upload(self.exec, stream.cu_stream()) }.map_err(|e| driver_error("upload a graph", e))
+    }
+
     pub(crate) fn launch(&self, stream: &CudaStream) -> Result<()> {
         // SAFETY: a live instantiated graph and stream of the same context; whoever holds the
         // graph keeps the buffers its calls use live while it launches it (the timer's launch

@@ -122,6 +122,7 @@ impl Replays {
                     replay: Replay::Once,
                 };
                 sites.insert(site, first);
+                drop(sites);
                 return invoker.run(b);
             }
         };
@@ -138,11 +139,15 @@ impl Replays {
             };
         }
         match &seen.replay {
+            // Under the lock: a graph must not be launched from two threads at once.
             Replay::Graph(graph) => {
                 self.replayed.fetch_add(1, Ordering::Relaxed);
                 graph.launch(b.stream())
             }
-            Replay::Once | Replay::Never => invoker.run(b),
+            Replay::Once | Replay::Never => {
+                drop(sites);
+                invoker.run(b)
+            }
         }
     }
 }

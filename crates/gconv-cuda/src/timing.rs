@@ -114,7 +114,11 @@ impl<'a> GpuTimer<'a> {
         let payload = std::mem::replace(&mut self.payload, Payload::Queued(Box::new(|| Ok(()))));
         self.payload = match payload {
             Payload::Calibrated(mut launch) => {
-                match (0..CAPTURE_TRIES).find_map(|_| capture(&self.stream, self.calls, &mut launch).ok()) {
+                let mut captured = || {
+                    let graph = capture(&self.stream, self.calls, &mut launch)?;
+                    graph.upload(&self.stream).map(|()| graph)
+                };
+                match (0..CAPTURE_TRIES).find_map(|_| captured().ok()) {
                     Some(graph) => Payload::Graph(graph, launch),
                     None => Payload::Queued(launch),
                 }
