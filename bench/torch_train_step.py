@@ -206,6 +206,8 @@ def measure(name, side, args):
     row["eager_ms"] = statistics.median(gpu_ms(step, args.steps) for _ in range(3))
     row["host_ms"], row["host_cpu_ms"] = host_ms(step)
     row["peak_mib"] = (torch.cuda.max_memory_allocated() - base) / 2**20
+    if side == "gconv":
+        row["launch_replays"] = gconv.launch_replays()  # so far in the process
     try:
         row["graph_ms"] = statistics.median(graph_ms(step, args.steps) for _ in range(2))
     except Exception as e:  # a network torch cannot capture is reported, not fatal
