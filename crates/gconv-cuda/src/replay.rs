@@ -3,10 +3,11 @@
 //! cuBLAS's calls, a kernel launch, each cold in the caches between the step's other work) is
 //! what a host-bound step waits on: 12 to 37 us a launch on an H200 where a graph launch costs
 //! a few. A run made again on the same addresses is the same work (the same kernels with the
-//! same parameters), so on its second sighting it is captured into a graph on gconv's own
-//! stream, and from then on that graph is launched on the caller's stream in its place. Runs
-//! on a stream that is itself being captured (a framework's CUDA graph) are launched as they
-//! are.
+//! same parameters), so on its third sighting it is captured into a graph on gconv's own
+//! stream, and from then on that graph is launched on the caller's stream in its place: the
+//! third, so that the first training step after `gconv.tune`'s pass pays no captures, nor
+//! addresses that meet twice by chance. Runs on a stream that is itself being captured (a
+//! framework's CUDA graph) are launched as they are.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,6 +25,8 @@ use crate::{Cuda, CudaBuffers};
 /// Sites kept at most: past it, those without a graph are forgotten (a caller whose addresses
 /// never repeat would otherwise grow the table without end), then all.
 const MAX_SITES: usize = 4096;
+/// The sighting of a site that captures it.
+const CAPTURED_AT: u32 = 3;
 
 pub(crate) struct Replays {
     enabled: AtomicBool,
@@ -50,8 +53,8 @@ struct Seen {
 }
 
 enum Replay {
-    /// Run once, as it is.
-    Once,
+    /// Run this many times, as it is.
+    Seen(u32),
     Graph(Graph),
     /// Not capturable (a vendor call refused the capture): always run as it is.
     Never,
@@ -90,7 +93,7 @@ impl Replays {
     }
 
     /// Runs `s` (whose invoker is `invoker`) on the caller's buffers: by its graph where the
-    /// site has one, captured now where this is its second sighting, else as it is.
+    /// site has one, captured now where this is its third sighting, else as it is.
     pub(crate) fn run(
         &self,
         device: &CudaDevice,
@@ -119,14 +122,19 @@ impl Replays {
                     solver_id: s.solver_id,
                     config: s.config.clone(),
                     problem: s.problem.clone(),
-                    replay: Replay::Once,
+                    replay: Replay::Seen(1),
                 };
                 sites.insert(site, first);
                 drop(sites);
                 return invoker.run(b);
             }
         };
-        if let Replay::Once = seen.replay {
+        if let Replay::Seen(times) = seen.replay {
+            if times + 1 < CAPTURED_AT {
+                seen.replay = Replay::Seen(times + 1);
+                drop(sites);
+                return invoker.run(b);
+            }
             seen.replay = match captured(device, s, invoker, b) {
                 Ok(graph) => {
                     self.captured.fetch_add(1, Ordering::Relaxed);
@@ -144,7 +152,7 @@ impl Replays {
                 self.replayed.fetch_add(1, Ordering::Relaxed);
                 graph.launch(b.stream())
             }
-            Replay::Once | Replay::Never => {
+            Replay::Seen(_) | Replay::Never => {
                 drop(sites);
                 invoker.run(b)
             }

@@ -229,7 +229,7 @@ def test_cuda_graph_capture_and_replay():
 @needs_cuda
 @pytest.mark.parametrize("seed", range(1000, 1024))
 def test_runs_repeated_on_the_same_memory_match_torch_every_time(seed):
-    """Runs made again on the same addresses (a training step's, from the second step on) are
+    """Runs made again on the same addresses (a training step's, from the third step on) are
     launched from a graph captured of them: every round's results match torch's for that
     round's data, and some rounds were replays."""
     p = random_problem(seed)

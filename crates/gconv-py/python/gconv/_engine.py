@@ -71,9 +71,9 @@ def set_database(path):
 
 def set_launch_replay(enabled):
     """Whether a GPU convolution run again on the same tensors' addresses (a training step's,
-    from the second step on) is launched from a CUDA graph captured of its first run, which
-    costs the host a few microseconds instead of a vendor library's or a kernel's launch path
-    (on by default). Calls under a CUDA graph capture are always launched as they are."""
+    from the third step on) is launched from a CUDA graph captured of it, which costs the host
+    a few microseconds instead of a vendor library's or a kernel's launch path (on by
+    default). Calls under a CUDA graph capture are always launched as they are."""
     global _launch_replay
     _launch_replay = bool(enabled)
     for found in _engines.values():
