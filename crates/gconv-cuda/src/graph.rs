@@ -1,6 +1,6 @@
-//! CUDA graphs of gconv's own launches: captured on a stream, instantiated and uploaded, then
-//! launched on any stream of the context. The timer replays R calls of a candidate; the runtime
-//! replays a caller's repeated run (`replay.rs`).
+//! CUDA graphs of gconv's own launches: captured on a stream and instantiated, then launched
+//! on any stream of the context. The timer replays R calls of a candidate (uploaded ahead on
+//! its stream); the runtime replays a caller's repeated run (`replay.rs`).
 
 use std::sync::Arc;
 
@@ -15,9 +15,10 @@ use crate::device::driver_error;
 /// captured (the stream is out of capture mode again either way).
 pub(crate) fn capture(stream: &Arc<CudaStream>, calls: u32, launch: &mut impl FnMut() -> Result<()>) -> Result<Graph> {
     let raw = stream.cu_stream();
-    // SAFETY: a live stream of the current context (the calibration call ran on it). Only this
-    // thread's unsafe calls are checked against the capture, so other threads of the process
-    // (another runtime, a framework) go on.
+    // SAFETY: a live stream of the current context (the timer's calibration call, or the
+    // replayed run's earlier sightings, ran on this thread). Only this thread's unsafe calls
+    // are checked against the capture, so other threads of the process (another runtime, a
+    // framework) go on.
     unsafe { stream_api::begin_capture(raw, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }
         .map_err(|e| driver_error("begin a graph capture", e))?;
     let enqueued = (0..calls).try_for_each(|_| launch());
