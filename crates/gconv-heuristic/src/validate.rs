@@ -65,6 +65,7 @@ pub fn evaluate(set: &ModelSet, rows: &[Measured]) -> Vec<Outcome> {
         let (ranked_ms, ranked) = model.rank(&ProblemRow::new(p, timed[0].facts), &rows, &solvers);
         let order: Vec<usize> = ranked.iter().map(|&i| proposed[i]).collect();
         let pick = order[0];
+        // Every candidate's whole prediction (not screened), for the predicted-against-measured chart.
         let log_ms = model.predict(&timed);
         let vendor_best = |marked: fn(&Measured) -> bool| {
             timed.iter().filter(|r| marked(r)).filter_map(|r| r.ms).min_by(f64::total_cmp)
