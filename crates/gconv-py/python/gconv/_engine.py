@@ -76,7 +76,7 @@ def set_launch_replay(enabled):
     default). Calls under a CUDA graph capture are always launched as they are."""
     global _launch_replay
     _launch_replay = bool(enabled)
-    for found in _engines.values():
+    for found in list(_engines.values()):
         found.set_launch_replay(_launch_replay)
 
 
@@ -84,7 +84,7 @@ def launch_replays():
     """Per device in use, the runs the launch replay (`set_launch_replay`) captured into a CUDA
     graph, the graph launches it made in their place, and the runs it could not capture."""
     out = {}
-    for (kind, index), found in _engines.items():
+    for (kind, index), found in list(_engines.items()):
         captured, replayed, refused = found.launch_replays()
         out[f"{kind}:{index}"] = {"captured": captured, "replayed": replayed, "refused": refused}
     return out
