@@ -35,14 +35,13 @@ import gconv._eager as eager
 from torch_train_step import busy_step, conv_ms, gpu_ms, warm_step
 
 class Timed:
-    """Wraps `owner.<name>` (a function of gconv's eager module, or a method of its `Spec`),
-    summing the wall time of its calls."""
+    """Wraps `owner.<name>` (a function of gconv's eager module), summing the wall time of its
+    calls."""
 
     def __init__(self, owner, name):
         self.name, self.inner = name.strip("_"), getattr(owner, name)
         self.seconds, self.calls, self.lock = 0.0, 0, threading.Lock()
-        wrapper = self.__call__
-        setattr(owner, name, (lambda *args: wrapper(*args)) if isinstance(owner, type) else self)
+        setattr(owner, name, self)
 
     def __call__(self, *args):
         started = time.perf_counter()
@@ -62,8 +61,8 @@ class Timed:
 
 
 class LaunchesBySolver:
-    """Wraps `Spec.launch` (inside the timer of `Timed`), summing its calls' wall time by the
-    solver launched."""
+    """Wraps `Spec.launch` (the native run), summing its calls' wall time by the solver
+    launched."""
 
     def __init__(self):
         self.name, self.inner, self.spent = "launch_by_solver", eager.Spec.launch, {}
@@ -119,8 +118,10 @@ def measure(name, side, args, timers, by_solver):
         row = {"wall_ms": wall, "cpu_ms": cpu}
         for t in timers:
             row[f"{t.name}_ms"], row[f"{t.name}_calls"] = t.take()
+        by = by_solver.take()
+        row["launch_ms"], row["launch_calls"] = sum(ms for ms, _ in by.values()), sum(calls for _, calls in by.values())
         rows.append(row)
-        for solver, (ms, calls) in by_solver.take().items():
+        for solver, (ms, calls) in by.items():
             total = launches.get(solver, (0.0, 0))
             launches[solver] = (total[0] + ms, total[1] + calls)
     torch.cuda.synchronize()
@@ -136,9 +137,9 @@ def measure(name, side, args, timers, by_solver):
 def profile_once(name, args):
     """One profiled PyTorch step, as the training-step script's conv time takes."""
     step = warm_step(name, "torch", args.batch, torch.device("cuda"), warmup=1)
-    ms = conv_ms(step, "torch", steps=1)
-    print(json.dumps({"net": name, "side": "profile", "conv_ms": ms}), flush=True)
-    return {"net": name, "side": "profile", "conv_ms": ms}
+    out = {"net": name, "side": "profile", "conv_ms": conv_ms(step, "torch", steps=1)}
+    print(json.dumps(out), flush=True)
+    return out
 
 
 def main():
@@ -152,7 +153,7 @@ def main():
     torch.backends.cudnn.benchmark = True
     # The forward and backward calls, and within them the launches (the native runs).
     by_solver = LaunchesBySolver()
-    timers = [Timed(eager, "_forward"), Timed(eager, "_backward"), Timed(eager.Spec, "launch"), GcTime()]
+    timers = [Timed(eager, "_forward"), Timed(eager, "_backward"), GcTime()]
     # PyTorch again after gconv: whether gconv's presence in the process slows PyTorch's own ops.
     sides = args.order.split(",")
     rows = [

@@ -2,8 +2,6 @@
 //! on any stream of the context. The timer replays R calls of a candidate (uploaded ahead on
 //! its stream); the runtime replays a caller's repeated run (`replay.rs`).
 
-use std::sync::Arc;
-
 use cudarc::driver::result::{graph as graph_api, stream as stream_api};
 use cudarc::driver::sys::{self as cu, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::CudaStream;
@@ -13,7 +11,7 @@ use crate::device::driver_error;
 
 /// `calls` calls captured into a graph and instantiated; an error where the calls cannot be
 /// captured (the stream is out of capture mode again either way).
-pub(crate) fn capture(stream: &Arc<CudaStream>, calls: u32, launch: &mut impl FnMut() -> Result<()>) -> Result<Graph> {
+pub(crate) fn capture(stream: &CudaStream, calls: u32, launch: &mut impl FnMut() -> Result<()>) -> Result<Graph> {
     let raw = stream.cu_stream();
     // SAFETY: a live stream of the current context (the timer's calibration call, or the
     // replayed run's earlier sightings, ran on this thread). Only this thread's unsafe calls

@@ -25,6 +25,15 @@ pub const MODEL_FORMAT: u32 = 1;
 /// the whole forest (data/models/README.md); 16 kept lost 2-3 points of mean.
 pub const SCREEN: Screen = Screen { trees: 60, keep: 32, per_group: 2 };
 
+/// The distinct solvers of `solvers`, sorted, and each candidate's index among them.
+fn solver_groups<'a>(solvers: &[&'a str]) -> (Vec<&'a str>, Vec<u32>) {
+    let mut distinct = solvers.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let group = solvers.iter().map(|s| distinct.binary_search(s).expect("one of the solvers") as u32).collect();
+    (distinct, group)
+}
+
 /// Data types whose times one model predicts: fp32 (exact and TF32) or 16-bit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -149,16 +158,14 @@ impl Model {
     pub fn pick_order(&self, problem: &ProblemRow, solvers: &[&str], log_ms: &[f64]) -> Vec<usize> {
         let Some(stage_one) = &self.solver_forest else { return by_time(log_ms) };
         let mut order: Vec<usize> = (0..log_ms.len()).collect();
-        let mut distinct: Vec<&str> = solvers.to_vec();
-        distinct.sort_unstable();
-        distinct.dedup();
+        let (distinct, group) = solver_groups(solvers);
         let mut rows = Vec::with_capacity(distinct.len() * self.spec.width());
         for solver in &distinct {
             self.spec.push_row(problem, solver, &Config::empty(), None, &mut rows);
         }
         let mut best = Vec::new();
         stage_one.predict(&rows, self.spec.width(), &mut best);
-        let best_of = |i: usize| best[distinct.binary_search(&solvers[i]).expect("a listed solver")];
+        let best_of = |i: usize| best[group[i] as usize];
         order.sort_by(|&a, &b| best_of(a).total_cmp(&best_of(b)).then(log_ms[a].total_cmp(&log_ms[b])));
         order
     }
@@ -167,11 +174,7 @@ impl Model {
     /// predicted log times, screened by the forest's first trees ([`SCREEN`]), and the order in
     /// which the pick takes them ([`Model::pick_order`]).
     pub fn rank(&self, problem: &ProblemRow, rows: &[f64], solvers: &[&str]) -> (Vec<f64>, Vec<usize>) {
-        let mut distinct: Vec<&str> = solvers.to_vec();
-        distinct.sort_unstable();
-        distinct.dedup();
-        let group: Vec<u32> =
-            solvers.iter().map(|s| distinct.binary_search(s).expect("a listed solver") as u32).collect();
+        let (_, group) = solver_groups(solvers);
         let mut log_ms = Vec::new();
         self.forest.walked().predict_screened(rows, self.spec.width(), &group, SCREEN, &mut log_ms);
         let order = self.pick_order(problem, solvers, &log_ms);
