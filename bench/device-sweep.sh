@@ -4,24 +4,37 @@
 # it lacks for this device, and the grown sweep comes back as $OUT/NAME.csv.gz, to commit over
 # it (`gconv train` and `validate` read gzipped sweeps as they are).
 #
-#   bench/device-sweep.sh PROBLEMS DTYPE NAME SECONDS [sweep options...]
+#   bench/device-sweep.sh PROBLEMS DTYPE NAME SECONDS [sweep options...]   # ends by SECONDS + a problem's time
 #   bench/device-sweep.sh data/problems/h200-synthetic-train.txt bf16 h200-train-bf16 480 --early-stop --configs-per-solver 16
 #
 # Prepare here: ../shared/tools/device-pack -p gconv-cli; gzip -9 .device/bin/*; carry .device.
 # $OUT/NAME.log has the sweep's output and, last, the rows it added and the rate per second.
+# Each call starts on a fresh machine with no kernels built: the kernel cache comes back as
+# $OUT/kernels.tar.gz (where under 15 MiB), and one copied here as .device/kernels.tar.gz is
+# unpacked first, so the next slice loads the kernels this one built instead of compiling them.
 set -u
 problems=$1 dtype=$2 name=$3 seconds=$4
 shift 4
 cd "$(dirname "$0")/.."
 for f in .device/bin/*.gz; do [ -e "$f" ] && gunzip -f "$f"; done
 chmod +x .device/bin/*
+kernels=${XDG_CACHE_HOME:-$HOME/.cache}/gconv/kernels
+mkdir -p "$kernels"
+[ -f .device/kernels.tar.gz ] && tar -xzf .device/kernels.tar.gz -C "$kernels"
+built_before=$(ls "$kernels" | wc -l)
 csv=/tmp/$name.csv
 [ -f "data/sweeps/$name.csv.gz" ] && gunzip -c "data/sweeps/$name.csv.gz" > "$csv"
 before=$( [ -f "$csv" ] && wc -l < "$csv" || echo 0)
 started=$(date +%s)
-timeout "$seconds" .device/bin/gconv sweep --problems "$problems" --dtype "$dtype" --out "$csv" "$@" > "$OUT/$name.log" 2>&1
+# The sweep stops handing out problems at SECONDS and finishes those under way (its summary
+# says where the time went); the outer timeout is a guard against a hang.
+timeout $((seconds + 90)) .device/bin/gconv sweep --problems "$problems" --dtype "$dtype" --out "$csv" \
+  --time-limit-s "$seconds" "$@" > "$OUT/$name.log" 2>&1
 status=$?
 elapsed=$(( $(date +%s) - started ))
 after=$(wc -l < "$csv")
 echo "status $status: $((after - before)) rows in $elapsed s ($(awk "BEGIN { printf \"%.2f\", ($after - $before) / $elapsed }") a second)" >> "$OUT/$name.log"
 gzip -9 -c "$csv" > "$OUT/$name.csv.gz"
+echo "kernel cache: $built_before kernels brought, $(ls "$kernels" | wc -l) now" >> "$OUT/$name.log"
+tar -czf /tmp/kernels.tar.gz -C "$kernels" .
+[ "$(stat -c %s /tmp/kernels.tar.gz)" -lt $((15 << 20)) ] && cp /tmp/kernels.tar.gz "$OUT/"

@@ -17,6 +17,9 @@ in the order PyTorch then gconv:
   the model was made);
 - host: the host time of one step enqueued behind a busy GPU (nothing waits on the GPU), the
   eager step's floor when the step is host-bound, and the CPU time of the process in it;
+- eager, interleaved: the eager step again, both sides ready in the process and timed in
+  alternating rounds (the host's speed drifts within a process; rounds side by side see the
+  same drift), after every network's other figures;
 - graph: the whole step captured into one CUDA graph, replayed --steps times between events;
 - conv: CUDA time of the convolution kernels per step under torch.profiler: all the kernels'
   time less that of kernels tied to operators other than `aten::convolution` and
@@ -327,6 +330,7 @@ def main():
             result["rows"].append(row)
             print(json.dumps(row), flush=True)
             save(result, args.out)
+    interleave(result, args)
     # The profiler last: it slows every launch after it (see conv above).
     for row in result["rows"]:
         if "conv_ms" not in row:
@@ -336,6 +340,34 @@ def main():
             torch.cuda.empty_cache()
             print(json.dumps({k: row[k] for k in ("net", "side", "conv_ms")}), flush=True)
             save(result, args.out)
+
+
+ROUNDS = 6
+
+
+def interleave(result, args):
+    """Each network's eager step timed again with both sides made ready in the process and
+    measured in alternating rounds (torch, gconv, gconv, torch, ...), the median of each side's
+    rounds: the host's speed drifts within a process by a quarter (PyTorch's MobileNetV2 step
+    20.0 ms and 14.8 ms measured minutes apart in one process on an H200), and rounds side by
+    side see the same drift."""
+    rows = {(r["net"], r["side"]): r for r in result["rows"]}
+    for name in dict.fromkeys(r["net"] for r in result["rows"]):
+        pair = [rows.get((name, side)) for side in ("torch", "gconv")]
+        if None in pair or all("eager_interleaved_ms" in r for r in pair):
+            continue
+        steps = [warm_step(name, side, args.batch, torch.device("cuda"), args.warmup, tune=args.select == "tune") for side in ("torch", "gconv")]
+        rounds = [[], []]
+        for r in range(ROUNDS):
+            for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+                rounds[i].append(gpu_ms(steps[i], args.steps))
+        for row, times in zip(pair, rounds):
+            row["eager_interleaved_ms"] = statistics.median(times)
+            row["eager_rounds_ms"] = times
+        del steps
+        torch.cuda.empty_cache()
+        print(json.dumps({"net": name, "eager_interleaved_ms": [row["eager_interleaved_ms"] for row in pair]}), flush=True)
+        save(result, args.out)
 
 
 def save(result, path):

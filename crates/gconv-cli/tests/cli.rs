@@ -221,12 +221,36 @@ fn sweep_writes_every_candidate_once_and_resumes() {
     );
 
     let again = scratch.run(&args);
-    assert!(
-        stdout(&again).contains(&format!("0 candidates to measure, {} already in", rows.len())),
-        "{}",
-        stdout(&again)
-    );
+    let said = stdout(&again);
+    assert!(said.contains(&format!("{} rows already in", rows.len())) && said.contains("measured:  0 ok,"), "{said}");
     assert_eq!(std::fs::read_to_string(&out).unwrap(), text, "a resumed sweep adds nothing");
+}
+
+#[test]
+fn a_sweep_past_its_time_limit_stops_and_a_later_one_goes_on() {
+    let scratch = Scratch::new("sweep-limit");
+    let problems = scratch.path("problems.txt");
+    std::fs::write(
+        &problems,
+        "v1:fwd:f32:NCHW:n1:c4:k4:i6x6:f3x3:s1x1:p1x1:d1x1
+",
+    )
+    .unwrap();
+    let out = scratch.path("sweep.csv");
+    let args = ["sweep", "--problems", problems.to_str().unwrap(), "--out", out.to_str().unwrap(), "--find-iter", "1"];
+    let cut = scratch.run(&[&args[..], &["--time-limit-s", "0.000001"]].concat());
+    let said = stdout(&cut);
+    assert!(cut.status.success(), "{said}{}", stderr(&cut));
+    assert!(said.contains("measured:  0 ok,") && said.contains("stopped:   at the time limit"), "{said}");
+    let rest = scratch.run(&args);
+    let said = stdout(&rest);
+    assert!(rest.status.success() && !said.contains("measured:  0 ok,") && !said.contains("stopped:"), "{said}");
+    let bad = scratch.run(&[&args[..], &["--time-limit-s", "0"]].concat());
+    assert!(
+        !bad.status.success() && stderr(&bad).contains("--time-limit-s must be a positive number"),
+        "{}",
+        stderr(&bad)
+    );
 }
 
 #[test]

@@ -40,6 +40,10 @@ pub struct SweepCmd {
     /// every row is verified and fully timed without it
     #[arg(long = "early-stop")]
     pub early_stop: bool,
+    /// Hand out no problem after this many seconds: the problems being measured finish, the
+    /// summary prints, and a later run with the same --out goes on from there
+    #[arg(long = "time-limit-s")]
+    pub time_limit_s: Option<f64>,
     #[command(flatten)]
     pub find: FindArgs,
     /// Run as a worker: measure the JSON batches read from standard input (the sweep starts
@@ -57,6 +61,13 @@ pub fn run(ctx: &Context<'_>, cmd: SweepCmd) -> anyhow::Result<ExitCode> {
     let (problems, parsed) = cmd.select.problems(file, ctx.tf32)?;
     let mut opts = sweep_options(ctx, out, find, cmd.timeout_s, cmd.devices)?;
     opts.configs_per_solver = cmd.configs_per_solver.map(|n| n as usize);
+    if let Some(seconds) = cmd.time_limit_s {
+        anyhow::ensure!(
+            seconds.is_finite() && seconds > 0.0,
+            "--time-limit-s must be a positive number of seconds, got {seconds}"
+        );
+        opts.time_limit = Some(std::time::Duration::from_secs_f64(seconds));
+    }
     let code = sweep::sweep(ctx.rt, ctx.device_line, &problems, &opts)?;
     Ok(if parsed == ExitCode::SUCCESS { code } else { parsed })
 }

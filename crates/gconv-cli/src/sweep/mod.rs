@@ -3,13 +3,14 @@
 //! `sweep --worker`), one per device, so a kernel that faults or hangs costs only its own row:
 //! the worker is stopped, the row recorded as failed, and a new worker goes on with the rest.
 //! Rows already in the CSV for this device are skipped, so a stopped sweep resumes. While the
-//! workers measure, this process builds the kernels of the problems queued next.
+//! workers measure, this process lists the candidates of the problems next and builds their
+//! kernels; `--time-limit-s` stops handing out problems, so a time-boxed slice ends with its
+//! summary.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -25,8 +26,10 @@ use serde::{Deserialize, Serialize};
 
 use self::csv_file::measured_rows;
 pub use self::csv_file::{CsvSink, Row, RowReply};
+use self::queue::Queue;
 
 mod csv_file;
+mod queue;
 
 /// Building a problem's kernels ahead may take this many times the per-candidate timeout.
 const BUILD_TIMEOUT_FACTOR: u32 = 10;
@@ -40,6 +43,8 @@ pub struct SweepOptions {
     pub devices: Vec<String>,
     /// Sample each solver's own config space down to this many (and its default).
     pub configs_per_solver: Option<usize>,
+    /// Hand out no problem after this long; the ones being measured finish.
+    pub time_limit: Option<Duration>,
     /// The global flags a worker is started with (backend, timing).
     pub worker_flags: Vec<String>,
     pub progress: bool,
@@ -78,49 +83,24 @@ pub fn sweep(
 ) -> anyhow::Result<ExitCode> {
     let device = rt.device_key();
     let done = measured_rows(&opts.out, device)?;
-    let mut queue = VecDeque::new();
-    let (mut total, mut skipped) = (0, 0);
-    for (idx, p) in problems.iter().enumerate() {
-        let key = p.key();
-        let all = candidates(rt, p, opts.configs_per_solver);
-        // A library that cannot list the problem has no picks to mark; its rows say why.
-        let yardstick = rt.yardstick(p).ok().flatten();
-        let marks = |solver: &dyn Solver, config: &Config| {
-            let ours = |y: &&Yardstick| y.solver == solver.id();
-            VendorMarks {
-                listed: solver.find_times_every_config(),
-                heuristic: yardstick.as_ref().filter(ours).is_some_and(|y| y.heuristic == *config),
-                find: yardstick.as_ref().filter(ours).is_some_and(|y| y.find.contains(config)),
-            }
-        };
-        let (items, vendor): (Vec<_>, Vec<_>) = all
-            .iter()
-            .map(|(s, c)| ((s.id().to_string(), c.to_string()), marks(*s, c)))
-            .filter(|((s, c), _)| !done.contains(&(key.clone(), s.clone(), c.clone())))
-            .unzip();
-        skipped += all.len() - items.len();
-        total += items.len();
-        if !items.is_empty() {
-            queue.push_back(Pending { idx, problem: p.clone(), items, vendor });
-        }
-    }
     println!("device:    {device_line}");
     println!(
-        "sweep:     {} problems, {total} candidates to measure, {skipped} already in {}",
+        "sweep:     {} problems, {} rows already in {}{}",
         problems.len(),
-        opts.out.display()
+        done.len(),
+        opts.out.display(),
+        opts.time_limit.map(|t| format!("; time limit {} s", t.as_secs())).unwrap_or_default()
     );
     let csv = Mutex::new(CsvSink::open(&opts.out)?);
-    let bar = ProgressBar::new(total as u64);
+    let bar = ProgressBar::new(0);
     match opts.progress {
         true => bar.set_style(
-            ProgressStyle::with_template("[{bar:30}] {pos}/{len} candidates, {elapsed} spent, ETA {eta}")
+            ProgressStyle::with_template("[{bar:30}] {pos}/{len} candidates listed so far, {elapsed} spent")
                 .expect("valid template")
                 .progress_chars("=> "),
         ),
         false => bar.set_draw_target(indicatif::ProgressDrawTarget::hidden()),
     }
-    let queue = Mutex::new(queue);
     let seen = rt.worker_devices();
     let named = match opts.devices.is_empty() {
         true => &seen,
@@ -142,36 +122,104 @@ pub fn sweep(
         Ok(())
     };
     let started = Instant::now();
-    let measured = AtomicBool::new(false);
-    let spent = std::thread::scope(|scope| {
-        scope.spawn(|| build_ahead(rt, &queue, &measured));
+    let queue = Queue::new(opts.time_limit.map(|t| started + t));
+    let (listed, spent) = std::thread::scope(|scope| {
+        let lister = scope.spawn(|| list(rt, problems, opts.configs_per_solver, &done, &queue, &bar));
+        let builder = scope.spawn(|| build_ahead(rt, &queue));
         let workers: Vec<_> = devices
             .iter()
             .map(|d| scope.spawn(|| drive_worker(opts.timeout, &|| Worker::start(opts, *d), &queue, &sink)))
             .collect();
         let spent: anyhow::Result<Spent> =
             workers.into_iter().map(|w| w.join().expect("a worker thread panicked")).sum();
-        measured.store(true, Ordering::Relaxed);
-        spent
-    })?;
+        queue.close();
+        builder.join().expect("the kernel builder panicked");
+        (lister.join().expect("the lister panicked"), spent)
+    });
+    let spent = spent?;
     bar.finish_and_clear();
     let wall = started.elapsed().as_secs_f64();
+    let measured = csv.into_inner().unwrap().counts;
+    let total: usize = measured.iter().sum();
     println!(
-        "time:      {wall:.0} s, {:.2} candidates a second per worker; the workers built kernels {:.0} s and measured {:.0} s",
+        "time:      {wall:.0} s, {:.2} candidates a second per worker; listing took {:.0} s, the workers built kernels {:.0} s and measured {:.0} s",
         total as f64 / wall / devices.len() as f64,
+        listed.time.as_secs_f64(),
         spent.building.as_secs_f64(),
         spent.measuring.as_secs_f64()
     );
-    let counts = csv.into_inner().unwrap().counts;
     println!(
         "measured:  {} ok, {} stopped early, {} failed or wrong, {} not run; rows in {}",
-        counts[0],
-        counts[3],
-        counts[1],
-        counts[2],
+        measured[0],
+        measured[3],
+        measured[1],
+        measured[2],
         opts.out.display()
     );
-    Ok(if counts[1] == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    if queue.past_deadline() {
+        println!(
+            "stopped:   at the time limit, {} problems listed and not measured, {} not listed",
+            queue.left(),
+            problems.len() - listed.problems
+        );
+    }
+    Ok(if measured[1] == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// How far the listing went: problems looked at, and the time it took.
+struct Listed {
+    problems: usize,
+    time: Duration,
+}
+
+/// Lists each problem's candidates not yet in the CSV into the queue, in the problems' order,
+/// until all are listed or the time is up.
+fn list(
+    rt: &dyn Runtime,
+    problems: &[ConvProblem],
+    per_solver: Option<usize>,
+    done: &HashSet<(String, String, String)>,
+    queue: &Queue,
+    bar: &ProgressBar,
+) -> Listed {
+    /// Ends the listing however `list` returns, so that no worker waits for more.
+    struct Finish<'q>(&'q Queue);
+    impl Drop for Finish<'_> {
+        fn drop(&mut self) {
+            self.0.finish_listing();
+        }
+    }
+    let _finish = Finish(queue);
+    let started = Instant::now();
+    let mut looked = 0;
+    for (idx, p) in problems.iter().enumerate() {
+        if queue.past_deadline() {
+            break;
+        }
+        looked += 1;
+        let key = p.key();
+        let all = candidates(rt, p, per_solver);
+        // A library that cannot list the problem has no picks to mark; its rows say why.
+        let yardstick = rt.yardstick(p).ok().flatten();
+        let marks = |solver: &dyn Solver, config: &Config| {
+            let ours = |y: &&Yardstick| y.solver == solver.id();
+            VendorMarks {
+                listed: solver.find_times_every_config(),
+                heuristic: yardstick.as_ref().filter(ours).is_some_and(|y| y.heuristic == *config),
+                find: yardstick.as_ref().filter(ours).is_some_and(|y| y.find.contains(config)),
+            }
+        };
+        let (items, vendor): (Vec<_>, Vec<_>) = all
+            .iter()
+            .map(|(s, c)| ((s.id().to_string(), c.to_string()), marks(*s, c)))
+            .filter(|((s, c), _)| !done.contains(&(key.clone(), s.clone(), c.clone())))
+            .unzip();
+        if !items.is_empty() {
+            bar.inc_length(items.len() as u64);
+            queue.push(Pending { idx, problem: p.clone(), items, vendor });
+        }
+    }
+    Listed { problems: looked, time: started.elapsed() }
 }
 
 /// Builds the kernels of gconv's own solvers for the problems next in the queue while the
@@ -180,14 +228,9 @@ pub fn sweep(
 /// live in the process that makes them: the worker's.) Ends when every problem still queued
 /// is built or, after the problem it is building, once the workers are done (failures are
 /// left for the worker, which reports them in its rows).
-fn build_ahead(rt: &dyn Runtime, queue: &Mutex<VecDeque<Pending>>, measured: &AtomicBool) {
+fn build_ahead(rt: &dyn Runtime, queue: &Queue) {
     let mut built = HashSet::new();
-    while !measured.load(Ordering::Relaxed) {
-        let next = {
-            let queue = queue.lock().unwrap();
-            queue.iter().find(|p| !built.contains(&p.idx)).map(|p| (p.idx, p.problem.clone(), p.items.clone()))
-        };
-        let Some((idx, problem, items)) = next else { break };
+    while let Some((idx, problem, items)) = queue.next_unbuilt(&built) {
         built.insert(idx);
         let jobs: Vec<BuildJob<'_>> = items
             .iter()
@@ -221,13 +264,12 @@ impl std::iter::Sum for Spent {
 fn drive_worker(
     timeout: Duration,
     start: &dyn Fn() -> anyhow::Result<Worker>,
-    queue: &Mutex<VecDeque<Pending>>,
+    queue: &Queue,
     sink: &(dyn Fn(&Pending, usize, RowReply) -> anyhow::Result<()> + Sync),
 ) -> anyhow::Result<Spent> {
     let mut spent = Spent::default();
     let mut worker: Option<Worker> = None;
-    loop {
-        let Some(pending) = queue.lock().unwrap().pop_front() else { break };
+    while let Some(pending) = queue.take() {
         let mut left: Vec<usize> = (0..pending.items.len()).collect();
         while !left.is_empty() {
             let w = match worker.as_mut() {
@@ -430,8 +472,7 @@ mod tests {
     fn statuses_with(script: &str) -> Vec<String> {
         let problem = ConvProblem::from_key("v1:fwd:f32:NCHW:n1:c2:k2:i5x5:f3x3:s1x1:p1x1:d1x1").unwrap();
         let items = (0..3).map(|i| ("cpu.x".to_string(), format!("c{i}"))).collect();
-        let queue =
-            Mutex::new(VecDeque::from([Pending { idx: 0, problem, items, vendor: vec![VendorMarks::default(); 3] }]));
+        let queue = Queue::listed([Pending { idx: 0, problem, items, vendor: vec![VendorMarks::default(); 3] }]);
         let rows = Mutex::new(Vec::new());
         let sink = |_: &Pending, i: usize, reply: RowReply| -> anyhow::Result<()> {
             rows.lock().unwrap().push((i, reply.status));
