@@ -14,12 +14,15 @@ use crate::Result;
 /// every config of its space (a vendor library's: every engine config it lists), or its
 /// default where it has nothing to tune (a vendor library listing nothing has no candidate).
 /// With `per_solver`, a solver's own space is cut to that many configs plus its default.
+/// First come the likely fastest, each solver's first choice (its default config; a vendor
+/// library's first listed, its heuristic's pick), so that an early-stopping sweep has a good
+/// best to stop the others against from the start.
 pub fn candidates<'r>(
     rt: &'r dyn Runtime,
     p: &ConvProblem,
     per_solver: Option<usize>,
 ) -> Vec<(&'r dyn Solver, Config)> {
-    let mut all = Vec::new();
+    let (mut first, mut rest) = (Vec::new(), Vec::new());
     for s in rt.solvers().into_iter().filter(|s| !s.is_oracle() && s.applicable(p).is_ok()) {
         let mut configs: Vec<Config> = s.configs(p).collect();
         if let Some(n) = per_solver.filter(|&n| !s.find_times_every_config() && configs.len() > n) {
@@ -28,9 +31,19 @@ pub fn candidates<'r>(
         if configs.is_empty() && !s.find_times_every_config() {
             configs.push(s.default_config(p));
         }
-        all.extend(configs.into_iter().map(|c| (s, c)));
+        let choice = match s.find_times_every_config() {
+            true => configs.first().cloned(),
+            false => Some(s.default_config(p)),
+        };
+        for c in configs {
+            match Some(&c) == choice.as_ref() {
+                true => first.push((s, c)),
+                false => rest.push((s, c)),
+            }
+        }
     }
-    all
+    first.extend(rest);
+    first
 }
 
 /// `n` configs and the default. The sample is the configs of least hash of their text: the
