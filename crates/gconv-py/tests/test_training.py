@@ -1,7 +1,12 @@
 """A user's acceptance test: a small CNN trained on scikit-learn's handwritten digits (1,797 8x8
 images that ship inside the package) once with PyTorch's convolutions and once after
 `gconv.patch`, from the same initial weights and batch order. The loss curves must agree within
-noise and the held-out accuracy within one point (597 held-out images: a point is six of them)."""
+noise and the held-out accuracy within one point (597 held-out images: a point is six of them).
+
+The run is taken to convergence (30 epochs, the learning rate annealed to zero): stopped
+halfway, at about 93%, the accuracy depends on rounding alone by about a point (PyTorch against
+PyTorch with its weights scaled by 1 + 1e-6 noise: 93.1% to 94.0% over six draws on the CPU);
+converged, at about 97%, by half a point (97.0% to 97.5%)."""
 
 import copy
 
@@ -11,7 +16,7 @@ torch = pytest.importorskip("torch")
 datasets = pytest.importorskip("sklearn.datasets")
 import gconv  # noqa: E402
 
-EPOCHS = 10
+EPOCHS = 30
 BATCH = 64
 
 
@@ -45,6 +50,7 @@ def network():
 def train(model, train_set, test_set):
     (x, y), (x_test, y_test) = train_set, test_set
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, EPOCHS)
     order = torch.Generator().manual_seed(1)
     losses = []
     for _ in range(EPOCHS):
@@ -55,6 +61,7 @@ def train(model, train_set, test_set):
             loss.backward()
             optimizer.step()
             total += loss.item() * len(batch)
+        schedule.step()
         losses.append(total / len(y))
     with torch.no_grad():
         accuracy = (model(x_test).argmax(1) == y_test).float().mean().item() * 100
