@@ -3,6 +3,8 @@ step of the model runs (forward, backward-data and backward-weight) and stores t
 gconv's user database, so that training, in this process or a later one, starts with none to
 make."""
 
+import gc
+
 import torch
 
 from . import _engine
@@ -34,5 +36,8 @@ def tune(model, *example_inputs, backward=True):
         model.zero_grad(set_to_none=True)
     # Training needs no more finds: the workers' GPU memory goes back.
     _engine.close_finders()
+    # A long tune leaves garbage behind (a find's answers, its pass's autograd graph); collected
+    # here, not by a collection falling in the first training step.
+    gc.collect()
     after = _engine.stats()
     return {device: {k: v - before.get(device, {}).get(k, 0) for k, v in counts.items()} for device, counts in after.items()}
