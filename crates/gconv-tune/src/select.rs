@@ -1,10 +1,11 @@
 //! Choosing the solution for a problem by find mode, from the databases or by measuring. A
 //! selection carries the built solution, how it was chosen and where its config came from.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
-use gconv_core::{ConvProblem, Runtime, Solution};
+use gconv_core::{Config, ConvProblem, Runtime, Solution};
 
 use crate::db::{Db, RecordKey, Table, Warning};
 use crate::find::{find, FindOptions, Ranked, TestBed};
@@ -203,10 +204,12 @@ fn unmeasured(
     by_rule(rt, db, p, workspace_limit, warnings)
 }
 
-/// Builds the candidates in predicted order until one builds within the workspace limit: a
-/// vendor engine from the model's list may not support this problem, which only its plan says.
-/// A solver tuned for the problem runs its tuned config: measured beats predicted.
-/// `None` when none builds.
+/// Builds the candidates in predicted order until one builds within the workspace limit.
+/// A solver tuned for the problem runs its tuned config: measured beats predicted. A vendor
+/// library's config runs only where the library lists it for this problem, as every config a
+/// find or a sweep times is: the model proposes configs listed for other shapes, whose knobs
+/// may not suit this one, and a plan that builds is no proof that it computes this problem
+/// right (asking costs one listing per problem, kept by the library). `None` when none builds.
 fn by_model(
     rt: &dyn Runtime,
     db: &Db,
@@ -215,11 +218,18 @@ fn by_model(
     workspace_limit: u64,
     warnings: &[Warning],
 ) -> Option<Selection> {
+    let mut listed: HashMap<&str, Vec<Config>> = HashMap::new();
     for candidate in ranked {
-        let (config, origin) = match rt.solver(&candidate.solver).map(|s| known_config(db, rt.device_key(), s, p)) {
-            Ok(Ok(known)) if known.origin == ConfigOrigin::Tuned => (known.config, known.origin),
+        let Ok(solver) = rt.solver(&candidate.solver) else { continue };
+        let (config, origin) = match known_config(db, rt.device_key(), solver, p) {
+            Ok(known) if known.origin == ConfigOrigin::Tuned => (known.config, known.origin),
             _ => (candidate.config.clone(), ConfigOrigin::Predicted),
         };
+        if solver.find_times_every_config()
+            && !listed.entry(solver.id()).or_insert_with(|| solver.configs(p).collect()).contains(&config)
+        {
+            continue;
+        }
         if let Ok(solution) = rt.build(&candidate.solver, p, config) {
             if solution.workspace_bytes <= workspace_limit {
                 return Some(Selection {

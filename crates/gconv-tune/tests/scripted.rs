@@ -12,6 +12,7 @@ use gconv_core::{
 };
 use gconv_tune::db::Db;
 use gconv_tune::find::{find, FindOptions, TestBed};
+use gconv_tune::heuristic::{Heuristic, Predicted, Ranking};
 use gconv_tune::outcome::Outcome;
 use gconv_tune::search::Exhaustive;
 use gconv_tune::select::{select, stored, FindMode, Source};
@@ -48,11 +49,15 @@ impl Backend for Scripted {
     type Buffers<'a> = ();
 }
 
-/// A solver with nothing to tune (configs empty) or with the configs `tiles` as its space.
+/// A solver with nothing to tune (configs empty) or with the configs `tiles` as its space. A
+/// `vendor` one is a library whose find times every config it lists (`tiles`) and which builds
+/// any tile it is given, listed or not (as cuDNN plans an engine config listed for other
+/// shapes).
 struct FakeSolver {
     id: &'static str,
     tiles: Vec<u32>,
     applies: bool,
+    vendor: bool,
 }
 
 impl Solver for FakeSolver {
@@ -76,11 +81,15 @@ impl Solver for FakeSolver {
         Box::new(self.tiles.iter().map(|&t| Config::new([("t", t)])))
     }
 
+    fn find_times_every_config(&self) -> bool {
+        self.vendor
+    }
+
     fn check_config(&self, _p: &ConvProblem, config: &Config) -> Result<()> {
         let valid = if self.tiles.is_empty() {
             config.is_empty()
         } else {
-            config.get("t").is_some_and(|t| self.tiles.contains(&t))
+            config.get("t").is_some_and(|t| self.vendor || self.tiles.contains(&t))
         };
         valid
             .then_some(())
@@ -226,7 +235,7 @@ fn db(name: &str) -> (Db, std::path::PathBuf) {
 }
 
 fn plain(id: &'static str) -> FakeSolver {
-    FakeSolver { id, tiles: Vec::new(), applies: true }
+    FakeSolver { id, tiles: Vec::new(), applies: true, vendor: false }
 }
 
 fn opts() -> FindOptions {
@@ -304,7 +313,7 @@ fn modes_measure_only_when_they_should() {
 
 #[test]
 fn tuning_keeps_the_fastest_verified_config_and_find_then_runs_it() {
-    let tiles = FakeSolver { id: "tiled", tiles: vec![16, 32, 64], applies: true };
+    let tiles = FakeSolver { id: "tiled", tiles: vec![16, 32, 64], applies: true, vendor: false };
     let rt = ScriptedRuntime::new(
         vec![tiles, plain("plain")],
         &[
@@ -323,5 +332,44 @@ fn tuning_keeps_the_fastest_verified_config_and_find_then_runs_it() {
     assert_eq!(outcome.find[0].config.to_string(), "t64");
     let again = tune(&rt, &mut db, &p, &Exhaustive, Searched::All, &opts(), &mut |_| {}).unwrap();
     assert!(again.skipped, "a tuned problem is not tuned again");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A model whose ranking is given.
+struct Ranked(Vec<(&'static str, Config)>);
+
+impl Heuristic for Ranked {
+    fn rank(&self, _rt: &dyn Runtime, _p: &ConvProblem) -> Option<Arc<Ranking>> {
+        let candidates = self.0.iter().map(|(solver, config)| Predicted {
+            solver: solver.to_string(),
+            config: config.clone(),
+            ms: 1.0,
+        });
+        Some(Arc::new(Ranking { candidates: candidates.collect() }))
+    }
+
+    fn describe(&self) -> String {
+        "a given ranking".into()
+    }
+}
+
+#[test]
+fn the_models_pick_of_a_vendor_config_is_one_the_vendor_lists_for_the_problem() {
+    let library = FakeSolver { id: "library", tiles: vec![16, 32], applies: true, vendor: true };
+    let rt = ScriptedRuntime::new(vec![library, plain("own")], &[]);
+    let (mut db, dir) = db("listed");
+    let p = problem();
+    let tile = |t: u32| Config::new([("t", t)]);
+    let model = Ranked(vec![("library", tile(99)), ("library", tile(32)), ("own", Config::empty())]);
+    let s = select(&rt, &mut db, &mut TestBed::new(&rt, &p), &p, FindMode::Fast, &opts(), Some(&model)).unwrap();
+    assert_eq!(
+        (s.solution.solver_id, s.solution.config.to_string().as_str(), s.source),
+        ("library", "t32", Source::Model),
+        "a config the library builds but does not list for the problem is passed over"
+    );
+    let model = Ranked(vec![("library", tile(99)), ("own", Config::empty())]);
+    let s = select(&rt, &mut db, &mut TestBed::new(&rt, &p), &p, FindMode::Fast, &opts(), Some(&model)).unwrap();
+    assert_eq!((s.solution.solver_id, s.source), ("own", Source::Model));
+    assert_eq!(rt.runs(), 0, "fast mode never runs a candidate");
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -24,8 +24,8 @@ impl Solver for CudnnSolver {
     }
 
     /// Whether cuDNN takes the problem's operation graph. Which engines support it is the
-    /// config list's business (asking costs milliseconds, and a model's pick need not ask): an
-    /// empty list only means no config.
+    /// config list's business (asked once per problem, by find or by a model's pick of a cuDNN
+    /// config): an empty list only means no config.
     fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
         require!(self.library.version().is_some(), "cuDNN (libcudnn) not found");
         self.library.supports(p).map_err(|e| NotApplicable::because(e.to_string()))
