@@ -209,9 +209,13 @@ pub fn select_bench(
         println!("model:     {}", m.describe());
     }
     // The warm-up pass prints each pick; it may benchmark (in modes other than fast) and fills
-    // statement caches, so the timed passes measure selection from a warm db.
+    // statement caches, so the timed passes measure selection from a warm db. Its own time is
+    // first sight's: listing, ranking and building included.
+    let mut first_sight = Vec::with_capacity(problems.len());
     for p in &problems {
+        let start = Instant::now();
         let s = select(rt, db, &mut TestBed::new(rt, p), p, mode, opts, heuristic)?;
+        first_sight.push(start.elapsed().as_secs_f64() * 1e6);
         print_warnings(&s.warnings);
         println!(
             "{}  ->  {} {} ({}, config {})",
@@ -246,6 +250,7 @@ pub fn select_bench(
 selection ({} problems x {repeat} repeats, warm db):",
         problems.len()
     );
+    println!("  first sight, {mode} (listing, ranking and building the solution): {}", percentiles(first_sight));
     if let Some(m) = model {
         let mut candidates = 0;
         let mut phases: [Vec<f64>; 3] = Default::default();
