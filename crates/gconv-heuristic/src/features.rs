@@ -1,18 +1,19 @@
 //! Features of a (problem, solver, config) candidate on a device: the problem's sizes, its
 //! implicit GEMM, the solver (one-hot), every config field as its own feature, and what a tile
 //! config implies (padding waste, blocks against the device's units and wave quantisation,
-//! split-K, workspace). A model's [`FeatureSpec`] fixes the columns, so the same function
-//! makes training rows and selection rows.
+//! split-K, workspace), and for a vendor library's config where the library itself would put
+//! it (its heuristic's pick, its own find's list). A model's [`FeatureSpec`] fixes the columns,
+//! so the same function makes training rows and selection rows.
 
 use std::collections::HashMap;
 
 use gconv_core::{Config, ConvProblem, DataType, DeviceFacts, Direction, Layout};
 use serde::{Deserialize, Serialize};
 
-use crate::measured::Measured;
+use crate::measured::{Measured, VendorMarks};
 
 /// Bumped whenever a feature's meaning or order changes: a model of another version is refused.
-pub const FEATURE_VERSION: u32 = 1;
+pub const FEATURE_VERSION: u32 = 2;
 
 /// The problem's columns, in order.
 const PROBLEM_FEATURES: [&str; 33] = [
@@ -50,9 +51,20 @@ const PROBLEM_FEATURES: [&str; 33] = [
     "units",
     "clock_mhz",
 ];
-/// What a tile config implies, after the config fields.
-const TILE_FEATURES: [&str; 9] =
-    ["waste_m", "waste_n", "waste_k", "blocks", "waves", "wave_efficiency", "split_k", "k_per_split", "workspace_mb"];
+/// What a tile config implies, after the config fields; last, a vendor config's marks.
+const TILE_FEATURES: [&str; 11] = [
+    "waste_m",
+    "waste_n",
+    "waste_k",
+    "blocks",
+    "waves",
+    "wave_efficiency",
+    "split_k",
+    "k_per_split",
+    "workspace_mb",
+    "vendor_heuristic_pick",
+    "vendor_find_list",
+];
 
 /// The columns of a model: the problem's, one per solver, one per config field name seen in
 /// training, then the tile columns.
@@ -161,13 +173,15 @@ impl FeatureSpec {
 
     /// Appends one candidate's row to `out`. A config field the candidate does not have, and a
     /// tile column of a config without a tile, is NaN (missing, to the trees). `workspace` is
-    /// `None` where it is known only once the vendor library plans the config.
+    /// `None` where it is known only once the vendor library plans the config; `vendor`, the
+    /// library's marks of its own config (`None` for other solvers: NaN).
     pub fn push_row(
         &self,
         problem: &ProblemRow,
         solver: &str,
         config: &Config,
         workspace: Option<u64>,
+        vendor: Option<VendorMarks>,
         out: &mut Vec<f64>,
     ) {
         out.extend_from_slice(&problem.values);
@@ -200,19 +214,26 @@ impl FeatureSpec {
             tile[7] = k / splits;
         }
         tile[8] = workspace.map_or(f64::NAN, |w| w as f64 * 1e-6);
+        if let Some(marks) = vendor {
+            (tile[9], tile[10]) = (f64::from(u8::from(marks.heuristic)), f64::from(u8::from(marks.find)));
+        }
         out.extend_from_slice(&tile);
     }
 }
 
 /// The feature rows of measured candidates, row after row, and their width. A listed
-/// solver's workspace is left out: selection knows it only once the library plans the config.
+/// solver's workspace is left out: selection knows it only once the library plans the config;
+/// its marks are in.
 pub fn rows_of(spec: &FeatureSpec, rows: &[&Measured]) -> (Vec<f64>, usize) {
     let mut problem_rows: HashMap<&ConvProblem, ProblemRow> = HashMap::new();
     let mut out = Vec::with_capacity(rows.len() * spec.width());
     for r in rows {
         let problem = problem_rows.entry(&r.problem).or_insert_with(|| ProblemRow::new(&r.problem, r.facts));
-        let workspace = (!r.vendor.listed).then_some(r.workspace_bytes);
-        spec.push_row(problem, &r.solver, &r.config, workspace, &mut out);
+        let (workspace, vendor) = match r.vendor.listed {
+            true => (None, Some(r.vendor)),
+            false => (Some(r.workspace_bytes), None),
+        };
+        spec.push_row(problem, &r.solver, &r.config, workspace, vendor, &mut out);
     }
     (out, spec.width())
 }
@@ -227,7 +248,7 @@ mod tests {
         let spec = FeatureSpec::new(vec!["a".into(), "b".into()], vec!["bm".into(), "bn".into(), "eng".into()]);
         let problem = ProblemRow::new(&p, DeviceFacts { units: 132, clock_mhz: 1980 });
         let mut row = Vec::new();
-        spec.push_row(&problem, "b", &Config::new([("bm", 128), ("bn", 64)]), Some(0), &mut row);
+        spec.push_row(&problem, "b", &Config::new([("bm", 128), ("bn", 64)]), Some(0), None, &mut row);
         assert_eq!(row.len(), spec.width());
         assert_eq!(spec.names().len(), spec.width());
         let at = |name: &str| row[spec.names().iter().position(|n| n == name).unwrap()];
@@ -237,5 +258,12 @@ mod tests {
         // 6272 rows in 49 tiles of 128, 128 columns in 2 of 64: 98 blocks on 132 SMs.
         assert_eq!(at("blocks"), 98.0);
         assert!((at("wave_efficiency") - 98.0 / 132.0).abs() < 1e-12);
+        assert!(at("vendor_heuristic_pick").is_nan() && at("vendor_find_list").is_nan(), "not a vendor's config");
+        row.clear();
+        let marks = VendorMarks { listed: true, heuristic: false, find: true };
+        spec.push_row(&problem, "a", &Config::empty(), None, Some(marks), &mut row);
+        let at = |name: &str| row[spec.names().iter().position(|n| n == name).unwrap()];
+        assert_eq!((at("vendor_heuristic_pick"), at("vendor_find_list")), (0.0, 1.0));
+        assert!(at("workspace_mb").is_nan());
     }
 }

@@ -161,7 +161,7 @@ impl Model {
         let (distinct, group) = solver_groups(solvers);
         let mut rows = Vec::with_capacity(distinct.len() * self.spec.width());
         for solver in &distinct {
-            self.spec.push_row(problem, solver, &Config::empty(), None, &mut rows);
+            self.spec.push_row(problem, solver, &Config::empty(), None, None, &mut rows);
         }
         let mut best = Vec::new();
         stage_one.predict(&rows, self.spec.width(), &mut best);

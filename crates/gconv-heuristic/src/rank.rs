@@ -1,8 +1,9 @@
 //! Selection by the model: every candidate the runtime offers for a problem (a listed
-//! solver's configs from the model's list, so no vendor heuristic is asked), its features,
-//! the trees' prediction, sorted; remembered per problem for the process.
+//! solver's configs: those the library lists for the problem that the model saw in training,
+//! with the library's own marks of them), its features, the trees' prediction, sorted;
+//! remembered per problem for the process.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -10,12 +11,13 @@ use gconv_core::{Config, ConvProblem, Runtime};
 use gconv_tune::heuristic::{Heuristic, Predicted, Ranking};
 
 use crate::features::ProblemRow;
+use crate::measured::VendorMarks;
 use crate::model::{Model, ModelSet};
 
 /// A model with its listed and trained configs parsed once.
 struct Loaded {
     model: Model,
-    listed: HashMap<String, Vec<Config>>,
+    listed: HashMap<String, HashSet<Config>>,
     trained: HashMap<String, Vec<Config>>,
 }
 
@@ -42,7 +44,8 @@ impl ModelHeuristic {
             .models
             .into_iter()
             .map(|model| {
-                let listed = model.listed.keys().map(|s| (s.clone(), model.listed_configs(s))).collect();
+                let listed =
+                    model.listed.keys().map(|s| (s.clone(), model.listed_configs(s).into_iter().collect())).collect();
                 let trained =
                     model.trained.keys().filter_map(|s| Some((s.clone(), model.trained_configs(s)?))).collect();
                 Loaded { model, listed, trained }
@@ -63,12 +66,22 @@ impl ModelHeuristic {
         let model = &loaded.model;
         let mut candidates: Vec<(&'static str, Config)> = Vec::new();
         let mut workspaces = Vec::new();
+        let mut marks = Vec::new();
         for solver in
             rt.solvers().into_iter().filter(|s| !s.is_oracle() && model.spec.solvers.iter().any(|id| id == s.id()))
         {
             if solver.find_times_every_config() {
-                for config in loaded.listed.get(solver.id()).into_iter().flatten() {
-                    candidates.push((solver.id(), config.clone()));
+                // The library's list for the problem (one listing, kept by the library): a
+                // config it lists for other shapes only may not suit this one.
+                let Some(known) = loaded.listed.get(solver.id()) else { continue };
+                let yardstick = rt.yardstick(p).ok().flatten().filter(|y| y.solver == solver.id());
+                for config in solver.configs(p).filter(|c| known.contains(c)) {
+                    marks.push(Some(VendorMarks {
+                        listed: true,
+                        heuristic: yardstick.as_ref().is_some_and(|y| y.heuristic == config),
+                        find: yardstick.as_ref().is_some_and(|y| y.find.contains(&config)),
+                    }));
+                    candidates.push((solver.id(), config));
                     workspaces.push(None);
                 }
             } else if solver.applicable(p).is_ok() {
@@ -86,13 +99,14 @@ impl ModelHeuristic {
                     candidates.push((solver.id(), solver.default_config(p)));
                 }
                 workspaces.extend(candidates[before..].iter().map(|(_, c)| Some(solver.workspace_bytes(p, c))));
+                marks.resize(candidates.len(), None);
             }
         }
         let listed = Instant::now();
         let problem = ProblemRow::new(p, rt.facts());
         let mut rows = Vec::with_capacity(candidates.len() * model.spec.width());
-        for ((solver, config), workspace) in candidates.iter().zip(&workspaces) {
-            model.spec.push_row(&problem, solver, config, *workspace, &mut rows);
+        for (((solver, config), workspace), vendor) in candidates.iter().zip(&workspaces).zip(&marks) {
+            model.spec.push_row(&problem, solver, config, *workspace, *vendor, &mut rows);
         }
         let featured = Instant::now();
         let solvers: Vec<&str> = candidates.iter().map(|(solver, _)| *solver).collect();
@@ -144,7 +158,14 @@ impl gconv_tune::search::SearchStrategy for ModelGuided {
         let problem = ProblemRow::new(p, self.facts);
         let mut rows = Vec::with_capacity(space.len() * model.spec.width());
         for config in &space {
-            model.spec.push_row(&problem, solver.id(), config, Some(solver.workspace_bytes(p, config)), &mut rows);
+            model.spec.push_row(
+                &problem,
+                solver.id(),
+                config,
+                Some(solver.workspace_bytes(p, config)),
+                None,
+                &mut rows,
+            );
         }
         let mut log_ms = Vec::new();
         model.forest.predict(&rows, model.spec.width(), &mut log_ms);

@@ -228,7 +228,14 @@ fn solver_bests(spec: &FeatureSpec, rows: &[&Measured]) -> (Vec<f64>, Vec<f64>) 
     }
     let (mut matrix, mut targets) = (Vec::new(), Vec::new());
     for row in best.into_values() {
-        spec.push_row(&ProblemRow::new(&row.problem, row.facts), &row.solver, &Config::empty(), None, &mut matrix);
+        spec.push_row(
+            &ProblemRow::new(&row.problem, row.facts),
+            &row.solver,
+            &Config::empty(),
+            None,
+            None,
+            &mut matrix,
+        );
         targets.push(row.ms.expect("timed rows").ln());
     }
     (matrix, targets)

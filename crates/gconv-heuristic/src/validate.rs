@@ -17,7 +17,7 @@ pub struct Outcome {
     pub oracle: (String, Config),
     pub oracle_ms: f64,
     /// The model's first-ranked candidate that ran, of those selection by the model can
-    /// propose (a listed solver's configs from the model's list).
+    /// propose (a listed solver's configs that the library lists for the problem and the model saw).
     pub pick: (String, Config),
     pub pick_ms: f64,
     pub predicted_ms: f64,

@@ -1,5 +1,5 @@
 //! What selection needs from a learned heuristic (gconv-heuristic's models): a problem's
-//! candidates ranked by predicted time, with nothing run and no vendor heuristic asked.
+//! candidates ranked by predicted time, with nothing run.
 
 use std::sync::Arc;
 
