@@ -1,12 +1,13 @@
 //! The learned heuristic end to end on the CPU, as CI runs it: a synthetic problem set split by
 //! shape, sweeps, training, validation with its charts, selection and tuning by the model, and
-//! a model retrained on a user's own finds and tuning picking better on those problems.
+//! a model retrained on a user's own finds and tuning picking better on those problems. On a
+//! GPU (ignored in CI): the built-in model's picks verified against the reference.
 
 mod common;
 
 use std::path::Path;
 
-use common::{stderr, stdout, Scratch};
+use common::{binary, stderr, stdout, Scratch};
 
 fn ok(scratch: &Scratch, args: &[&str]) -> String {
     let o = scratch.run(args);
@@ -183,4 +184,43 @@ fn a_model_retrained_on_a_users_finds_picks_better_on_them() {
     assert!(out.contains("trained:"), "{out}");
     let after = judged(&models);
     assert!(after >= before && after >= 90.0, "retrained on the user's rows: {before}% -> {after}%");
+}
+
+/// Shapes of every kind for the GPU's fast picks, every direction of each: dense, grouped and
+/// depthwise, channels-first and channels-last, 1D to 3D, fp32, fp16 and bf16, small enough for
+/// the CPU reference. The first is a channels-first grouped fp16 layer whose forward once got
+/// a cuDNN config the model knew from other shapes, which cuDNN planned and ran wrong.
+const FAST_PICK_LINES: &str = "\
+convfp16 -n 2 -c 16 -k 32 -g 2 -H 3 -W 5 -y 3 -x 3 -p 1 -q 0 -I NCHW
+convfp16 -n 2 -c 16 -k 32 -g 2 -H 3 -W 5 -y 3 -x 3 -p 1 -q 0 -I NHWC
+convbfp16 -n 4 -c 32 -k 64 -H 14 -W 14 -y 3 -x 3 -p 1 -q 1 -I NHWC
+convbfp16 -n 4 -c 32 -k 64 -H 14 -W 14 -y 3 -x 3 -p 1 -q 1 -I NCHW
+convbfp16 -n 2 -c 64 -k 64 -g 64 -H 16 -W 16 -y 3 -x 3 -p 1 -q 1 -u 2 -v 2 -I NHWC
+convfp16 -n 2 -c 48 -k 48 -g 48 -H 9 -W 9 -y 5 -x 5 -p 2 -q 2 -I NCHW
+convbfp16 -n 8 -c 64 -k 128 -H 7 -W 7 -y 1 -x 1 -I NHWC
+convfp16 -n 1 -c 24 -k 40 -g 4 -H 11 -W 6 -y 3 -x 1 -p 1 -q 0 -l 2 -j 1 -I NHWC
+convbfp16 -n 3 -c 8 -k 16 -g 2 -H 5 -W 5 -y 2 -x 2 -u 2 -v 2 -I NCHW
+conv -n 2 -c 16 -k 24 -H 10 -W 10 -y 3 -x 3 -p 1 -q 1 -I NCHW
+conv -n 2 -c 32 -k 32 -g 8 -H 8 -W 8 -y 3 -x 3 -p 1 -q 1 -I NHWC
+conv -n 2 -c 12 -k 12 -g 12 -H 13 -W 7 -y 3 -x 3 -p 1 -q 1 -u 2 -v 1 -I NCHW
+convbfp16 --spatial_dim 1 -n 4 -c 32 -k 64 -W 40 -x 5 -q 2 -I NWC
+convfp16 --spatial_dim 1 -n 2 -c 16 -k 16 -g 16 -W 33 -x 3 -q 1 -I NCW
+convbfp16 --spatial_dim 3 -n 1 -c 16 -k 32 -! 4 -H 6 -W 6 -@ 3 -y 3 -x 3 -$ 1 -p 1 -q 1 -I NDHWC
+conv --spatial_dim 3 -n 1 -c 8 -k 8 -g 2 -! 5 -H 5 -W 5 -@ 3 -y 3 -x 3 -$ 1 -p 1 -q 1 -I NCDHW
+";
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_fast_picks_match_the_reference() {
+    let scratch = Scratch::new("gpu-fast-picks");
+    let lines = scratch.path("lines.txt");
+    std::fs::write(&lines, FAST_PICK_LINES).unwrap();
+    let o = std::process::Command::new(binary())
+        .env("XDG_CACHE_HOME", &scratch.0)
+        .args(["--backend", "cuda", "conv", "--file", text(&lines), "--find-mode", "fast", "-V", "1"])
+        .output()
+        .expect("gconv runs");
+    let out = stdout(&o);
+    assert!(o.status.success() && !out.contains("FAILED"), "{out}{}", stderr(&o));
+    assert_eq!(out.matches(": OK").count(), 3 * FAST_PICK_LINES.lines().count(), "every direction verified:\n{out}");
 }
