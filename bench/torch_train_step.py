@@ -9,7 +9,8 @@ channels-last activations, batch 32, SGD with momentum, cuDNN's benchmark mode o
 in the order PyTorch then gconv:
 
 - first step: wall time of the first step after the model is made (for gconv, after
-  `gconv.tune` when --select tune; the tune's own time is reported apart); for PyTorch also
+  `gconv.tune` when --select tune; the tune's own time is reported apart), then each warm-up
+  step's (`warmup_steps_ms`: gconv's third step captures its runs' graphs); for PyTorch also
   the first step of a fresh model after one forward and backward pass, as gconv.tune leaves
   it (`first_step_after_pass_ms`), the control for gconv's;
 - eager: GPU time per step of --steps back-to-back steps between two CUDA events, after
@@ -198,9 +199,14 @@ def measure(name, side, args):
         step()
         torch.cuda.synchronize()
     row["first_step_ms"] = (time.perf_counter() - started) * 1e3
+    # The warm-up steps one by one: gconv captures a run's graph at its third sighting, so
+    # its third step pays the captures.
+    row["warmup_steps_ms"] = []
     for _ in range(args.warmup):
+        started = time.perf_counter()
         step()
-    torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        row["warmup_steps_ms"].append((time.perf_counter() - started) * 1e3)
     with host_profile(args, f"{name}-{side}-warm"):
         for _ in range(10):
             step()
