@@ -174,3 +174,122 @@ impl gconv_tune::search::SearchStrategy for ModelGuided {
         ranked.into_iter().take(self.top_k).map(|(_, c)| c).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use gconv_core::{
+        ConvTensors, DeviceFacts, GconvError, NotApplicable, Result, Solution, Solver, Workload, Yardstick,
+    };
+
+    use super::*;
+    use crate::measured::Measured;
+    use crate::train::{train, TrainOptions};
+
+    /// A vendor library listing engines `listed` (config `e<n>`) for every problem.
+    struct Library {
+        listed: Vec<u32>,
+    }
+
+    impl Solver for Library {
+        fn id(&self) -> &'static str {
+            "lib"
+        }
+
+        fn applicable(&self, _p: &ConvProblem) -> std::result::Result<(), NotApplicable> {
+            Ok(())
+        }
+
+        fn configs<'a>(&'a self, _p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
+            Box::new(self.listed.iter().map(|&e| engine(e)))
+        }
+
+        fn find_times_every_config(&self) -> bool {
+            true
+        }
+    }
+
+    /// A device with the library alone, whose heuristic picks engine `pick`.
+    struct Device {
+        library: Library,
+        pick: u32,
+    }
+
+    impl Runtime for Device {
+        fn backend(&self) -> &'static str {
+            "fake"
+        }
+
+        fn device_key(&self) -> &str {
+            "fake:0"
+        }
+
+        fn describe(&self) -> String {
+            "a device of one vendor library".into()
+        }
+
+        fn facts(&self) -> DeviceFacts {
+            DeviceFacts { units: 8, clock_mhz: 1000 }
+        }
+
+        fn owns_device_key(&self, key: &str) -> bool {
+            key == "fake:0"
+        }
+
+        fn solvers(&self) -> Vec<&dyn Solver> {
+            vec![&self.library]
+        }
+
+        fn build(&self, _id: &str, _p: &ConvProblem, _config: Config) -> Result<Solution> {
+            Err(GconvError::Backend("nothing runs here".into()))
+        }
+
+        fn upload(&self, _p: &ConvProblem, _tensors: &ConvTensors) -> Result<Box<dyn Workload>> {
+            Err(GconvError::Backend("nothing runs here".into()))
+        }
+
+        fn yardstick(&self, _p: &ConvProblem) -> Result<Option<Yardstick>> {
+            let find = self.library.listed.iter().map(|&e| engine(e)).collect();
+            Ok(Some(Yardstick { library: "lib", solver: "lib", heuristic: engine(self.pick), find }))
+        }
+    }
+
+    fn engine(e: u32) -> Config {
+        Config::new([("e", e)])
+    }
+
+    /// A model of engines 1 to 4 measured on twelve shapes, engine 4 always the fastest.
+    fn model() -> ModelSet {
+        let mut rows = Vec::new();
+        for c in 1..=12u32 {
+            let problem =
+                ConvProblem::from_key(&format!("v1:fwd:f16:NHWC:n1:c{}:k8:i8x8:f3x3:s1x1:p1x1:d1x1", 8 * c)).unwrap();
+            for e in 1..=4u32 {
+                rows.push(Measured {
+                    problem: problem.clone(),
+                    solver: "lib".into(),
+                    config: engine(e),
+                    ms: Some(f64::from(c) * f64::from(5 - e)),
+                    workspace_bytes: 0,
+                    device: "fake:0".into(),
+                    facts: DeviceFacts { units: 8, clock_mhz: 1000 },
+                    vendor: VendorMarks { listed: true, heuristic: e == 1, find: true },
+                });
+            }
+        }
+        let models = train(&rows, &[], &TrainOptions { trees: 20, ..TrainOptions::default() }).unwrap();
+        ModelSet { origin: "a test".into(), models }
+    }
+
+    #[test]
+    fn a_vendor_config_is_ranked_only_where_the_library_lists_it_and_the_model_knows_it() {
+        // Engine 4, the fastest the model knows, is not listed for this problem; engine 9 is,
+        // but the model never saw it.
+        let device = Device { library: Library { listed: vec![2, 3, 9] }, pick: 3 };
+        let p = ConvProblem::from_key("v1:fwd:f16:NHWC:n1:c40:k8:i8x8:f3x3:s1x1:p1x1:d1x1").unwrap();
+        let ranking = ModelHeuristic::new(model()).rank_now(&device, &p).expect("a model covers it");
+        let mut ranked: Vec<String> = ranking.candidates.iter().map(|c| c.config.to_string()).collect();
+        ranked.sort();
+        assert_eq!(ranked, ["e2", "e3"]);
+        assert_eq!(ranking.candidates[0].config, engine(3), "the faster of the two");
+    }
+}
