@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on a 4-GPU machine: the Python package's seven-network table on GPUs 0-2 and the GPU
-# tests on GPU 3, each job pinned to its own cores so that none slows another's host-bound
+# tests (every packed test executable's, then the package's) on GPU 3, each job pinned to its own cores so that none slows another's host-bound
 # steps; everything comes back as $OUT/r.tgz. Prepare here:
 #
 #   ../shared/tools/device-pack            # release binaries and test executables in .device/
@@ -23,7 +23,7 @@ job() { local gpu=$1 cores=$2; shift 2; CUDA_VISIBLE_DEVICES=$gpu timeout "$limi
 job 0 0-12 "python3 $step --overhead --nets resnet50,inception_v3 --out $r/step-a.json > $r/step-a.log 2>&1" &
 job 1 13-25 "python3 $step --nets mobilenet_v2,efficientnet_b0,squeezenet1_1 --out $r/step-b.json > $r/step-b.log 2>&1" &
 job 2 26-39 "python3 $step --nets resnext50_32x4d,convnext_tiny --out $r/step-c.json > $r/step-c.log 2>&1" &
-job 3 40-63 "(time .device/tests/gpu_solvers-* --include-ignored) > $r/gpu-solvers.log 2>&1; cd crates/gconv-py && (time python3 -m pytest -q -rs tests/) > $r/pytest.log 2>&1" &
+job 3 40-63 "(time .device/run-tests gpu) > $r/gpu-tests.log 2>&1; cd crates/gconv-py && (time python3 -m pytest -q -rs tests/) > $r/pytest.log 2>&1" &
 wait
 tar czf "$OUT/r.tgz" -C /tmp r
 keep_gconv_db
