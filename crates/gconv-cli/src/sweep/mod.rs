@@ -173,7 +173,7 @@ struct Listed {
 }
 
 /// Lists each problem's candidates not yet in the CSV into the queue, in the problems' order,
-/// until all are listed or the time is up.
+/// until all are listed, the time is up or no worker takes more.
 fn list(
     rt: &dyn Runtime,
     problems: &[ConvProblem],
@@ -193,7 +193,7 @@ fn list(
     let started = Instant::now();
     let mut looked = 0;
     for (idx, p) in problems.iter().enumerate() {
-        if queue.past_deadline() {
+        if queue.done_taking() {
             break;
         }
         looked += 1;

@@ -53,6 +53,11 @@ impl Queue {
         self.deadline.is_some_and(|d| Instant::now() >= d)
     }
 
+    /// Whether more listing is of no use: the time is up, or no worker takes problems any more.
+    pub fn done_taking(&self) -> bool {
+        self.past_deadline() || self.lock().closed
+    }
+
     pub fn push(&self, p: Pending) {
         self.lock().pending.push_back(p);
         self.changed.notify_all();
