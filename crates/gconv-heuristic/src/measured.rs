@@ -9,7 +9,7 @@ use std::path::Path;
 
 use flate2::read::MultiGzDecoder;
 
-use gconv_core::{Config, ConvProblem, DeviceFacts};
+use gconv_core::{Config, ConvProblem, DeviceFacts, Solver, Yardstick};
 
 use crate::{Error, Result};
 
@@ -25,6 +25,18 @@ pub struct VendorMarks {
 }
 
 impl VendorMarks {
+    /// The marks of `solver`'s `config` on a problem whose vendor yardstick is `yardstick`
+    /// (none where the library cannot list the problem): the sweep's rows and selection's
+    /// features read them the same way.
+    pub fn of(solver: &dyn Solver, config: &Config, yardstick: Option<&Yardstick>) -> Self {
+        let ours = yardstick.filter(|y| y.solver == solver.id());
+        VendorMarks {
+            listed: solver.find_times_every_config(),
+            heuristic: ours.is_some_and(|y| y.heuristic == *config),
+            find: ours.is_some_and(|y| y.find.contains(config)),
+        }
+    }
+
     /// The CSV text: `listed`, then `heuristic` and `find` where they hold, joined by `+`.
     pub fn text(self) -> String {
         let mut words = Vec::new();

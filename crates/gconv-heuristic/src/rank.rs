@@ -74,13 +74,9 @@ impl ModelHeuristic {
                 // The library's list for the problem (one listing, kept by the library): a
                 // config it lists for other shapes only may not suit this one.
                 let Some(known) = loaded.listed.get(solver.id()) else { continue };
-                let yardstick = rt.yardstick(p).ok().flatten().filter(|y| y.solver == solver.id());
+                let yardstick = rt.yardstick(p).ok().flatten();
                 for config in solver.configs(p).filter(|c| known.contains(c)) {
-                    marks.push(Some(VendorMarks {
-                        listed: true,
-                        heuristic: yardstick.as_ref().is_some_and(|y| y.heuristic == config),
-                        find: yardstick.as_ref().is_some_and(|y| y.find.contains(&config)),
-                    }));
+                    marks.push(Some(VendorMarks::of(solver, &config, yardstick.as_ref())));
                     candidates.push((solver.id(), config));
                     workspaces.push(None);
                 }

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use gconv_core::{Config, ConvProblem, Runtime, Solver, SolverKind, Yardstick};
+use gconv_core::{Config, ConvProblem, Runtime, SolverKind};
 use gconv_heuristic::measured::VendorMarks;
 use gconv_tune::find::FindOptions;
 use gconv_tune::prebuild::{build_threads, prepare_in_parallel, unbuilt, BuildJob};
@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use self::csv_file::measured_rows;
 pub use self::csv_file::{CsvSink, Row, RowReply};
-use self::queue::Queue;
+use self::queue::{Candidates, Queue};
 
 mod csv_file;
 mod queue;
@@ -71,7 +71,7 @@ enum Reply {
 struct Pending {
     idx: usize,
     problem: ConvProblem,
-    items: Vec<(String, String)>,
+    items: Candidates,
     vendor: Vec<VendorMarks>,
 }
 
@@ -201,17 +201,9 @@ fn list(
         let all = candidates(rt, p, per_solver);
         // A library that cannot list the problem has no picks to mark; its rows say why.
         let yardstick = rt.yardstick(p).ok().flatten();
-        let marks = |solver: &dyn Solver, config: &Config| {
-            let ours = |y: &&Yardstick| y.solver == solver.id();
-            VendorMarks {
-                listed: solver.find_times_every_config(),
-                heuristic: yardstick.as_ref().filter(ours).is_some_and(|y| y.heuristic == *config),
-                find: yardstick.as_ref().filter(ours).is_some_and(|y| y.find.contains(config)),
-            }
-        };
         let (items, vendor): (Vec<_>, Vec<_>) = all
             .iter()
-            .map(|(s, c)| ((s.id().to_string(), c.to_string()), marks(*s, c)))
+            .map(|(s, c)| ((s.id().to_string(), c.to_string()), VendorMarks::of(*s, c, yardstick.as_ref())))
             .filter(|((s, c), _)| !done.contains(&(key.clone(), s.clone(), c.clone())))
             .unzip();
         if !items.is_empty() {
