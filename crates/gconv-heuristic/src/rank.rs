@@ -72,10 +72,14 @@ impl ModelHeuristic {
         {
             if solver.find_times_every_config() {
                 // The library's list for the problem (one listing, kept by the library): a
-                // config it lists for other shapes only may not suit this one.
+                // config it lists for other shapes only may not suit this one. What find skips
+                // is skipped here too: an engine cuDNN compiles at run time costs a first call
+                // 0.15-0.6 s, and one such engine computed a wrong fp16 result on the H200 that
+                // only find's verification would have caught.
                 let Some(known) = loaded.listed.get(solver.id()) else { continue };
                 let yardstick = rt.yardstick(p).ok().flatten();
-                for config in solver.configs(p).filter(|c| known.contains(c)) {
+                let pickable = |c: &Config| known.contains(c) && solver.find_skips(p, c).is_none();
+                for config in solver.configs(p).filter(pickable) {
                     marks.push(Some(VendorMarks::of(solver, &config, yardstick.as_ref())));
                     candidates.push((solver.id(), config));
                     workspaces.push(None);
@@ -181,9 +185,11 @@ mod tests {
     use crate::measured::Measured;
     use crate::train::{train, TrainOptions};
 
-    /// A vendor library listing engines `listed` (config `e<n>`) for every problem.
+    /// A vendor library listing engines `listed` (config `e<n>`) for every problem, of which
+    /// find skips `skipped`.
     struct Library {
         listed: Vec<u32>,
+        skipped: Vec<u32>,
     }
 
     impl Solver for Library {
@@ -201,6 +207,10 @@ mod tests {
 
         fn find_times_every_config(&self) -> bool {
             true
+        }
+
+        fn find_skips(&self, _p: &ConvProblem, config: &Config) -> Option<String> {
+            self.skipped.iter().any(|&e| engine(e) == *config).then(|| "compiled at run time".into())
         }
     }
 
@@ -280,12 +290,23 @@ mod tests {
     fn a_vendor_config_is_ranked_only_where_the_library_lists_it_and_the_model_knows_it() {
         // Engine 4, the fastest the model knows, is not listed for this problem; engine 9 is,
         // but the model never saw it.
-        let device = Device { library: Library { listed: vec![2, 3, 9] }, pick: 3 };
-        let p = ConvProblem::from_key("v1:fwd:f16:NHWC:n1:c40:k8:i8x8:f3x3:s1x1:p1x1:d1x1").unwrap();
-        let ranking = ModelHeuristic::new(model()).rank_now(&device, &p).expect("a model covers it");
+        let ranking = rank(Library { listed: vec![2, 3, 9], skipped: vec![] });
         let mut ranked: Vec<String> = ranking.candidates.iter().map(|c| c.config.to_string()).collect();
         ranked.sort();
         assert_eq!(ranked, ["e2", "e3"]);
         assert_eq!(ranking.candidates[0].config, engine(3), "the faster of the two");
+    }
+
+    #[test]
+    fn a_vendor_config_find_skips_is_not_ranked() {
+        let ranking = rank(Library { listed: vec![2, 3, 4], skipped: vec![4] });
+        assert!(ranking.candidates.iter().all(|c| c.config != engine(4)), "{:?}", ranking.candidates);
+        assert_eq!(ranking.candidates[0].config, engine(3));
+    }
+
+    fn rank(library: Library) -> Ranking {
+        let device = Device { library, pick: 3 };
+        let p = ConvProblem::from_key("v1:fwd:f16:NHWC:n1:c40:k8:i8x8:f3x3:s1x1:p1x1:d1x1").unwrap();
+        ModelHeuristic::new(model()).rank_now(&device, &p).expect("a model covers it")
     }
 }
