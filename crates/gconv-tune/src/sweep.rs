@@ -16,7 +16,9 @@ use crate::Result;
 /// With `per_solver`, a solver's own space is cut to that many configs plus its default.
 /// First come the likely fastest, each solver's first choice (its default config; a vendor
 /// library's first listed, its heuristic's pick), so that an early-stopping sweep has a good
-/// best to stop the others against from the start.
+/// best to stop the others against from the start. The configs find leaves to tuning (cuDNN
+/// engines it compiles at run time) are left out: no pick without tuning takes them, and each
+/// cost the sweep a compile of up to 0.6 s a problem.
 pub fn candidates<'r>(
     rt: &'r dyn Runtime,
     p: &ConvProblem,
@@ -24,7 +26,7 @@ pub fn candidates<'r>(
 ) -> Vec<(&'r dyn Solver, Config)> {
     let (mut first, mut rest) = (Vec::new(), Vec::new());
     for s in rt.solvers().into_iter().filter(|s| !s.is_oracle() && s.applicable(p).is_ok()) {
-        let mut configs: Vec<Config> = s.configs(p).collect();
+        let mut configs: Vec<Config> = s.configs(p).filter(|c| s.find_skips(p, c).is_none()).collect();
         if let Some(n) = per_solver.filter(|&n| !s.find_times_every_config() && configs.len() > n) {
             configs = sample(configs, n, s.default_config(p));
         }

@@ -1,4 +1,5 @@
-// cuda.gemm_blas, explicit path: channels-last im2col and col2im around a cuBLAS GEMM. The
+// cuda.gemm_blas: around its cuBLAS GEMMs, the explicit path's channels-last im2col and
+// col2im, and the rounding of an fp32 weight sum into dW (round_weights). The
 // column matrix has one row per output pixel (n, od, oh, ow) and, per row, G blocks of
 // taps x Cg values: [pixel][g][fd][fh][fw][c]. Group g's block is then the A (or B) operand of
 // a strided-batched GEMM with the weights' [k][fd][fh][fw][c] rows, exactly as a 1x1
@@ -107,5 +108,15 @@ extern "C" __global__ void col2im(ConvParams p, const float* col, elem_t* dx) {
 #pragma unroll
         for (int i = 0; i < VEC; ++i) v.v[i] = from_f32(acc[i]);
         *reinterpret_cast<vec_t*>(dx + offset(p.xs, n, g * p.cg + c, id, ih, iw)) = v;
+    }
+}
+
+// NCHW backward-weight over several images: the GEMMs sum the images' products in an fp32 dW of
+// the weights' own layout [k][c][taps]; each value is rounded to elem_t once.
+extern "C" __global__ void round_weights(ConvParams p, const float* sum, elem_t* dw) {
+    const long long total = (long long)p.g * p.kg * p.cg * p.fil[0] * p.fil[1] * p.fil[2];
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        dw[i] = from_f32(sum[i]);
     }
 }
