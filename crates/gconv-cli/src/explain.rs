@@ -31,6 +31,9 @@ pub fn explain(rt: &dyn Runtime, p: &ConvProblem, every_config: bool) {
     }
     if every_config {
         for solver in rt.solvers().into_iter().filter(|s| s.applicable(p).is_ok()) {
+            if let Some(listing) = solver.describe_listing(p) {
+                println!("  {:<20} {listing}", solver.id());
+            }
             for config in solver.configs(p) {
                 let note = solver.describe_config(p, &config).unwrap_or_default();
                 println!(

@@ -144,6 +144,12 @@ pub trait Solver: Send + Sync {
     fn describe_config(&self, _p: &ConvProblem, _config: &Config) -> Option<String> {
         None
     }
+
+    /// What listing the problem's configs took, where that is worth saying (a vendor library
+    /// asked per problem; `gconv explain --configs`).
+    fn describe_listing(&self, _p: &ConvProblem) -> Option<String> {
+        None
+    }
 }
 
 /// A solver of backend `B`: it turns an applicable problem and a valid config into an invoker.

@@ -9,6 +9,7 @@ mod graph;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use cudarc::cudnn::sys::cudnnBackendHeurMode_t as Mode;
 use cudarc::driver::CudaStream;
@@ -43,6 +44,17 @@ pub struct Candidates {
     pub find: Vec<Config>,
     /// Why there is none, when `all` is empty.
     pub none_because: Option<String>,
+    /// Where the listing's time went.
+    pub spent: ListingTime,
+}
+
+/// What listing a problem's engine configs took: its operation graph (where the listing made
+/// it), each heuristic mode (A, B, FALLBACK), and the engines with default knobs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ListingTime {
+    pub graph: Duration,
+    pub heuristics: [Duration; 3],
+    pub engines: Duration,
 }
 
 /// What is known of a problem's engine configs, for every stream: configs are text.
@@ -131,7 +143,14 @@ impl Cudnn {
         if let Some(known) = self.known_candidates(p) {
             return Ok(known);
         }
-        let listed = Arc::new(self.with_this_thread(|state| Ok(list(&*graph(state, p)?, p)))?);
+        let listed = Arc::new(self.with_this_thread(|state| {
+            let started = Instant::now();
+            let graph = graph(state, p)?;
+            let made = started.elapsed();
+            let mut listed = list(&graph, p);
+            listed.spent.graph = made;
+            Ok(listed)
+        })?);
         let mut all = self.listed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         Ok(all.entry(p.clone()).or_default().candidates.get_or_insert(listed).clone())
     }
@@ -246,7 +265,10 @@ fn list(graph: &OpGraph, p: &ConvProblem) -> Candidates {
         }
         Some(text)
     };
-    for mode in [Mode::CUDNN_HEUR_MODE_A, Mode::CUDNN_HEUR_MODE_B, Mode::CUDNN_HEUR_MODE_FALLBACK] {
+    for (i, mode) in
+        [Mode::CUDNN_HEUR_MODE_A, Mode::CUDNN_HEUR_MODE_B, Mode::CUDNN_HEUR_MODE_FALLBACK].into_iter().enumerate()
+    {
+        let started = Instant::now();
         let configs = match graph.heuristic(mode) {
             Ok(configs) => configs,
             Err(e) => {
@@ -269,7 +291,9 @@ fn list(graph: &OpGraph, p: &ConvProblem) -> Candidates {
                 }
             }
         }
+        out.spent.heuristics[i] = started.elapsed();
     }
+    let started = Instant::now();
     match graph.engine_count() {
         Ok(count) => {
             for engine in 0..count {
@@ -280,6 +304,7 @@ fn list(graph: &OpGraph, p: &ConvProblem) -> Candidates {
         }
         Err(e) => errors.push(format!("engine count: {e}")),
     }
+    out.spent.engines = started.elapsed();
     for candidate in &mut out.all {
         candidate.on_find_list = out.find.contains(&candidate.config);
     }

@@ -66,6 +66,20 @@ impl Solver for CudnnSolver {
         })
     }
 
+    fn describe_listing(&self, p: &ConvProblem) -> Option<String> {
+        let spent = self.library.known_candidates(p)?.spent;
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        Some(format!(
+            "listed in {:.2} ms: operation graph {:.2}, heuristic A {:.2}, B {:.2}, FALLBACK {:.2}, every engine {:.2}",
+            ms(spent.graph + spent.heuristics.iter().sum::<std::time::Duration>() + spent.engines),
+            ms(spent.graph),
+            ms(spent.heuristics[0]),
+            ms(spent.heuristics[1]),
+            ms(spent.heuristics[2]),
+            ms(spent.engines)
+        ))
+    }
+
     fn describe_config(&self, p: &ConvProblem, config: &Config) -> Option<String> {
         let listed = self.library.known_candidates(p)?;
         listed.all.iter().find(|c| c.config == *config).map(|c| c.notes.clone())
