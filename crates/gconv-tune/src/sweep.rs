@@ -18,14 +18,16 @@ use crate::Result;
 /// library's first listed, its heuristic's pick), so that an early-stopping sweep has a good
 /// best to stop the others against from the start. The configs find leaves to tuning (cuDNN
 /// engines it compiles at run time) are left out: no pick without tuning takes them, and each
-/// cost the sweep a compile of up to 0.6 s a problem.
+/// cost the sweep a compile of up to 0.6 s a problem. Only the solvers `wanted` accepts are
+/// asked (a resumed sweep need not list again a vendor library it has every row of).
 pub fn candidates<'r>(
     rt: &'r dyn Runtime,
     p: &ConvProblem,
     per_solver: Option<usize>,
+    wanted: &dyn Fn(&dyn Solver) -> bool,
 ) -> Vec<(&'r dyn Solver, Config)> {
     let (mut first, mut rest) = (Vec::new(), Vec::new());
-    for s in rt.solvers().into_iter().filter(|s| !s.is_oracle() && s.applicable(p).is_ok()) {
+    for s in rt.solvers().into_iter().filter(|s| !s.is_oracle() && wanted(*s) && s.applicable(p).is_ok()) {
         let mut configs: Vec<Config> = s.configs(p).filter(|c| s.find_skips(p, c).is_none()).collect();
         if let Some(n) = per_solver.filter(|&n| !s.find_times_every_config() && configs.len() > n) {
             configs = sample(configs, n, s.default_config(p));

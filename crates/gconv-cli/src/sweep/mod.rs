@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use gconv_core::{Config, ConvProblem, Runtime, SolverKind};
+use gconv_core::{Config, ConvProblem, Runtime, Solver, SolverKind};
 use gconv_heuristic::measured::VendorMarks;
 use gconv_tune::find::FindOptions;
 use gconv_tune::prebuild::{build_threads, prepare_in_parallel, unbuilt, BuildJob};
@@ -191,6 +191,11 @@ fn list(
     }
     let _finish = Finish(queue);
     let started = Instant::now();
+    // A vendor library's rows of a problem come all at once (a problem handed out is measured
+    // to the end): where there are some, listing the library again (tens of ms for cuDNN)
+    // would add nothing.
+    let vendor_swept: HashSet<(&str, &str)> =
+        done.iter().map(|(key, solver, _)| (key.as_str(), solver.as_str())).collect();
     let mut looked = 0;
     for (idx, p) in problems.iter().enumerate() {
         if queue.done_taking() {
@@ -198,9 +203,11 @@ fn list(
         }
         looked += 1;
         let key = p.key();
-        let all = candidates(rt, p, per_solver);
+        let wanted = |s: &dyn Solver| !(s.find_times_every_config() && vendor_swept.contains(&(key.as_str(), s.id())));
+        let all = candidates(rt, p, per_solver, &wanted);
         // A library that cannot list the problem has no picks to mark; its rows say why.
-        let yardstick = rt.yardstick(p).ok().flatten();
+        let vendor = all.iter().any(|(s, _)| s.find_times_every_config());
+        let yardstick = if vendor { rt.yardstick(p).ok().flatten() } else { None };
         let (items, vendor): (Vec<_>, Vec<_>) = all
             .iter()
             .map(|(s, c)| ((s.id().to_string(), c.to_string()), VendorMarks::of(*s, c, yardstick.as_ref())))
@@ -456,46 +463,4 @@ fn reply(out: &mut impl Write, reply: &Reply) -> anyhow::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Drives a stand-in worker (a shell) through one problem of three candidates and
-    /// returns each candidate's status.
-    fn statuses_with(script: &str) -> Vec<String> {
-        let problem = ConvProblem::from_key("v1:fwd:f32:NCHW:n1:c2:k2:i5x5:f3x3:s1x1:p1x1:d1x1").unwrap();
-        let items = (0..3).map(|i| ("cpu.x".to_string(), format!("c{i}"))).collect();
-        let queue = Queue::listed([Pending { idx: 0, problem, items, vendor: vec![VendorMarks::default(); 3] }]);
-        let rows = Mutex::new(Vec::new());
-        let sink = |_: &Pending, i: usize, reply: RowReply| -> anyhow::Result<()> {
-            rows.lock().unwrap().push((i, reply.status));
-            Ok(())
-        };
-        let start = || {
-            let mut command = Command::new("sh");
-            command.args(["-c", script]);
-            Worker::spawn(command)
-        };
-        drive_worker(Duration::from_millis(300), &start, &queue, &sink).unwrap();
-        let mut rows = rows.into_inner().unwrap();
-        rows.sort();
-        assert_eq!(rows.iter().map(|r| r.0).collect::<Vec<_>>(), [0, 1, 2], "every candidate gets one row");
-        rows.into_iter().map(|r| r.1).collect()
-    }
-
-    #[test]
-    fn a_hanging_candidate_costs_only_its_row() {
-        // Answers the first candidate of each batch, then hangs on the next.
-        let statuses = statuses_with(
-            r#"read batch; echo '{"built":true}'; echo '{"item":0,"status":"ok","ms":1.0,"workspace_bytes":0}'; exec sleep 30"#,
-        );
-        assert_eq!(statuses[0], "ok");
-        assert!(statuses[1].starts_with("failed: no result within"), "{statuses:?}");
-        assert_eq!(statuses[2], "ok", "a new worker takes the rest");
-    }
-
-    #[test]
-    fn a_crashing_worker_costs_only_the_running_row() {
-        let statuses = statuses_with(r#"read batch; echo '{"built":true}'; exit 3"#);
-        assert!(statuses.iter().all(|s| s.starts_with("failed: the worker exited") && s.contains('3')), "{statuses:?}");
-    }
-}
+mod tests;
