@@ -280,34 +280,72 @@ impl ModelSet {
             .collect()
     }
 
-    /// The set for a device: trained on that device key, else on a device of the same kind
-    /// (backend and GPU architecture or CPU SIMD level, the first and third fields of a key).
+    /// The set for a device, model file by model file (direction and dtype family): from the
+    /// sets trained on this device key, else on the same GPU or CPU by name (another library
+    /// version), else on a device of the same kind (backend and GPU architecture or CPU SIMD
+    /// level, the first and third fields of a key); the earlier of equally close sets first.
+    /// Features carry the device's own SM count and clock, so a model of another device of
+    /// the kind scales to it rather than being refused.
     pub fn for_device(sets: Vec<ModelSet>, device: &str) -> Option<ModelSet> {
-        fn kind(key: &str) -> (Option<&str>, Option<&str>) {
-            let fields: Vec<&str> = key.split(':').collect();
-            (fields.first().copied(), fields.get(2).copied())
+        let fields = |key: &str| -> [String; 3] {
+            let f: Vec<&str> = key.split(':').collect();
+            [0, 1, 2].map(|i| f.get(i).copied().unwrap_or_default().to_string())
+        };
+        let [backend, name, arch] = fields(device);
+        let closeness = |s: &ModelSet| {
+            let key = s.models.first().map(|m| m.device.as_str()).unwrap_or_default();
+            let [b, n, a] = fields(key);
+            match () {
+                _ if key == device => 3,
+                _ if b == backend && n == name && a == arch => 2,
+                _ if b == backend && a == arch => 1,
+                _ => 0,
+            }
+        };
+        let mut ranked: Vec<(u8, ModelSet)> =
+            sets.into_iter().map(|s| (closeness(&s), s)).filter(|(c, _)| *c > 0).collect();
+        ranked.sort_by_key(|(c, _)| std::cmp::Reverse(*c));
+        let mut merged: Option<ModelSet> = None;
+        for (_, set) in ranked {
+            let Some(m) = merged.as_mut() else {
+                merged = Some(set);
+                continue;
+            };
+            let lacking: Vec<Model> =
+                set.models.into_iter().filter(|x| !m.models.iter().any(|y| y.file_name() == x.file_name())).collect();
+            if !lacking.is_empty() {
+                let files: Vec<String> = lacking.iter().map(Model::file_name).collect();
+                m.origin = format!("{}, and {} from {}", m.origin, files.join(", "), set.origin);
+                m.models.extend(lacking);
+            }
         }
-        let device_of = |s: &ModelSet| s.models.first().map(|m| m.device.clone()).unwrap_or_default();
-        let exact = sets.iter().position(|s| device_of(s) == device);
-        let alike = || sets.iter().position(|s| kind(&device_of(s)) == kind(device));
-        exact.or_else(alike).map(|i| sets.into_iter().nth(i).expect("an index of sets"))
+        merged
     }
 
     pub fn model(&self, p: &ConvProblem) -> Option<&Model> {
         self.models.iter().find(|m| m.covers(p))
     }
 
-    /// The runtime's solvers (but the oracle) that a model of the set never saw in training,
-    /// by model file: its ranking leaves them out, so they are never picked without a find.
-    pub fn unknown_solvers(&self, rt: &dyn gconv_core::Runtime) -> Vec<(String, Vec<&'static str>)> {
-        let registered: Vec<&'static str> =
-            rt.solvers().into_iter().filter(|s| !s.is_oracle()).map(|s| s.id()).collect();
+    /// The runtime's solvers (but the oracle) that a model of the set never saw in training
+    /// though they apply to one of `problems` it covers, by model: its ranking leaves them
+    /// out, so they are never picked without a find.
+    pub fn unknown_solvers(
+        &self,
+        rt: &dyn gconv_core::Runtime,
+        problems: &[ConvProblem],
+    ) -> Vec<(&Model, Vec<&'static str>)> {
         self.models
             .iter()
             .filter_map(|m| {
-                let unknown: Vec<&'static str> =
-                    registered.iter().copied().filter(|id| !m.spec.solvers.iter().any(|known| known == id)).collect();
-                (!unknown.is_empty()).then(|| (m.file_name(), unknown))
+                let applies =
+                    |s: &dyn gconv_core::Solver| problems.iter().any(|p| m.covers(p) && s.applicable(p).is_ok());
+                let unknown: Vec<&'static str> = rt
+                    .solvers()
+                    .into_iter()
+                    .filter(|s| !s.is_oracle() && !m.spec.solvers.iter().any(|known| known == s.id()) && applies(*s))
+                    .map(|s| s.id())
+                    .collect();
+                (!unknown.is_empty()).then_some((m, unknown))
             })
             .collect()
     }
@@ -338,16 +376,55 @@ pub fn user_models_dir(device: &str) -> std::path::PathBuf {
 }
 
 /// The model set selection uses on `rt`: the folder named, else this device's trained models
-/// in the user's cache, else the built-in models of this device or its kind.
+/// in the user's cache, with the built-in models of this device or its kind for the
+/// directions and dtype families they lack.
 pub fn models_for(rt: &dyn gconv_core::Runtime, dir: Option<&Path>) -> Result<Option<ModelSet>> {
     if let Some(dir) = dir {
         return Ok(Some(ModelSet::read_dir(dir)?));
     }
     let user = user_models_dir(rt.device_key());
+    let mut sets = Vec::new();
     if user.is_dir() {
-        return Ok(Some(ModelSet::read_dir(&user)?));
+        sets.push(ModelSet::read_dir(&user)?);
     }
-    let sets: Vec<ModelSet> =
-        ModelSet::embedded()?.into_iter().filter(|s| s.models.iter().all(|m| rt.owns_device_key(&m.device))).collect();
+    sets.extend(ModelSet::embedded()?.into_iter().filter(|s| s.models.iter().all(|m| rt.owns_device_key(&m.device))));
     Ok(ModelSet::for_device(sets, rt.device_key()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h100() -> ModelSet {
+        let sets = ModelSet::embedded().unwrap();
+        sets.into_iter().find(|s| s.origin.contains("h100")).expect("the H100 models are built in")
+    }
+
+    /// The H100's models as if trained on `device`, only those of `family` ("half", "fp32").
+    fn trained_on(device: &str, family: &str) -> ModelSet {
+        let mut set = h100();
+        set.origin = device.into();
+        set.models.retain(|m| m.file_name().ends_with(&format!("-{family}.json")));
+        set.models.iter_mut().for_each(|m| m.device = device.into());
+        set
+    }
+
+    #[test]
+    fn a_device_takes_its_own_models_and_its_kinds_for_the_families_it_lacks() {
+        let h200 = "cuda:NVIDIA H200:sm_90:sm132:nvrtc13.0:drv13000:cudnn91400";
+        let sets = vec![h100(), trained_on(h200, "half")];
+        let set = ModelSet::for_device(sets.clone(), h200).unwrap();
+        let from = |file: &str| set.models.iter().find(|m| m.file_name() == file).map(|m| m.device.clone());
+        assert_eq!(from("fwd-half.json").as_deref(), Some(h200));
+        assert!(from("fwd-fp32.json").is_some_and(|d| d.contains("H100")), "{}", set.origin);
+        assert_eq!(set.models.len(), 6);
+
+        // Another cuDNN on the same GPU (PyTorch's): still the H200's own models first.
+        let other_cudnn = h200.replace("cudnn91400", "cudnn91900");
+        let set = ModelSet::for_device(sets.clone(), &other_cudnn).unwrap();
+        assert!(set.models.iter().filter(|m| m.file_name().ends_with("-half.json")).all(|m| m.device == h200));
+
+        // Another architecture: nothing.
+        assert!(ModelSet::for_device(sets, "cuda:NVIDIA B200:sm_100:sm148").is_none());
+    }
 }
