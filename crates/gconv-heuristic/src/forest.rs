@@ -40,8 +40,20 @@ impl Forest {
     /// The booster's trees. forust sends missing values to one of a split's two children
     /// unless asked to grow a third branch, which training never asks.
     pub fn from_booster(booster: &GradientBooster) -> Self {
-        let mut forest =
-            Forest { base: booster.base_score, roots: Vec::new(), nodes: Vec::new(), walk: OnceLock::new() };
+        let mut forest = Forest::empty(booster.base_score);
+        forest.push_trees(booster);
+        forest
+    }
+
+    /// No tree yet: every prediction is `base`.
+    pub fn empty(base: f64) -> Self {
+        Forest { base, roots: Vec::new(), nodes: Vec::new(), walk: OnceLock::new() }
+    }
+
+    /// Adds the booster's trees (not its base score).
+    pub fn push_trees(&mut self, booster: &GradientBooster) {
+        self.walk = OnceLock::new();
+        let forest = self;
         for tree in &booster.trees {
             let offset = forest.nodes.len() as u32;
             // forust numbers a tree's nodes by `num`; children name nodes by number.
@@ -67,7 +79,6 @@ impl Forest {
                 });
             }
         }
-        forest
     }
 
     pub fn trees(&self) -> usize {

@@ -4,6 +4,7 @@
 //! ([`rank::ModelHeuristic`], gconv-tune's [`gconv_tune::heuristic::Heuristic`]) and oracle
 //! validation ([`validate`]).
 
+mod boost;
 pub mod features;
 mod forest;
 pub mod measured;

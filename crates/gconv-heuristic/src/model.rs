@@ -73,6 +73,9 @@ pub struct Manifest {
     pub trees: usize,
     pub max_depth: usize,
     pub learning_rate: f32,
+    /// The pairwise loss's weight beside the squared error (`TrainOptions::ranking`).
+    #[serde(default)]
+    pub ranking: f64,
     /// Root-mean-square error of log time on the training rows.
     pub train_rmse: f64,
     /// Whether the pick's stage one earned its place (see [`StageOneCheck`]); absent where the

@@ -1,12 +1,13 @@
 //! Training: one gradient-boosted regressor of log time per direction and data-type family,
 //! from the timed rows of sweep CSVs (and rows exported from finds and tuning).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use forust_ml::objective::ObjectiveType;
 use forust_ml::{GradientBooster, Matrix};
 use gconv_core::{Config, ConvProblem, Direction};
 
+use crate::boost::grow_ranked;
 use crate::features::{rows_of, FeatureSpec, ProblemRow};
 use crate::forest::Forest;
 use crate::measured::Measured;
@@ -19,12 +20,15 @@ pub struct TrainOptions {
     pub trees: usize,
     pub max_depth: usize,
     pub learning_rate: f32,
+    /// Weight of a pairwise loss between each problem's candidates beside the squared error of
+    /// log time (`boost.rs`); 0: squared error alone.
+    pub ranking: f64,
     pub seed: u64,
 }
 
 impl Default for TrainOptions {
     fn default() -> Self {
-        TrainOptions { trees: 300, max_depth: 6, learning_rate: 0.1, seed: 0 }
+        TrainOptions { trees: 300, max_depth: 6, learning_rate: 0.1, ranking: 0.0, seed: 0 }
     }
 }
 
@@ -152,10 +156,19 @@ fn fit_stages(
     let facts = rows[0].facts;
     let (matrix, width) = rows_of(&spec, rows);
     let targets: Vec<f64> = rows.iter().map(|r| r.ms.expect("timed rows").ln()).collect();
-    let grown = |matrix: &[f64], targets: &[f64]| {
-        grow(matrix, width, targets, opts).map_err(|e| Error::Training(format!("{direction} {}: {e}", family.token())))
-    };
-    let forest = grown(&matrix, &targets)?;
+    let mut numbered: HashMap<&ConvProblem, usize> = HashMap::new();
+    let problem: Vec<usize> = rows
+        .iter()
+        .map(|r| {
+            let next = numbered.len();
+            *numbered.entry(&r.problem).or_insert(next)
+        })
+        .collect();
+    let forest = match opts.ranking > 0.0 {
+        true => grow_ranked(&columns(&matrix, width), width, &targets, &problem, opts.ranking, opts),
+        false => grow(&matrix, width, &targets, opts),
+    }
+    .map_err(|e| Error::Training(format!("{direction} {}: {e}", family.token())))?;
     let mut predicted = Vec::new();
     forest.predict(&matrix, width, &mut predicted);
     let train_rmse =
@@ -163,8 +176,12 @@ fn fit_stages(
     let (best_matrix, best_targets) = solver_bests(&spec, rows);
     // Stage one learns from a row per problem and solver, a few hundred: a third of the trees
     // at three times the rate fit them as well (H100 validation) in a smaller file.
-    let stage_one =
-        TrainOptions { trees: opts.trees.div_ceil(3), learning_rate: (opts.learning_rate * 3.0).min(1.0), ..*opts };
+    let stage_one = TrainOptions {
+        trees: opts.trees.div_ceil(3),
+        learning_rate: (opts.learning_rate * 3.0).min(1.0),
+        ranking: 0.0,
+        ..*opts
+    };
     let solver_forest = grow(&best_matrix, width, &best_targets, &stage_one)
         .map_err(|e| Error::Training(format!("{direction} {} (stage one): {e}", family.token())))?;
     let problems: HashSet<&ConvProblem> = rows.iter().map(|r| &r.problem).collect();
@@ -186,6 +203,7 @@ fn fit_stages(
             trees: forest.trees(),
             max_depth: opts.max_depth,
             learning_rate: opts.learning_rate,
+            ranking: opts.ranking,
             train_rmse,
             stage_one: None,
         },
@@ -198,13 +216,7 @@ fn fit_stages(
 /// Gradient-boosted trees fitted to `targets` from the feature rows of `matrix`.
 fn grow(matrix: &[f64], width: usize, targets: &[f64], opts: &TrainOptions) -> std::result::Result<Forest, String> {
     let rows = targets.len();
-    // forust reads columns: column j of row i at j * rows + i.
-    let mut columns = vec![0.0; matrix.len()];
-    for (i, row) in matrix.chunks_exact(width).enumerate() {
-        for (j, &v) in row.iter().enumerate() {
-            columns[j * rows + i] = v;
-        }
-    }
+    let columns = columns(matrix, width);
     let mut booster = GradientBooster::default()
         .set_objective_type(ObjectiveType::SquaredLoss)
         .set_iterations(opts.trees)
@@ -214,6 +226,19 @@ fn grow(matrix: &[f64], width: usize, targets: &[f64], opts: &TrainOptions) -> s
         .set_parallel(true);
     booster.fit(&Matrix::new(&columns, rows, width), targets, &vec![1.0; rows], None).map_err(|e| e.to_string())?;
     Ok(Forest::from_booster(&booster))
+}
+
+/// The rows of `matrix` (each `width` long) as forust reads them: column j of row i at
+/// j * rows + i.
+fn columns(matrix: &[f64], width: usize) -> Vec<f64> {
+    let rows = matrix.len() / width;
+    let mut columns = vec![0.0; matrix.len()];
+    for (i, row) in matrix.chunks_exact(width).enumerate() {
+        for (j, &v) in row.iter().enumerate() {
+            columns[j * rows + i] = v;
+        }
+    }
+    columns
 }
 
 /// Stage one's training rows: for each problem and solver, the solver alone (no config, no
@@ -288,7 +313,7 @@ mod tests {
                 });
             }
         }
-        let opts = TrainOptions { trees: 40, max_depth: 3, learning_rate: 0.3, seed: 0 };
+        let opts = TrainOptions { trees: 40, max_depth: 3, learning_rate: 0.3, ranking: 0.0, seed: 0 };
         let timed: Vec<&Measured> = rows.iter().collect();
         let model = fit_stages(Direction::Forward, Family::Fp32, &timed, &[], &opts).unwrap();
         assert!(model.solver_forest.is_some());

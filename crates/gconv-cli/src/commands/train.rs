@@ -27,6 +27,10 @@ pub struct TrainCmd {
     pub max_depth: usize,
     #[arg(long = "learning-rate", default_value_t = 0.1)]
     pub learning_rate: f32,
+    /// Weight of a pairwise loss between each problem's candidates beside the squared error of
+    /// log time (0: squared error alone)
+    #[arg(long, default_value_t = 0.0)]
+    pub ranking: f64,
 }
 
 pub fn run(ctx: &Context<'_>, cmd: TrainCmd) -> anyhow::Result<ExitCode> {
@@ -34,10 +38,12 @@ pub fn run(ctx: &Context<'_>, cmd: TrainCmd) -> anyhow::Result<ExitCode> {
         cmd.trees > 0 && cmd.max_depth > 0 && cmd.learning_rate > 0.0,
         "--trees, --max-depth and --learning-rate must be positive"
     );
+    anyhow::ensure!(cmd.ranking >= 0.0 && cmd.ranking.is_finite(), "--ranking must be 0 or more");
     let options = gconv_heuristic::train::TrainOptions {
         trees: cmd.trees,
         max_depth: cmd.max_depth,
         learning_rate: cmd.learning_rate,
+        ranking: cmd.ranking,
         seed: 0,
     };
     learn::train_models(
