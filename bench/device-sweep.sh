@@ -12,7 +12,8 @@
 # $OUT/NAME.log has the sweep's output and, last, the rows it added and the rate per second.
 # Each call starts on a fresh machine with no kernels built: the kernel cache comes back as
 # $OUT/kernels.tar.gz (where under 15 MiB), and one copied here as .device/kernels.tar.gz is
-# unpacked first, so the next slice loads the kernels this one built instead of compiling them.
+# unpacked first, so the next slice loads the kernels this one built instead of compiling them
+# (and reads the cuDNN listings it made instead of listing again).
 set -u
 problems=$1 dtype=$2 name=$3 seconds=$4
 shift 4
@@ -22,7 +23,7 @@ chmod +x .device/bin/*
 kernels=${XDG_CACHE_HOME:-$HOME/.cache}/gconv/kernels
 mkdir -p "$kernels"
 [ -f .device/kernels.tar.gz ] && tar -xzf .device/kernels.tar.gz -C "$kernels"
-built_before=$(ls "$kernels" | wc -l)
+built_before=$(find "$kernels" -name "*.cubin" | wc -l)
 csv=/tmp/$name.csv
 [ -f "data/sweeps/$name.csv.gz" ] && gunzip -c "data/sweeps/$name.csv.gz" > "$csv"
 before=$( [ -f "$csv" ] && wc -l < "$csv" || echo 0)
@@ -36,7 +37,7 @@ elapsed=$(( $(date +%s) - started ))
 after=$(wc -l < "$csv")
 echo "status $status: $((after - before)) rows in $elapsed s ($(awk "BEGIN { printf \"%.2f\", ($after - $before) / $elapsed }") a second)" >> "$OUT/$name.log"
 gzip -9 -c "$csv" > "$OUT/$name.csv.gz"
-echo "kernel cache: $built_before kernels brought, $(ls "$kernels" | wc -l) now" >> "$OUT/$name.log"
+echo "kernel cache: $built_before kernels brought, $(find "$kernels" -name "*.cubin" | wc -l) now, $(find "$kernels" -name "*.cudnn-list.json" | wc -l) cuDNN listings" >> "$OUT/$name.log"
 tar -czf /tmp/kernels.tar.gz -C "$kernels" .
 # The tree that travels is limited to 64 MiB, and the repository with the packed gconv alone
 # is about 50: a larger cache would not fit the next call.

@@ -76,6 +76,11 @@ impl Compiler {
         &self.arch
     }
 
+    /// The on-disk build cache, where there is one.
+    pub fn cache_dir(&self) -> Option<&std::path::Path> {
+        self.cache_dir.as_deref()
+    }
+
     fn options(&self, src: &KernelSource) -> Vec<String> {
         let suffix = if src.arch_specific { "a" } else { "" };
         let mut options =
@@ -215,7 +220,7 @@ fn is_elf(bytes: &[u8]) -> bool {
 
 /// Writes through a unique temporary file and a rename, so readers never see half a file.
 /// A cache that cannot be written only costs a rebuild later.
-fn store_atomically(path: &std::path::Path, bytes: &[u8]) {
+pub(crate) fn store_atomically(path: &std::path::Path, bytes: &[u8]) {
     // Unique within the process too: two runtimes of one process may build the same source
     // into one cache at once, and a shared name let one truncate the file the other renamed.
     static WRITES: AtomicU64 = AtomicU64::new(0);

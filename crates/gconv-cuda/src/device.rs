@@ -193,6 +193,11 @@ impl CudaDevice {
         self.compiler.stats()
     }
 
+    /// The on-disk build cache (kernels, cuDNN's listings), where there is one.
+    pub fn cache_dir(&self) -> Option<&std::path::Path> {
+        self.compiler.cache_dir()
+    }
+
     pub fn is_built(&self, src: &KernelSource) -> bool {
         self.compiler.is_cached(src)
     }

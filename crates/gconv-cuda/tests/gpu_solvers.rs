@@ -98,6 +98,27 @@ fn gpu_cudnn_matches_the_reference_in_every_direction_dtype_and_layout() {
     }
 }
 
+/// A problem's cuDNN listing is made once per build cache: a later runtime (a later process)
+/// reads it from disk, the same configs.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_cudnn_listings_are_read_back_from_the_build_cache() {
+    let _gpu = shared_gpu();
+    let dir = std::env::temp_dir().join(format!("gconv-test-listings-{}", std::process::id()));
+    let p = ConvProblem::from_key("v1:fwd:bf16:NHWC:n8:c64:k96:i28x28:f3x3:s1x1:p1x1:d1x1").unwrap();
+    let listing = |rt: &CudaRuntime| {
+        let cudnn = rt.solver("cuda.cudnn").unwrap();
+        let configs: Vec<String> = cudnn.configs(&p).map(|c| c.to_string()).collect();
+        (configs, cudnn.describe_listing(&p).unwrap_or_default())
+    };
+    let (listed, first) = listing(&CudaRuntime::probe(Some(dir.clone())).expect("a usable CUDA GPU"));
+    assert!(!listed.is_empty() && first.starts_with("listed in"), "{first}");
+    let (read, later) = listing(&CudaRuntime::probe(Some(dir.clone())).expect("a usable CUDA GPU"));
+    assert_eq!(read, listed);
+    assert!(later.contains("disk cache"), "{later}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_kernels_build_once_and_load_from_the_disk_cache() {

@@ -1,6 +1,8 @@
 //! cuDNN through its graph (backend) API, as PyTorch uses it: per problem an operation graph,
 //! engine configs from heuristic modes A, B and FALLBACK plus every engine with its default
 //! knobs (deduplicated by tag), plans built before anything is timed and kept per stream.
+//! A problem's listing (tens of ms, mostly cuDNN's heuristics) is kept in the process and in
+//! the on-disk build cache beside the kernels, so a later process reads it instead.
 //! `cuda.cudnn` (solvers/cudnn.rs) is the solver over these configs; `gconv bench` reads
 //! cuDNN's own heuristic and find lists from here.
 
@@ -8,12 +10,14 @@ mod descriptor;
 mod graph;
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use cudarc::cudnn::sys::cudnnBackendHeurMode_t as Mode;
 use cudarc::driver::CudaStream;
 use gconv_core::{Config, ConvProblem, DataType, GconvError, Result};
+use serde::{Deserialize, Serialize};
 
 use crate::device::CudaDevice;
 use descriptor::Handle;
@@ -21,7 +25,7 @@ pub use graph::Plan;
 use graph::{EngineConfig, OpGraph, Tag};
 
 /// One usable engine config of a problem.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Candidate {
     pub config: Config,
     /// Read from the engine config before any plan is built.
@@ -34,7 +38,7 @@ pub struct Candidate {
 }
 
 /// A problem's engine configs, and the lists cuDNN's own heuristic and find would use.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Candidates {
     /// Every usable config: heuristics A, B, FALLBACK, then each engine with default knobs.
     pub all: Vec<Candidate>,
@@ -44,9 +48,16 @@ pub struct Candidates {
     pub find: Vec<Config>,
     /// Why there is none, when `all` is empty.
     pub none_because: Option<String>,
-    /// Where the listing's time went.
+    /// Where the listing's time went; nothing where it was read from the disk cache.
+    #[serde(skip)]
     pub spent: ListingTime,
+    /// Read from the disk cache rather than listed by this process.
+    #[serde(skip)]
+    pub from_disk: bool,
 }
+
+/// The listing's file format: a listing cached by another format is listed again.
+const LISTING_FORMAT: &str = "cudnn-listing-1";
 
 /// What listing a problem's engine configs took: its operation graph (where the listing made
 /// it), each heuristic mode (A, B, FALLBACK), and the engines with default knobs.
@@ -138,36 +149,61 @@ impl Cudnn {
         self.with_this_thread(|state| graph(state, p).map(|_| ()))
     }
 
-    /// The problem's engine configs, listed once per runtime.
+    /// The problem's engine configs, listed once per runtime, or read from the disk cache
+    /// where a process with the same device key listed them.
     pub fn candidates(&self, p: &ConvProblem) -> Result<Arc<Candidates>> {
-        if let Some(known) = self.known_candidates(p) {
+        if let Some(known) = self.known_or_cached(p) {
             return Ok(known);
         }
-        let listed = Arc::new(self.with_this_thread(|state| {
+        let listed = self.with_this_thread(|state| {
             let started = Instant::now();
             let graph = graph(state, p)?;
             let made = started.elapsed();
             let mut listed = list(&graph, p);
             listed.spent.graph = made;
             Ok(listed)
-        })?);
+        })?;
+        if let Some(path) = self.listing_path(p) {
+            write_listing(&path, &listed);
+        }
+        Ok(self.keep(p, listed))
+    }
+
+    /// The candidates in this process, else those cached on disk (then kept in the process).
+    fn known_or_cached(&self, p: &ConvProblem) -> Option<Arc<Candidates>> {
+        self.known_candidates(p).or_else(|| Some(self.keep(p, read_listing(&self.listing_path(p)?)?)))
+    }
+
+    /// Keeps a listing for the process; the first kept wins where two threads listed.
+    fn keep(&self, p: &ConvProblem, listed: Candidates) -> Arc<Candidates> {
         let mut all = self.listed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        Ok(all.entry(p.clone()).or_default().candidates.get_or_insert(listed).clone())
+        all.entry(p.clone()).or_default().candidates.get_or_insert(Arc::new(listed)).clone()
+    }
+
+    /// Where the problem's listing is cached on disk: named by a hash of the device key (GPU,
+    /// driver, cuDNN version) and the problem key.
+    fn listing_path(&self, p: &ConvProblem) -> Option<PathBuf> {
+        let mut h = blake3::Hasher::new();
+        for part in [LISTING_FORMAT, &self.device.key(), &p.key()] {
+            h.update(part.as_bytes()).update(&[0]);
+        }
+        Some(self.device.cache_dir()?.join(format!("{}.cudnn-list.json", h.finalize().to_hex())))
     }
 
     /// cuDNN's heuristic pick (mode A's first usable config) without listing every engine:
     /// what a guided find adds to a model's candidates, for a fraction of a listing's cost.
     pub fn heuristic_pick(&self, p: &ConvProblem) -> Result<Option<Config>> {
-        {
-            let all = self.listed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            if let Some(listed) = all.get(p) {
-                if let Some(candidates) = &listed.candidates {
-                    return Ok(candidates.heuristic.clone());
-                }
-                if let Some(pick) = &listed.heuristic {
-                    return Ok(pick.clone());
-                }
-            }
+        if let Some(listed) = self.known_or_cached(p) {
+            return Ok(listed.heuristic.clone());
+        }
+        let asked = self
+            .listed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(p)
+            .and_then(|l| l.heuristic.clone());
+        if let Some(pick) = asked {
+            return Ok(pick);
         }
         let pick = self.with_this_thread(|state| {
             let configs = graph(state, p)?.heuristic(Mode::CUDNN_HEUR_MODE_A).unwrap_or_default();
@@ -313,4 +349,52 @@ fn list(graph: &OpGraph, p: &ConvProblem) -> Candidates {
             Some(if errors.is_empty() { "no cuDNN engine supports this problem".into() } else { errors.join("; ") });
     }
     out
+}
+
+/// A listing cached on disk, if it is there and reads as one.
+fn read_listing(path: &Path) -> Option<Candidates> {
+    let mut listed: Candidates = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    listed.from_disk = true;
+    Some(listed)
+}
+
+/// Caches a listing on disk, whole or not at all; a cache that cannot be written only costs
+/// the next process a listing.
+fn write_listing(path: &Path, listed: &Candidates) {
+    if let Ok(bytes) = serde_json::to_vec(listed) {
+        crate::compile::store_atomically(path, &bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listing_survives_the_disk_cache() {
+        let dir = std::env::temp_dir().join(format!("gconv-listing-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.cudnn-list.json");
+        let config: Config = "eng28_k2=3_k3=0".parse().unwrap();
+        let listed = Candidates {
+            all: vec![Candidate {
+                config: config.clone(),
+                workspace_bytes: Some(0),
+                compiles_at_run_time: false,
+                on_find_list: true,
+                notes: "heuristic A; no notes".into(),
+            }],
+            heuristic: Some(config.clone()),
+            find: vec![config],
+            ..Candidates::default()
+        };
+        write_listing(&path, &listed);
+        let read = read_listing(&path).expect("the listing reads back");
+        assert!(read.from_disk);
+        assert_eq!(format!("{:?}", read.all), format!("{:?}", listed.all));
+        assert_eq!((read.heuristic, read.find), (listed.heuristic, listed.find));
+        std::fs::write(&path, b"{ not a listing").unwrap();
+        assert!(read_listing(&path).is_none(), "a damaged file is listed again");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -67,7 +67,11 @@ impl Solver for CudnnSolver {
     }
 
     fn describe_listing(&self, p: &ConvProblem) -> Option<String> {
-        let spent = self.library.known_candidates(p)?.spent;
+        let listed = self.library.known_candidates(p)?;
+        if listed.from_disk {
+            return Some("listing read from the disk cache".into());
+        }
+        let spent = listed.spent;
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         Some(format!(
             "listed in {:.2} ms: operation graph {:.2}, heuristic A {:.2}, B {:.2}, FALLBACK {:.2}, every engine {:.2}",
