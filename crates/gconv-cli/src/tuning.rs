@@ -214,6 +214,7 @@ pub fn select_bench(
     // from the rest of the selection and the building of the pick.
     let mut first_ranking = Vec::with_capacity(problems.len());
     let mut first_sight = Vec::with_capacity(problems.len());
+    let before = rt.build_stats();
     for p in &problems {
         if let Some(m) = model {
             let start = Instant::now();
@@ -258,7 +259,19 @@ selection ({} problems x {repeat} repeats, warm db):",
         problems.len()
     );
     if !first_ranking.is_empty() {
-        println!("  first sight, model ranking (the vendor's listing included): {}", percentiles(first_ranking));
+        let listed = match rt.build_stats().zip(before).map(|(after, before)| after.since(&before)) {
+            Some(s) if s.listings + s.listings_from_disk > 0 => {
+                format!(
+                    ", {} asked of the vendor library, {} read from the build cache",
+                    s.listings, s.listings_from_disk
+                )
+            }
+            _ => String::new(),
+        };
+        println!(
+            "  first sight, model ranking (the vendor's listing included{listed}): {}",
+            percentiles(first_ranking)
+        );
     }
     println!("  first sight, {mode} selection and building the pick: {}", percentiles(first_sight));
     if let Some(m) = model {

@@ -163,13 +163,30 @@ pub trait Invoker<B: Backend>: Send + Sync {
 }
 
 /// Kernel builds since the process started: NVRTC compilations, binaries found in the disk
-/// cache and in the process, and milliseconds spent compiling.
+/// cache and in the process, and milliseconds spent compiling; and a vendor library's listings
+/// of a problem's configs, made or read from the disk cache.
 #[derive(Debug, Default, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct BuildStats {
     pub builds: u32,
     pub disk_hits: u32,
     pub memory_hits: u32,
     pub build_ms: f64,
+    pub listings: u32,
+    pub listings_from_disk: u32,
+}
+
+impl BuildStats {
+    /// What happened between `before` and these.
+    pub fn since(&self, before: &BuildStats) -> BuildStats {
+        BuildStats {
+            builds: self.builds - before.builds,
+            disk_hits: self.disk_hits - before.disk_hits,
+            memory_hits: self.memory_hits - before.memory_hits,
+            build_ms: self.build_ms - before.build_ms,
+            listings: self.listings - before.listings,
+            listings_from_disk: self.listings_from_disk - before.listings_from_disk,
+        }
+    }
 }
 
 /// A solver and config made ready to run one problem on its backend.

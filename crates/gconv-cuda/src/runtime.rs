@@ -122,7 +122,8 @@ impl Runtime for CudaRuntime {
     }
 
     fn build_stats(&self) -> Option<BuildStats> {
-        Some(self.device.build_stats())
+        let (listings, listings_from_disk) = self.cudnn.listing_counts();
+        Some(BuildStats { listings, listings_from_disk, ..self.device.build_stats() })
     }
 
     fn solvers(&self) -> Vec<&dyn Solver> {

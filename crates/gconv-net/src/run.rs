@@ -179,12 +179,7 @@ pub fn run(rt: &dyn Runtime, file: &TuningFile, planned: Vec<Planned>, warm: u32
     }
     rt.synchronize()?;
     let prepare_ms = started.elapsed().as_secs_f64() * 1e3;
-    let builds = rt.build_stats().zip(before).map(|(after, before)| BuildStats {
-        builds: after.builds - before.builds,
-        disk_hits: after.disk_hits - before.disk_hits,
-        memory_hits: after.memory_hits - before.memory_hits,
-        build_ms: after.build_ms - before.build_ms,
-    });
+    let builds = rt.build_stats().zip(before).map(|(after, before)| after.since(&before));
     let mut iteration = || -> Result<f64> {
         let started = Instant::now();
         for (plan, solution) in planned.iter().zip(&solutions) {

@@ -11,6 +11,7 @@ mod graph;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -99,12 +100,14 @@ struct StreamState {
 pub struct Cudnn {
     device: Arc<CudaDevice>,
     listed: Mutex<HashMap<ConvProblem, Listed>>,
+    /// Problems listed by asking cuDNN, and read from the disk cache.
+    listings: [AtomicU32; 2],
     streams: Mutex<HashMap<usize, StreamState>>,
 }
 
 impl Cudnn {
     pub fn new(device: Arc<CudaDevice>) -> Arc<Self> {
-        Arc::new(Cudnn { device, listed: Mutex::default(), streams: Mutex::default() })
+        Arc::new(Cudnn { device, listed: Mutex::default(), listings: Default::default(), streams: Mutex::default() })
     }
 
     pub fn version(&self) -> Option<usize> {
@@ -166,12 +169,22 @@ impl Cudnn {
         if let Some(path) = self.listing_path(p) {
             write_listing(&path, &listed);
         }
+        self.listings[0].fetch_add(1, Ordering::Relaxed);
         Ok(self.keep(p, listed))
+    }
+
+    /// Problems listed by asking cuDNN, and read from the disk cache, since the library was made.
+    pub fn listing_counts(&self) -> (u32, u32) {
+        (self.listings[0].load(Ordering::Relaxed), self.listings[1].load(Ordering::Relaxed))
     }
 
     /// The candidates in this process, else those cached on disk (then kept in the process).
     fn known_or_cached(&self, p: &ConvProblem) -> Option<Arc<Candidates>> {
-        self.known_candidates(p).or_else(|| Some(self.keep(p, read_listing(&self.listing_path(p)?)?)))
+        self.known_candidates(p).or_else(|| {
+            let listed = read_listing(&self.listing_path(p)?)?;
+            self.listings[1].fetch_add(1, Ordering::Relaxed);
+            Some(self.keep(p, listed))
+        })
     }
 
     /// Keeps a listing for the process; the first kept wins where two threads listed.
