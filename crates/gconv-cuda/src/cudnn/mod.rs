@@ -55,6 +55,21 @@ pub struct Candidates {
     /// Read from the disk cache rather than listed by this process.
     #[serde(skip)]
     pub from_disk: bool,
+    /// Each config's place in `all`: selection asks of every config it ranks.
+    #[serde(skip)]
+    index: HashMap<Config, usize>,
+}
+
+impl Candidates {
+    /// The listed config, if it is one.
+    pub fn get(&self, config: &Config) -> Option<&Candidate> {
+        self.all.get(*self.index.get(config)?)
+    }
+
+    fn indexed(mut self) -> Self {
+        self.index = self.all.iter().enumerate().map(|(i, c)| (c.config.clone(), i)).collect();
+        self
+    }
 }
 
 /// The listing's file format: a listing cached by another format is listed again.
@@ -164,7 +179,7 @@ impl Cudnn {
             let made = started.elapsed();
             let mut listed = list(&graph, p);
             listed.spent.graph = made;
-            Ok(listed)
+            Ok(listed.indexed())
         })?;
         if let Some(path) = self.listing_path(p) {
             write_listing(&path, &listed);
@@ -368,7 +383,7 @@ fn list(graph: &OpGraph, p: &ConvProblem) -> Candidates {
 fn read_listing(path: &Path) -> Option<Candidates> {
     let mut listed: Candidates = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
     listed.from_disk = true;
-    Some(listed)
+    Some(listed.indexed())
 }
 
 /// Caches a listing on disk, whole or not at all; a cache that cannot be written only costs
@@ -404,6 +419,7 @@ mod tests {
         write_listing(&path, &listed);
         let read = read_listing(&path).expect("the listing reads back");
         assert!(read.from_disk);
+        assert!(read.get(&listed.all[0].config).is_some_and(|c| c.on_find_list), "indexed as it is read");
         assert_eq!(format!("{:?}", read.all), format!("{:?}", listed.all));
         assert_eq!((read.heuristic, read.find), (listed.heuristic, listed.find));
         std::fs::write(&path, b"{ not a listing").unwrap();

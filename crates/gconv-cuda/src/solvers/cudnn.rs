@@ -34,7 +34,7 @@ impl Solver for CudnnSolver {
     /// The plan's figure once it is built; before, the engine config's (so that a config
     /// over the workspace limit is never planned).
     fn workspace_bytes(&self, p: &ConvProblem, config: &Config) -> u64 {
-        let listed = || self.library.known_candidates(p)?.all.iter().find(|c| c.config == *config)?.workspace_bytes;
+        let listed = || self.library.known_candidates(p)?.get(config)?.workspace_bytes;
         match listed().filter(|_| !self.library.is_planned(p, config)) {
             Some(bytes) => bytes,
             // A config cuDNN cannot plan needs more than any limit: it is listed, never run.
@@ -60,7 +60,7 @@ impl Solver for CudnnSolver {
     /// left to tuning unless cuDNN's own find would time it.
     fn find_skips(&self, p: &ConvProblem, config: &Config) -> Option<String> {
         let listed = self.library.known_candidates(p)?;
-        let candidate = listed.all.iter().find(|c| c.config == *config)?;
+        let candidate = listed.get(config)?;
         (candidate.compiles_at_run_time && !candidate.on_find_list && !self.library.is_planned(p, config)).then(|| {
             "cuDNN compiles this engine at run time, and neither heuristic A nor FALLBACK names it".to_string()
         })
@@ -86,7 +86,7 @@ impl Solver for CudnnSolver {
 
     fn describe_config(&self, p: &ConvProblem, config: &Config) -> Option<String> {
         let listed = self.library.known_candidates(p)?;
-        listed.all.iter().find(|c| c.config == *config).map(|c| c.notes.clone())
+        listed.get(config).map(|c| c.notes.clone())
     }
 
     fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {
@@ -103,11 +103,7 @@ impl Solver for CudnnSolver {
     }
 
     fn needs_build(&self, p: &ConvProblem, config: &Config) -> bool {
-        let compiles = self
-            .library
-            .candidates(p)
-            .ok()
-            .and_then(|c| c.all.iter().find(|c| c.config == *config).map(|c| c.compiles_at_run_time));
+        let compiles = self.library.candidates(p).ok().and_then(|c| c.get(config).map(|c| c.compiles_at_run_time));
         compiles.unwrap_or(true) && !self.library.is_planned(p, config)
     }
 
