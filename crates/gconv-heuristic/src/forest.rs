@@ -168,20 +168,39 @@ impl Walk {
         self.add_trees(&self.trees, rows, width, out);
     }
 
-    /// [`Walk::predict`] where the screen narrows the rows (`group[i]` is row i's group): the
-    /// rows it passes get their whole prediction; the others their first trees' sum plus the
-    /// largest rest of any passed row, which orders them after every passed row.
-    pub fn predict_screened(&self, rows: &[f64], width: usize, group: &[u32], screen: Screen, out: &mut Vec<f64>) {
-        let count = rows.len() / width.max(1);
-        if count <= screen.keep || self.trees.len() <= screen.trees {
-            return self.predict(rows, width, out);
-        }
+    /// [`Walk::predict`] where screens narrow the rows, one after another (`group[i]` is row
+    /// i's group; each screen's `trees` counts from the forest's first): the rows the last
+    /// screen passes get their whole prediction; a row a screen stops gets its trees' sum so
+    /// far plus the largest rest of any row that screen passed, which orders it after them.
+    pub fn predict_screened(&self, rows: &[f64], width: usize, group: &[u32], screens: &[Screen], out: &mut Vec<f64>) {
         out.clear();
-        out.resize(count, self.base);
-        let (first, rest) = self.trees.split_at(screen.trees);
-        self.add_trees(first, rows, width, out);
+        out.resize(rows.len() / width.max(1), self.base);
+        self.add_screened(&self.trees, 0, rows, width, group, screens, out);
+    }
+
+    /// Adds to `values` what `trees` (the forest's from its `walked`-th on) give the rows, as
+    /// [`Walk::predict_screened`] narrows them.
+    #[allow(clippy::too_many_arguments)]
+    fn add_screened(
+        &self,
+        trees: &[(u32, u32)],
+        walked: usize,
+        rows: &[f64],
+        width: usize,
+        group: &[u32],
+        screens: &[Screen],
+        values: &mut [f64],
+    ) {
+        let count = values.len();
+        let Some((screen, later)) = screens.split_first() else { return self.add_trees(trees, rows, width, values) };
+        let first_trees = screen.trees.saturating_sub(walked);
+        if count <= screen.keep || trees.len() <= first_trees {
+            return self.add_trees(trees, rows, width, values);
+        }
+        let (first, rest) = trees.split_at(first_trees);
+        self.add_trees(first, rows, width, values);
         let mut order: Vec<usize> = (0..count).collect();
-        order.sort_by(|&a, &b| out[a].total_cmp(&out[b]));
+        order.sort_by(|&a, &b| values[a].total_cmp(&values[b]));
         let mut passed = vec![false; count];
         let mut taken_of = std::collections::HashMap::new();
         for (place, &i) in order.iter().enumerate() {
@@ -196,16 +215,17 @@ impl Walk {
         for &i in &chosen {
             narrowed.extend_from_slice(&rows[i * width..(i + 1) * width]);
         }
+        let groups: Vec<u32> = chosen.iter().map(|&i| group[i]).collect();
         let mut rests = vec![0.0; chosen.len()];
-        self.add_trees(rest, &narrowed, width, &mut rests);
+        self.add_screened(rest, walked + first_trees, &narrowed, width, &groups, later, &mut rests);
         let largest_rest = rests.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         for (i, passed) in passed.iter().enumerate() {
             if !passed {
-                out[i] += largest_rest;
+                values[i] += largest_rest;
             }
         }
         for (&i, rest) in chosen.iter().zip(&rests) {
-            out[i] += rest;
+            values[i] += rest;
         }
     }
 
@@ -335,7 +355,7 @@ mod tests {
         let (mut whole, mut screened) = (Vec::new(), Vec::new());
         walk.predict(&by_rows, 2, &mut whole);
         let screen = Screen { trees: 10, keep: 8, per_group: 2 };
-        walk.predict_screened(&by_rows, 2, &group, screen, &mut screened);
+        walk.predict_screened(&by_rows, 2, &group, &[screen], &mut screened);
         let exact: Vec<bool> =
             whole.iter().zip(&screened).map(|(a, b)| (a - b).abs() < 1e-9 * (1.0 + a.abs())).collect();
         let passed = exact.iter().filter(|&&e| e).count();
@@ -348,8 +368,21 @@ mod tests {
         // The fastest row passes: the screen's first trees already order rows by x0.
         let fastest = (0..rows).min_by(|&a, &b| whole[a].total_cmp(&whole[b])).unwrap();
         assert!(exact[fastest]);
+        // A second screen narrows the passed rows again: fewer get their whole prediction, and
+        // the first-ranked row is the fastest, whole. (A row a screen stops ranks after every
+        // row it passed for being among its `keep` fastest, not always after those it passed
+        // as one of a group's best.)
+        let screens = [screen, Screen { trees: 25, keep: 4, per_group: 1 }];
+        walk.predict_screened(&by_rows, 2, &group, &screens, &mut screened);
+        let exact: Vec<bool> =
+            whole.iter().zip(&screened).map(|(a, b)| (a - b).abs() < 1e-9 * (1.0 + a.abs())).collect();
+        let passed = exact.iter().filter(|&&e| e).count();
+        assert!((4..=4 + 3).contains(&passed), "{passed} rows passed both screens");
+        let first = (0..rows).min_by(|&a, &b| screened[a].total_cmp(&screened[b])).unwrap();
+        assert_eq!(first, fastest);
+        assert!(exact[first]);
         // A screen wider than the rows is the whole prediction.
-        walk.predict_screened(&by_rows, 2, &group, Screen { trees: 10, keep: rows, per_group: 0 }, &mut screened);
+        walk.predict_screened(&by_rows, 2, &group, &[Screen { trees: 10, keep: rows, per_group: 0 }], &mut screened);
         assert_eq!(screened, whole);
     }
 }

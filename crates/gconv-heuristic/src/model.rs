@@ -20,10 +20,12 @@ include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
 pub const MODEL_FORMAT: u32 = 1;
 
 /// How selection narrows a problem's candidates: every candidate walks the first 60 trees; the
-/// 32 they predict fastest and the 2 fastest of each solver walk the other 240. On the H100
-/// and CPU validation sets it ranks 2.6x faster where candidates are many and picks as well as
-/// the whole forest (data/models/README.md); 16 kept lost 2-3 points of mean.
-pub const SCREEN: Screen = Screen { trees: 60, keep: 32, per_group: 2 };
+/// 32 they predict fastest and the 2 fastest of each solver walk on to tree 150; of those, the
+/// 16 fastest and each solver's 2 fastest walk the rest. Against the whole forest it ranks
+/// several times faster where candidates are many and picks as well on the H100, H200 and CPU
+/// validation sets (data/models/README.md); 16 kept after 60 trees lost 2-3 points of mean.
+pub const SCREEN: &[Screen] =
+    &[Screen { trees: 60, keep: 32, per_group: 2 }, Screen { trees: 150, keep: 16, per_group: 2 }];
 
 /// The distinct solvers of `solvers`, sorted, and each candidate's index among them.
 fn solver_groups<'a>(solvers: &[&'a str]) -> (Vec<&'a str>, Vec<u32>) {
