@@ -38,7 +38,7 @@ after=$(wc -l < "$csv")
 echo "status $status: $((after - before)) rows in $elapsed s ($(awk "BEGIN { printf \"%.2f\", ($after - $before) / $elapsed }") a second)" >> "$OUT/$name.log"
 gzip -9 -c "$csv" > "$OUT/$name.csv.gz"
 echo "kernel cache: $built_before kernels brought, $(find "$kernels" -name "*.cubin" | wc -l) now, $(find "$kernels" -name "*.cudnn-list.json" | wc -l) cuDNN listings" >> "$OUT/$name.log"
-tar -czf /tmp/kernels.tar.gz -C "$kernels" .
+tar -czf /tmp/kernels.tar.gz --exclude='*.building' -C "$kernels" .
 # The tree that travels is limited to 64 MiB, and the repository with the packed gconv alone
 # is about 50: a larger cache would not fit the next call.
 if [ "$(stat -c %s /tmp/kernels.tar.gz)" -lt $((15 << 20)) ]; then

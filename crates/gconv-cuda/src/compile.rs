@@ -1,6 +1,7 @@
 //! Kernel builds: NVRTC straight to CUBIN for the device's exact architecture (loading PTX
 //! would make the driver run ptxas on every load), a disk cache keyed by
-//! hash(source, options, arch, NVRTC version) with atomic writes, and counters.
+//! hash(source, options, arch, NVRTC version) with atomic writes, builds claimed across
+//! processes (`build_claim.rs`), and counters.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, CString};
@@ -12,7 +13,11 @@ use std::time::Instant;
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
 use gconv_core::{BuildStats, DataType, GconvError, Result};
 
+use crate::build_claim::{self, Claim};
+
 const COMMON: &str = include_str!("kernels/common.cuh");
+/// Longest wait for a kernel another process is building before building it here too.
+const BUILD_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// A kernel source and its compile-time parameters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -125,11 +130,12 @@ impl Compiler {
         let key = self.key(src);
         let slot = self.slot(key);
         let mut held = slot.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok((key, self.fill(src, &key, &mut held)?))
+        let cubin = self.fill(src, &key, &mut held, true)?.expect("a waiting fill gives the CUBIN");
+        Ok((key, cubin))
     }
 
-    /// Makes sure `src` is built, or is being built by another thread, which then reports its
-    /// failure: ahead-of-time builds in many threads never build one source twice nor wait.
+    /// Makes sure `src` is built, or is being built by another thread or process, which then
+    /// reports its failure: ahead-of-time builds never build one source twice nor wait.
     pub fn ensure_built(&self, src: &KernelSource) -> Result<()> {
         let key = self.key(src);
         let slot = self.slot(key);
@@ -141,16 +147,35 @@ impl Compiler {
                 return Ok(());
             }
         };
-        self.fill(src, &key, &mut held).map(|_| ())
+        self.fill(src, &key, &mut held, false).map(|_| ())
     }
 
-    fn fill(&self, src: &KernelSource, key: &blake3::Hash, held: &mut Option<Arc<Vec<u8>>>) -> Result<Arc<Vec<u8>>> {
+    /// The CUBIN from this process, the disk cache or a build. Where another process claims
+    /// the build, waits for its CUBIN (`wait`, else gives none).
+    fn fill(
+        &self,
+        src: &KernelSource,
+        key: &blake3::Hash,
+        held: &mut Option<Arc<Vec<u8>>>,
+        wait: bool,
+    ) -> Result<Option<Arc<Vec<u8>>>> {
         if let Some(cubin) = held.as_ref() {
             self.stats.lock().unwrap().memory_hits += 1;
-            return Ok(cubin.clone());
+            return Ok(Some(cubin.clone()));
         }
         let path = self.disk_path(key);
-        let from_disk = path.as_ref().and_then(|p| std::fs::read(p).ok()).filter(|b| is_elf(b));
+        let read = |p: &PathBuf| std::fs::read(p).ok().filter(|b| is_elf(b));
+        let mut from_disk = path.as_ref().and_then(read);
+        let mut claimed = None;
+        if let (None, Some(path)) = (&from_disk, &path) {
+            let claim_file = build_claim::claim_path(path);
+            match build_claim::claim(&claim_file) {
+                Claim::Ours(guard) => claimed = Some(guard),
+                Claim::Theirs if !wait => return Ok(None),
+                Claim::Theirs => from_disk = build_claim::wait_for(path, &claim_file, BUILD_WAIT, is_elf),
+                Claim::Unclaimed => {}
+            }
+        }
         let cubin = match from_disk {
             Some(bytes) => {
                 self.stats.lock().unwrap().disk_hits += 1;
@@ -166,11 +191,12 @@ impl Compiler {
                 if let Some(path) = &path {
                     store_atomically(path, &bytes);
                 }
+                drop(claimed);
                 Arc::new(bytes)
             }
         };
         *held = Some(cubin.clone());
-        Ok(cubin)
+        Ok(Some(cubin))
     }
 
     /// Drops a cache entry that failed to load, so the next `cubin` call rebuilds it.

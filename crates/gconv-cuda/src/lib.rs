@@ -5,6 +5,7 @@
 //! else here is used.
 
 mod blas;
+mod build_claim;
 mod check;
 mod compile;
 mod convert;
