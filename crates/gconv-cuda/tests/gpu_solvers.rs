@@ -98,6 +98,19 @@ fn gpu_cudnn_matches_the_reference_in_every_direction_dtype_and_layout() {
     }
 }
 
+/// The models built in for this GPU (where there are some; another GPU of its architecture
+/// lends the rest) know every registered solver that applies to their problems.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_the_built_in_models_of_this_gpu_know_every_solver() {
+    use gconv_heuristic::model::ModelSet;
+    let rt = runtime();
+    let set = ModelSet::for_device(ModelSet::embedded().unwrap(), rt.device_key()).expect("models of this kind");
+    let unknown: Vec<(String, Vec<&str>)> =
+        set.own_models_unknown(rt).into_iter().map(|(m, ids)| (m.file_name(), ids)).collect();
+    assert!(unknown.is_empty(), "{}: {unknown:?}", set.origin);
+}
+
 /// A problem's cuDNN listing is made once per build cache: a later runtime (a later process)
 /// reads it from disk, the same configs.
 #[test]

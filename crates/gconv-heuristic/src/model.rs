@@ -358,6 +358,41 @@ impl ModelSet {
     pub fn device(&self) -> &str {
         self.models.first().map_or("", |m| m.device.as_str())
     }
+
+    /// The models of the set trained on `rt`'s device (by name: another library version
+    /// counts), each with the registered solvers it never saw that apply to one of
+    /// [`probe_problems`]: a device's own models must know every solver (a test says so).
+    pub fn own_models_unknown(&self, rt: &dyn gconv_core::Runtime) -> Vec<(&Model, Vec<&'static str>)> {
+        let name = |key: &str| key.split(':').nth(1).unwrap_or_default().to_string();
+        let ours = name(rt.device_key());
+        self.unknown_solvers(rt, &probe_problems()).into_iter().filter(|(m, _)| name(&m.device) == ours).collect()
+    }
+}
+
+/// Shapes on which every solver of both backends applies in some direction and data type.
+const PROBE_SHAPES: [&str; 9] = [
+    "NHWC:n3:c8:k12:i5x7:f1x1:s1x1:p0x0:d1x1:g2",
+    "NHWC:n3:c16:k24:i5x7:f1x1:s1x1:p0x0:d1x1",
+    "NHWC:n2:c16:k16:i11x9:f5x5:s1x2:p2x2:d1x1:g16",
+    "NHWC:n2:c32:k32:i9x7:f3x3:s1x1:p1x1:d1x1:g4",
+    "NHWC:n2:c16:k32:i9x9:f3x3:s2x2:p1x1:d1x1:g4",
+    "NHWC:n2:c64:k64:i9x9:f3x3:s1x1:p1x1:d1x1",
+    "NHWC:n2:c128:k128:i8x8:f3x3:s1x1:p1x1:d1x1:g2",
+    "NCHW:n2:c6:k6:i9x9:f3x3:s2x2:p1x1:d1x1:g6",
+    "NDHWC:n1:c8:k8:i4x6x6:f3x3x3:s1x1x1:p1x1x1:d1x1x1:g8",
+];
+
+/// Every probe shape in every direction and data type.
+pub fn probe_problems() -> Vec<ConvProblem> {
+    let mut out = Vec::new();
+    for direction in ["fwd", "bwd-data", "bwd-weight"] {
+        for dtype in ["f32", "f16", "bf16"] {
+            out.extend(
+                PROBE_SHAPES.iter().filter_map(|s| ConvProblem::from_key(&format!("v1:{direction}:{dtype}:{s}")).ok()),
+            );
+        }
+    }
+    out
 }
 
 /// A device key as a folder name: the GPU or CPU name and architecture, lowercase, dashed.
