@@ -38,6 +38,10 @@ pub fn claim_path(cubin: &Path) -> PathBuf {
 
 /// Claims the build of the CUBIN whose claim file is `claim`.
 pub fn claim(claim: &Path) -> Claim {
+    // The cache's first build finds no folder yet.
+    if let Some(dir) = claim.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
     for _ in 0..2 {
         match std::fs::OpenOptions::new().write(true).create_new(true).open(claim) {
             Ok(mut file) => {
