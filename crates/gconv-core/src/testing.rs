@@ -10,7 +10,9 @@ use crate::reference::reference;
 use crate::verify::{error_scale_floor, verify};
 use crate::{Config, ConvTensors, Runtime, Solver, Tensor};
 
+mod listing;
 mod watchdog;
+pub use listing::ListingDevice;
 pub use watchdog::{watch_for, Watched};
 
 /// The longest a kernel build (many in parallel threads) may take before the watchdog

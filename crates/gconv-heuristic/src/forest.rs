@@ -175,15 +175,13 @@ impl Walk {
     pub fn predict_screened(&self, rows: &[f64], width: usize, group: &[u32], screens: &[Screen], out: &mut Vec<f64>) {
         out.clear();
         out.resize(rows.len() / width.max(1), self.base);
-        self.add_screened(&self.trees, 0, rows, width, group, screens, out);
+        self.add_screened(0, rows, width, group, screens, out);
     }
 
-    /// Adds to `values` what `trees` (the forest's from its `walked`-th on) give the rows, as
+    /// Adds to `values` what the forest's trees from its `walked`-th on give the rows, as
     /// [`Walk::predict_screened`] narrows them.
-    #[allow(clippy::too_many_arguments)]
     fn add_screened(
         &self,
-        trees: &[(u32, u32)],
         walked: usize,
         rows: &[f64],
         width: usize,
@@ -191,13 +189,14 @@ impl Walk {
         screens: &[Screen],
         values: &mut [f64],
     ) {
+        let trees = &self.trees[walked..];
         let count = values.len();
         let Some((screen, later)) = screens.split_first() else { return self.add_trees(trees, rows, width, values) };
         let first_trees = screen.trees.saturating_sub(walked);
         if count <= screen.keep || trees.len() <= first_trees {
             return self.add_trees(trees, rows, width, values);
         }
-        let (first, rest) = trees.split_at(first_trees);
+        let first = &trees[..first_trees];
         self.add_trees(first, rows, width, values);
         let mut order: Vec<usize> = (0..count).collect();
         order.sort_by(|&a, &b| values[a].total_cmp(&values[b]));
@@ -217,7 +216,7 @@ impl Walk {
         }
         let groups: Vec<u32> = chosen.iter().map(|&i| group[i]).collect();
         let mut rests = vec![0.0; chosen.len()];
-        self.add_screened(rest, walked + first_trees, &narrowed, width, &groups, later, &mut rests);
+        self.add_screened(walked + first_trees, &narrowed, width, &groups, later, &mut rests);
         let largest_rest = rests.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         for (i, passed) in passed.iter().enumerate() {
             if !passed {

@@ -177,9 +177,8 @@ impl gconv_tune::search::SearchStrategy for ModelGuided {
 
 #[cfg(test)]
 mod tests {
-    use gconv_core::{
-        ConvTensors, DeviceFacts, GconvError, NotApplicable, Result, Solution, Solver, Workload, Yardstick,
-    };
+    use gconv_core::testing::ListingDevice;
+    use gconv_core::{DeviceFacts, NotApplicable, Solver, Yardstick};
 
     use super::*;
     use crate::measured::Measured;
@@ -211,51 +210,6 @@ mod tests {
 
         fn find_skips(&self, _p: &ConvProblem, config: &Config) -> Option<String> {
             self.skipped.iter().any(|&e| engine(e) == *config).then(|| "compiled at run time".into())
-        }
-    }
-
-    /// A device with the library alone, whose heuristic picks engine `pick`.
-    struct Device {
-        library: Library,
-        pick: u32,
-    }
-
-    impl Runtime for Device {
-        fn backend(&self) -> &'static str {
-            "fake"
-        }
-
-        fn device_key(&self) -> &str {
-            "fake:0"
-        }
-
-        fn describe(&self) -> String {
-            "a device of one vendor library".into()
-        }
-
-        fn facts(&self) -> DeviceFacts {
-            DeviceFacts { units: 8, clock_mhz: 1000 }
-        }
-
-        fn owns_device_key(&self, key: &str) -> bool {
-            key == "fake:0"
-        }
-
-        fn solvers(&self) -> Vec<&dyn Solver> {
-            vec![&self.library]
-        }
-
-        fn build(&self, _id: &str, _p: &ConvProblem, _config: Config) -> Result<Solution> {
-            Err(GconvError::Backend("nothing runs here".into()))
-        }
-
-        fn upload(&self, _p: &ConvProblem, _tensors: &ConvTensors) -> Result<Box<dyn Workload>> {
-            Err(GconvError::Backend("nothing runs here".into()))
-        }
-
-        fn yardstick(&self, _p: &ConvProblem) -> Result<Option<Yardstick>> {
-            let find = self.library.listed.iter().map(|&e| engine(e)).collect();
-            Ok(Some(Yardstick { library: "lib", solver: "lib", heuristic: engine(self.pick), find }))
         }
     }
 
@@ -304,8 +258,11 @@ mod tests {
         assert_eq!(ranking.candidates[0].config, engine(3));
     }
 
+    /// Ranks a problem on a device with the library alone, whose heuristic picks engine 3.
     fn rank(library: Library) -> Ranking {
-        let device = Device { library, pick: 3 };
+        let find = library.listed.iter().map(|&e| engine(e)).collect();
+        let yardstick = Yardstick { library: "lib", solver: "lib", heuristic: engine(3), find };
+        let device = ListingDevice { solvers: vec![&library], yardstick: Some(yardstick) };
         let p = ConvProblem::from_key("v1:fwd:f16:NHWC:n1:c40:k8:i8x8:f3x3:s1x1:p1x1:d1x1").unwrap();
         ModelHeuristic::new(model()).rank_now(&device, &p).expect("a model covers it")
     }

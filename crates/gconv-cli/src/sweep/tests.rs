@@ -34,30 +34,12 @@ fn a_hanging_candidate_costs_only_its_row() {
     assert_eq!(statuses[2], "ok", "a new worker takes the rest");
 }
 
-/// A device with a vendor library (configs `e1`, `e2`, counting its listings) and one
-/// solver of its own (config `c1`).
-struct Device {
+/// A vendor library listing configs `e1`, `e2` for every problem, counting its listings.
+struct Library {
     listings: std::sync::atomic::AtomicUsize,
-    own: Own,
 }
 
-struct Own;
-
-impl Solver for Own {
-    fn id(&self) -> &'static str {
-        "own"
-    }
-
-    fn applicable(&self, _p: &ConvProblem) -> Result<(), gconv_core::NotApplicable> {
-        Ok(())
-    }
-
-    fn configs<'a>(&'a self, _p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
-        Box::new(std::iter::once(Config::new([("c", 1)])))
-    }
-}
-
-impl Solver for Device {
+impl Solver for Library {
     fn id(&self) -> &'static str {
         "lib"
     }
@@ -76,47 +58,27 @@ impl Solver for Device {
     }
 }
 
-impl Runtime for Device {
-    fn backend(&self) -> &'static str {
-        "fake"
+/// A solver of gconv's own with the one config `c1`.
+struct Own;
+
+impl Solver for Own {
+    fn id(&self) -> &'static str {
+        "own"
     }
 
-    fn device_key(&self) -> &str {
-        "fake:0"
+    fn applicable(&self, _p: &ConvProblem) -> Result<(), gconv_core::NotApplicable> {
+        Ok(())
     }
 
-    fn describe(&self) -> String {
-        "a vendor library and a solver of its own".into()
-    }
-
-    fn facts(&self) -> gconv_core::DeviceFacts {
-        gconv_core::DeviceFacts { units: 1, clock_mhz: 1 }
-    }
-
-    fn owns_device_key(&self, key: &str) -> bool {
-        key == "fake:0"
-    }
-
-    fn solvers(&self) -> Vec<&dyn Solver> {
-        vec![self, &self.own]
-    }
-
-    fn build(&self, _id: &str, _p: &ConvProblem, _config: Config) -> gconv_core::Result<gconv_core::Solution> {
-        Err(gconv_core::GconvError::Backend("nothing runs here".into()))
-    }
-
-    fn upload(
-        &self,
-        _p: &ConvProblem,
-        _tensors: &gconv_core::ConvTensors,
-    ) -> gconv_core::Result<Box<dyn gconv_core::Workload>> {
-        Err(gconv_core::GconvError::Backend("nothing runs here".into()))
+    fn configs<'a>(&'a self, _p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
+        Box::new(std::iter::once(Config::new([("c", 1)])))
     }
 }
 
 #[test]
 fn a_resumed_sweep_does_not_list_a_vendor_library_again_where_its_rows_are_in() {
-    let device = Device { listings: 0.into(), own: Own };
+    let library = Library { listings: 0.into() };
+    let device = gconv_core::testing::ListingDevice { solvers: vec![&library, &Own], yardstick: None };
     let problems: Vec<ConvProblem> = [2, 4]
         .map(|c| ConvProblem::from_key(&format!("v1:fwd:f32:NCHW:n1:c{c}:k2:i5x5:f3x3:s1x1:p1x1:d1x1")).unwrap())
         .into();
@@ -130,7 +92,7 @@ fn a_resumed_sweep_does_not_list_a_vendor_library_again_where_its_rows_are_in() 
         listed,
         [(0, vec![item("own", "c1")]), (1, vec![item("lib", "e1"), item("lib", "e2"), item("own", "c1")])]
     );
-    assert_eq!(device.listings.load(std::sync::atomic::Ordering::Relaxed), 1, "the library listed problem 1 alone");
+    assert_eq!(library.listings.load(std::sync::atomic::Ordering::Relaxed), 1, "the library listed problem 1 alone");
 }
 
 #[test]
