@@ -230,17 +230,30 @@ fn print_summary(label: &str, s: &Summary) {
     );
 }
 
+/// Keeps the rows measured on the models' device; where there are none and the rows are all of
+/// one other device, keeps them and returns that device (models of one device picking for
+/// another, as selection's fallback lets them). Errs with how many devices there are otherwise.
+fn rows_of_the_models_device(rows: &mut Vec<Measured>, models: &ModelSet) -> Result<Option<String>, usize> {
+    if rows.iter().any(|r| models.models.iter().any(|m| m.device == r.device)) {
+        rows.retain(|r| models.models.iter().any(|m| m.device == r.device));
+        return Ok(None);
+    }
+    let devices: HashSet<&str> = rows.iter().map(|r| r.device.as_str()).collect();
+    match devices.len() {
+        0 => Ok(None),
+        1 => Ok(Some(rows[0].device.clone())),
+        n => Err(n),
+    }
+}
+
 /// Evaluates the models on measured problems, refusing problems whose shape they trained on.
 pub fn validate(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     let wanted: HashSet<String> = args.problems.iter().map(|p| p.key()).collect();
     let mut rows: Vec<Measured> = measured::read(std::slice::from_ref(&args.measured))?;
-    rows.retain(|r| wanted.contains(&r.problem.key()) && args.models.models.iter().any(|m| m.device == r.device));
-    anyhow::ensure!(
-        !rows.is_empty(),
-        "{} holds no row of these problems measured on the models' device ({})",
-        args.measured.display(),
-        args.models.device()
-    );
+    rows.retain(|r| wanted.contains(&r.problem.key()));
+    let fallback = rows_of_the_models_device(&mut rows, &args.models)
+        .map_err(|devices| anyhow::anyhow!("{} holds no row of these problems measured on the models' device ({}), and rows of {devices} other devices: validate one device's rows at a time", args.measured.display(), args.models.device()))?;
+    anyhow::ensure!(!rows.is_empty(), "{} holds no row of these problems", args.measured.display(),);
     if !args.training.is_empty() {
         let trained: HashSet<String> = measured::read(&args.training)?.iter().map(|r| shape_key(&r.problem)).collect();
         let seen: Vec<&ConvProblem> = args.problems.iter().filter(|p| trained.contains(&shape_key(p))).collect();
@@ -257,6 +270,9 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
         "no measured problem is covered by the models (directions and dtypes differ)"
     );
     println!("models:    {} (trained on {})", args.models.origin, args.models.device());
+    if let Some(device) = fallback {
+        println!("measured:  on {device}, another device: the models picking as this device's fallback");
+    }
     println!("problems:  {} measured of {} asked; efficiency = oracle time / pick time; the pick is the model's first-ranked candidate that ran", outcomes.len(), args.problems.len());
     println!(
         "\n  {:<20} {:>5}  {:>6} {:>6} {:>6}  {:>6} {:>6}  {:>7} {:>8}  {:>8}  {:>15} {:>15}  vendor heuristic mean/median/P10 %",

@@ -1,5 +1,5 @@
 // cuda.gemm_blas: around its cuBLAS GEMMs, the explicit path's channels-last im2col and
-// col2im, and the rounding of an fp32 weight sum into dW (round_weights). The
+// col2im, and the sum of NCHW backward-weight's per-image fp32 partials into dW (sum_images). The
 // column matrix has one row per output pixel (n, od, oh, ow) and, per row, G blocks of
 // taps x Cg values: [pixel][g][fd][fh][fw][c]. Group g's block is then the A (or B) operand of
 // a strided-batched GEMM with the weights' [k][fd][fh][fw][c] rows, exactly as a 1x1
@@ -111,12 +111,21 @@ extern "C" __global__ void col2im(ConvParams p, const float* col, elem_t* dx) {
     }
 }
 
-// NCHW backward-weight over several images: the GEMMs sum the images' products in an fp32 dW of
-// the weights' own layout [k][c][taps]; each value is rounded to elem_t once.
-extern "C" __global__ void round_weights(ConvParams p, const float* sum, elem_t* dw) {
+// NCHW backward-weight over several images: a batched GEMM writes each (image, group) product
+// of a chunk of `images` images as an fp32 partial dW of the weights' own layout [k][c][taps],
+// one image's after another. This adds them to the running sum (started by the first chunk)
+// and, after the last chunk, rounds each weight to elem_t once.
+extern "C" __global__ void sum_images(ConvParams p, const float* partials, float* sum, elem_t* dw, int images,
+                                      int first, int last) {
     const long long total = (long long)p.g * p.kg * p.cg * p.fil[0] * p.fil[1] * p.fil[2];
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x) {
-        dw[i] = from_f32(sum[i]);
+        float s = first ? 0.0f : sum[i];
+        for (int image = 0; image < images; ++image) s += partials[image * total + i];
+        if (last) {
+            dw[i] = from_f32(s);
+        } else {
+            sum[i] = s;
+        }
     }
 }

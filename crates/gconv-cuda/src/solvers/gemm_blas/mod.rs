@@ -1,0 +1,551 @@
+//! `cuda.gemm_blas`: 1x1 convolutions with unit stride and no padding are GEMMs; cuBLAS runs
+//! them as strided-batched GEMMs (fp32 accumulation; fp32 data without TF32). In NHWC all images
+//! form one matrix and groups are the batch. In NCHW each image is a matrix of its own: the batch
+//! runs over images (the weights' stride 0) and a GEMM per group, or over groups and a GEMM per
+//! image, whichever launches fewer; backward-weight has every (image, group) product written as an
+//! fp32 partial dW in the workspace, in chunks of images, and a kernel sums each chunk into dW,
+//! rounding once at the end (summed in bf16, 256 images were 3.4x over the error bound; a GEMM
+//! per image, each adding into dW, cost 32 launches where cuDNN's one kernel took a tenth).
+//! Any other channels-last problem takes the explicit path: im2col writes a column matrix into
+//! the workspace (kernels/im2col.cu) that stands in for x in the same GEMMs, with taps x Cg
+//! channels; backward-data has the GEMM write fp32 columns that col2im sums into dx.
+//!
+//! cuBLAS is column-major: a row-major R x C matrix with row stride ld is, to cuBLAS, a C x R
+//! matrix with leading dimension ld. Each direction below is written in those terms.
+
+use std::sync::{Arc, OnceLock};
+
+use cudarc::cublas::sys::{cublasComputeType_t, cudaDataType};
+use cudarc::driver::CudaFunction;
+use gconv_core::{
+    require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve,
+    Solver, SolverKind,
+};
+
+use super::{builds_from_kernel, BuiltFrom};
+use crate::blas::{BlasHandle, Gemm as BlasGemm, Matrix, WORKSPACE_BYTES as BLAS_WORKSPACE_BYTES};
+use crate::device::CudaDevice;
+use crate::launch::{self, Arg, Buffer};
+use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
+
+const IM2COL_SOURCE: &str = include_str!("../../kernels/im2col.cu");
+const THREADS: u32 = 256;
+
+pub struct GemmBlas {
+    pub device: Arc<CudaDevice>,
+    handle: OnceLock<std::result::Result<Arc<BlasHandle>, String>>,
+}
+
+impl GemmBlas {
+    pub fn new(device: Arc<CudaDevice>) -> Self {
+        GemmBlas { device, handle: OnceLock::new() }
+    }
+
+    /// One cuBLAS handle, created on first use; each call sets its stream and workspace.
+    fn blas(&self) -> Result<Arc<BlasHandle>> {
+        self.handle
+            .get_or_init(|| BlasHandle::new(&self.device).map(Arc::new).map_err(|e| e.to_string()))
+            .clone()
+            .map_err(GconvError::Backend)
+    }
+}
+
+/// One strided-batched GEMM: C = alpha op(A) op(B) + beta C, operands at byte offsets from the
+/// tensors' base pointers.
+#[derive(Debug, Clone, Copy)]
+struct Gemm {
+    trans_a: bool,
+    trans_b: bool,
+    m: i32,
+    n: i32,
+    k: i32,
+    a: Operand,
+    b: Operand,
+    c: Operand,
+    batch: i32,
+    /// C is fp32 whatever the problem's type (backward-data columns, partial weights).
+    c_fp32: bool,
+    beta: f32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Operand {
+    tensor: Role,
+    /// Element offset of the first matrix.
+    offset: i64,
+    ld: i32,
+    /// Elements between batch steps.
+    stride: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    X,
+    W,
+    Y,
+    /// The column matrix in the workspace.
+    Col,
+    /// The fp32 running sum of dW over chunks of images, in the workspace (only where there are
+    /// several chunks).
+    Sum,
+    /// A chunk of images' fp32 partial weight gradients, in the workspace after the running sum.
+    Partials {
+        after_sum: u64,
+    },
+}
+
+impl Role {
+    fn buffer(self, b: &CudaBuffers<'_>) -> Buffer {
+        match self {
+            Role::X => b.x,
+            Role::W => b.w,
+            Role::Y => b.y,
+            Role::Col | Role::Sum => b.workspace.from_byte(BLAS_WORKSPACE_BYTES),
+            Role::Partials { after_sum } => b.workspace.from_byte(BLAS_WORKSPACE_BYTES + after_sum),
+        }
+    }
+}
+
+/// Workspace bytes the partial weight gradients of one chunk of images may take: a chunk runs
+/// as one batched GEMM, so larger weights take fewer images a chunk (at least one).
+const PARTIALS_BYTES: u64 = 64 << 20;
+
+/// Whether the problem needs the column matrix rather than being a GEMM on x itself.
+fn explicit(p: &ConvProblem) -> bool {
+    gconv_core::applicability::plain_1x1(p).is_err()
+}
+
+/// Rows of the column matrix: N x output positions.
+fn col_rows(p: &ConvProblem) -> u64 {
+    let outputs: u64 = p.output_dims().iter().map(|&o| u64::from(o)).product();
+    u64::from(p.n) * outputs
+}
+
+/// Elements of one row of the column matrix: G x taps x Cg.
+fn col_row_elements(p: &ConvProblem) -> u64 {
+    let taps: u64 = p.dims.iter().map(|d| u64::from(d.filter)).product();
+    u64::from(p.c) * taps
+}
+
+fn col_elements(p: &ConvProblem) -> u64 {
+    col_rows(p) * col_row_elements(p)
+}
+
+/// Whether the images' weight gradients are summed by gconv's kernel: NCHW backward-weight
+/// over several images.
+fn sums_images(p: &ConvProblem) -> bool {
+    p.layout == Layout::Nchw && p.direction == Direction::BackwardWeight && p.n > 1
+}
+
+fn weight_elements(p: &ConvProblem) -> u64 {
+    let taps: u64 = p.dims.iter().map(|d| u64::from(d.filter)).product();
+    u64::from(p.k) * u64::from(p.c / p.g) * taps
+}
+
+/// Images a chunk when the partials may take `budget` bytes.
+fn images_per_chunk(p: &ConvProblem, budget: u64) -> u32 {
+    (budget / (weight_elements(p) * 4)).clamp(1, u64::from(p.n)) as u32
+}
+
+/// Bytes of the running sum of dW: none where one chunk holds every image.
+fn sum_bytes(p: &ConvProblem, budget: u64) -> u64 {
+    if p.n.div_ceil(images_per_chunk(p, budget)) > 1 {
+        weight_elements(p) * 4
+    } else {
+        0
+    }
+}
+
+/// Bytes of one column element: backward-data sums fp32 columns.
+fn col_bytes(p: &ConvProblem) -> u64 {
+    if p.direction == Direction::BackwardData {
+        4
+    } else {
+        p.dtype.size_bytes() as u64
+    }
+}
+
+/// The im2col (or col2im) build: channels per thread, the widest vector up to 16 bytes that
+/// divides the channels per group.
+fn im2col_source(p: &ConvProblem) -> KernelSource {
+    let cg = p.c / p.g;
+    let max = 16 / col_bytes(p).max(p.dtype.size_bytes() as u64) as u32;
+    let vec = [8u32, 4, 2, 1].into_iter().find(|&v| v <= max && cg.is_multiple_of(v)).unwrap_or(1);
+    KernelSource::new("im2col.cu", IM2COL_SOURCE, p.dtype).define("VEC", vec)
+}
+
+/// One step of a call, in order.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Gemm(Gemm),
+    /// x into the column matrix, before the GEMM.
+    Im2col,
+    /// The GEMM's fp32 columns summed into dx.
+    Col2im,
+    /// A chunk of `images` images' partial weight gradients added to the running sum (the first
+    /// chunk starts it), and after the last chunk rounded into dW.
+    SumImages {
+        images: i32,
+        first: bool,
+        last: bool,
+    },
+}
+
+fn op(tensor: Role, offset: i64, ld: i64, stride: i64) -> Operand {
+    Operand { tensor, offset, ld: ld as i32, stride }
+}
+
+/// The steps of a problem, backward-weight's partials in chunks of at most `budget` bytes.
+fn plan(p: &ConvProblem, budget: u64) -> Vec<Step> {
+    match p.layout {
+        Layout::Nhwc => plan_nhwc(p),
+        Layout::Nchw if sums_images(p) => plan_nchw_weights(p, budget),
+        Layout::Nchw => plan_nchw(p),
+    }
+}
+
+fn plan_nhwc(p: &ConvProblem) -> Vec<Step> {
+    let (n, c, k, g) = (p.n as i64, p.c as i64, p.k as i64, p.g as i64);
+    let (cg, kg) = (c / g, k / g);
+    let positions: i64 = p.dims.iter().map(|d| i64::from(d.input)).product();
+    // The explicit path reduces over taps x Cg column values per group instead of Cg.
+    let (red, x, pixels) = if explicit(p) {
+        let taps: i64 = p.dims.iter().map(|d| i64::from(d.filter)).product();
+        let outputs: i64 = p.output_dims().iter().map(|&o| i64::from(o)).product();
+        (taps * cg, op(Role::Col, 0, g * taps * cg, taps * cg), outputs)
+    } else {
+        (cg, op(Role::X, 0, c, cg), positions)
+    };
+    let np = (n * pixels) as i32;
+    let weights = op(Role::W, 0, red, kg * red);
+    let y = op(Role::Y, 0, k, kg);
+    let (red, kg, batch) = (red as i32, kg as i32, g as i32);
+    let gemm = match p.direction {
+        // y^T (Kg x NP) = W (Kg x red) . x^T (red x NP)
+        Direction::Forward => Gemm {
+            trans_a: true,
+            trans_b: false,
+            m: kg,
+            n: np,
+            k: red,
+            a: weights,
+            b: x,
+            c: y,
+            batch,
+            c_fp32: false,
+            beta: 0.0,
+        },
+        // dx^T (red x NP) = W^T (red x Kg) . dy^T (Kg x NP)
+        Direction::BackwardData => Gemm {
+            trans_a: false,
+            trans_b: false,
+            m: red,
+            n: np,
+            k: kg,
+            a: weights,
+            b: y,
+            c: x,
+            batch,
+            c_fp32: x.tensor == Role::Col,
+            beta: 0.0,
+        },
+        // dW^T (red x Kg) = x^T (red x NP) . dy (NP x Kg)
+        Direction::BackwardWeight => Gemm {
+            trans_a: false,
+            trans_b: true,
+            m: red,
+            n: kg,
+            k: np,
+            a: x,
+            b: y,
+            c: weights,
+            batch,
+            c_fp32: false,
+            beta: 0.0,
+        },
+    };
+    match (explicit(p), p.direction) {
+        (false, _) => vec![Step::Gemm(gemm)],
+        (true, Direction::BackwardData) => vec![Step::Gemm(gemm), Step::Col2im],
+        (true, _) => vec![Step::Im2col, Step::Gemm(gemm)],
+    }
+}
+
+/// NCHW forward and backward-data, and backward-weight of one image: a GEMM per group batched
+/// over images (the weights' stride 0), or a GEMM per image batched over groups, whichever
+/// launches fewer.
+fn plan_nchw(p: &ConvProblem) -> Vec<Step> {
+    let (n, c, k, g) = (p.n as i64, p.c as i64, p.k as i64, p.g as i64);
+    let (cg, kg) = (c / g, k / g);
+    let positions: i64 = p.dims.iter().map(|d| i64::from(d.input)).product();
+    let over_images = g <= n;
+    let (launches, batch) = if over_images { (g, n) } else { (n, g) };
+    (0..launches)
+        .map(|at| {
+            let (image, group) = if over_images { (0, at) } else { (at, 0) };
+            let (x_step, y_step, w_step) = if over_images { (c, k, 0) } else { (cg, kg, kg * cg) };
+            let x = op(Role::X, (image * c + group * cg) * positions, positions, x_step * positions);
+            let y = op(Role::Y, (image * k + group * kg) * positions, positions, y_step * positions);
+            let weights = op(Role::W, group * kg * cg, cg, w_step);
+            let (p32, cg, kg, batch) = (positions as i32, cg as i32, kg as i32, batch as i32);
+            Step::Gemm(match p.direction {
+                // y^T (P x Kg) = x^T (P x Cg) . W^T (Cg x Kg)
+                Direction::Forward => Gemm {
+                    trans_a: false,
+                    trans_b: false,
+                    m: p32,
+                    n: kg,
+                    k: cg,
+                    a: x,
+                    b: weights,
+                    c: y,
+                    batch,
+                    c_fp32: false,
+                    beta: 0.0,
+                },
+                // dx^T (P x Cg) = dy^T (P x Kg) . W (Kg x Cg)
+                Direction::BackwardData => Gemm {
+                    trans_a: false,
+                    trans_b: true,
+                    m: p32,
+                    n: cg,
+                    k: kg,
+                    a: y,
+                    b: weights,
+                    c: x,
+                    batch,
+                    c_fp32: false,
+                    beta: 0.0,
+                },
+                // dW^T (Cg x Kg) = x (Cg x P) . dy^T (P x Kg)
+                Direction::BackwardWeight => Gemm {
+                    trans_a: true,
+                    trans_b: false,
+                    m: cg,
+                    n: kg,
+                    k: p32,
+                    a: x,
+                    b: y,
+                    c: weights,
+                    batch,
+                    c_fp32: false,
+                    beta: 0.0,
+                },
+            })
+        })
+        .collect()
+}
+
+/// NCHW backward-weight over several images: per chunk of images one GEMM batched over every
+/// (image, group) pair, whose operands are then evenly spaced (x's Cg x P blocks, dy's Kg x P,
+/// the partials' Kg x Cg), then the sum of the chunk's partials.
+fn plan_nchw_weights(p: &ConvProblem, budget: u64) -> Vec<Step> {
+    let (c, k, g) = (p.c as i64, p.k as i64, p.g as i64);
+    let (cg, kg) = (c / g, k / g);
+    let positions: i64 = p.dims.iter().map(|d| i64::from(d.input)).product();
+    let per_chunk = images_per_chunk(p, budget);
+    let partials = Role::Partials { after_sum: sum_bytes(p, budget) };
+    (0..p.n)
+        .step_by(per_chunk as usize)
+        .flat_map(|first_image| {
+            let images = per_chunk.min(p.n - first_image);
+            let image = i64::from(first_image);
+            let gemm = Gemm {
+                trans_a: true,
+                trans_b: false,
+                m: cg as i32,
+                n: kg as i32,
+                k: positions as i32,
+                a: op(Role::X, image * c * positions, positions, cg * positions),
+                b: op(Role::Y, image * k * positions, positions, kg * positions),
+                c: op(partials, 0, cg, kg * cg),
+                batch: (i64::from(images) * g) as i32,
+                c_fp32: true,
+                beta: 0.0,
+            };
+            let sum =
+                Step::SumImages { images: images as i32, first: first_image == 0, last: first_image + images == p.n };
+            [Step::Gemm(gemm), sum]
+        })
+        .collect()
+}
+
+impl Solver for GemmBlas {
+    fn id(&self) -> &'static str {
+        "cuda.gemm_blas"
+    }
+
+    /// The GEMMs are cuBLAS's (im2col, col2im and the images' sum are gconv's).
+    fn kind(&self) -> SolverKind {
+        SolverKind::Vendor("cuBLAS")
+    }
+
+    fn applicable(&self, p: &ConvProblem) -> Result<(), NotApplicable> {
+        if !explicit(p) {
+            return Ok(());
+        }
+        require!(
+            p.layout == Layout::Nhwc,
+            "not a plain 1x1 GEMM, and the im2col path reads channels-last (NHWC) tensors only"
+        );
+        require!(
+            col_elements(p) <= i32::MAX as u64,
+            "the im2col matrix would have {} elements, more than 2^31",
+            col_elements(p)
+        );
+        Ok(())
+    }
+
+    /// cuBLAS's own workspace, then the column matrix, or the running sum and one chunk's
+    /// partial weight gradients, where there are.
+    fn workspace_bytes(&self, p: &ConvProblem, _config: &Config) -> u64 {
+        let after = if explicit(p) {
+            col_elements(p) * col_bytes(p)
+        } else if sums_images(p) {
+            sum_bytes(p, PARTIALS_BYTES) + u64::from(images_per_chunk(p, PARTIALS_BYTES)) * weight_elements(p) * 4
+        } else {
+            0
+        };
+        BLAS_WORKSPACE_BYTES + after
+    }
+
+    builds_from_kernel!();
+}
+
+/// The im2col (or col2im) kernel of the explicit path, or the sum over images; other plain 1x1
+/// GEMMs need none.
+impl BuiltFrom for GemmBlas {
+    fn device(&self) -> &CudaDevice {
+        &self.device
+    }
+
+    fn kernels(&self, p: &ConvProblem, _config: &Config) -> Result<Vec<KernelSource>> {
+        Ok((explicit(p) || sums_images(p)).then(|| im2col_source(p)).into_iter().collect())
+    }
+}
+
+impl Solve<Cuda> for GemmBlas {
+    fn solution(&self, p: &ConvProblem, _config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
+        let data = match p.dtype {
+            DataType::F32 | DataType::Tf32 => cudaDataType::CUDA_R_32F,
+            DataType::F16 => cudaDataType::CUDA_R_16F,
+            DataType::Bf16 => cudaDataType::CUDA_R_16BF,
+        };
+        let compute = match p.dtype {
+            DataType::Tf32 => cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+            _ => cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        };
+        let params = ConvParams::new(p);
+        let function = |name| self.device.function(&im2col_source(p), name);
+        let spread = |work: u64, per_sm: u64| {
+            work.div_ceil(u64::from(THREADS)).clamp(1, u64::from(self.device.sm_count) * per_sm) as u32
+        };
+        let steps = plan(p, PARTIALS_BYTES)
+            .into_iter()
+            .map(|step| {
+                Ok(match step {
+                    Step::Gemm(gemm) => Call::Gemm(gemm),
+                    // A warp per column-matrix row (pixel).
+                    Step::Im2col => Call::Kernel(Kernel {
+                        function: function("im2col")?,
+                        blocks: spread(col_rows(p) * 32, 32),
+                        buffers: [Role::X, Role::Col],
+                        ints: None,
+                        what: "launch the im2col of cuda.gemm_blas",
+                    }),
+                    // A thread per vector of dx.
+                    Step::Col2im => Call::Kernel(Kernel {
+                        function: function("col2im")?,
+                        blocks: spread(p.input_elements(), 32),
+                        buffers: [Role::Col, Role::X],
+                        ints: None,
+                        what: "launch the col2im of cuda.gemm_blas",
+                    }),
+                    Step::SumImages { images, first, last } => Call::Kernel(Kernel {
+                        function: function("sum_images")?,
+                        blocks: spread(weight_elements(p), 8),
+                        buffers: [Role::Partials { after_sum: sum_bytes(p, PARTIALS_BYTES) }, Role::Sum],
+                        ints: Some([images, i32::from(first), i32::from(last)]),
+                        what: "launch the sum over images of cuda.gemm_blas",
+                    }),
+                })
+            })
+            .collect::<Result<Vec<Call>>>()?;
+        Ok(Box::new(BlasInvoker { blas: self.blas()?, steps, params, data, compute }))
+    }
+}
+
+/// A step ready to run.
+enum Call {
+    Gemm(Gemm),
+    Kernel(Kernel),
+}
+
+/// One of gconv's kernels around the GEMMs: (params, from, to), and for the sum over images
+/// (params, partials, running sum, dW, images, first, last).
+struct Kernel {
+    function: CudaFunction,
+    blocks: u32,
+    buffers: [Role; 2],
+    ints: Option<[i32; 3]>,
+    what: &'static str,
+}
+
+struct BlasInvoker {
+    blas: Arc<BlasHandle>,
+    steps: Vec<Call>,
+    params: ConvParams,
+    data: cudaDataType,
+    compute: cublasComputeType_t,
+}
+
+impl BlasInvoker {
+    fn launch(&self, kernel: &Kernel, b: &CudaBuffers<'_>) -> Result<()> {
+        let [from, to] = kernel.buffers.map(|r| Arg::Buffer(r.buffer(b)));
+        let mut args = vec![Arg::Params(&self.params), from, to];
+        if let Some(ints) = kernel.ints {
+            args.push(Arg::Buffer(b.w));
+            args.extend(ints.map(Arg::Int));
+        }
+        launch::kernel(b, &kernel.function, launch::flat(kernel.blocks, THREADS), &args, kernel.what)
+    }
+}
+
+impl Invoker<Cuda> for BlasInvoker {
+    fn run(&self, b: &mut CudaBuffers<'_>) -> Result<()> {
+        let matrix = |o: &Operand, data| Matrix {
+            buffer: o.tensor.buffer(b),
+            offset: o.offset,
+            ld: o.ld,
+            stride: o.stride,
+            data,
+        };
+        for run in self.steps.chunk_by(|a, b| matches!((a, b), (Call::Gemm(_), Call::Gemm(_)))) {
+            if let [Call::Kernel(kernel)] = run {
+                self.launch(kernel, b)?;
+                continue;
+            }
+            let gemms = run.iter().filter_map(|call| match call {
+                Call::Gemm(g) => Some(BlasGemm {
+                    trans_a: g.trans_a,
+                    trans_b: g.trans_b,
+                    m: g.m,
+                    n: g.n,
+                    k: g.k,
+                    a: matrix(&g.a, self.data),
+                    b: matrix(&g.b, self.data),
+                    c: matrix(&g.c, if g.c_fp32 { cudaDataType::CUDA_R_32F } else { self.data }),
+                    batch: g.batch,
+                    beta: g.beta,
+                    compute: self.compute,
+                }),
+                Call::Kernel(_) => None,
+            });
+            self.blas.run_on(b.stream(), b.workspace, gemms)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,143 @@
+//! The plans of plain 1x1 problems run on the host, cuBLAS's column-major strided-batched GEMM
+//! and the sum over images written out in fp64, against the reference: every operand's offset,
+//! leading dimension and stride is checked without a GPU.
+
+use gconv_core::reference::reference;
+use gconv_core::{ConvProblem, ConvTensors};
+
+use super::{plan, weight_elements, Gemm, Operand, Role, Step};
+
+/// The host's copies of the tensors and workspace regions a plan names.
+struct Memory {
+    x: Vec<f64>,
+    w: Vec<f64>,
+    y: Vec<f64>,
+    sum: Vec<f64>,
+    partials: Vec<f64>,
+}
+
+impl Memory {
+    fn tensor(&mut self, role: Role) -> &mut Vec<f64> {
+        match role {
+            Role::X => &mut self.x,
+            Role::W => &mut self.w,
+            Role::Y => &mut self.y,
+            Role::Sum => &mut self.sum,
+            Role::Partials { .. } => &mut self.partials,
+            Role::Col => panic!("plain 1x1 problems have no column matrix"),
+        }
+    }
+
+    /// Element (row, col) of op(M) for batch step `b`: column-major with leading dimension ld,
+    /// stored transposed where `transposed`.
+    fn at(&mut self, o: &Operand, b: i64, transposed: bool, row: i64, col: i64) -> f64 {
+        let (r, c) = if transposed { (col, row) } else { (row, col) };
+        self.tensor(o.tensor)[(o.offset + b * o.stride + r + c * i64::from(o.ld)) as usize]
+    }
+
+    fn gemm(&mut self, g: &Gemm) {
+        for b in 0..i64::from(g.batch) {
+            for i in 0..i64::from(g.m) {
+                for j in 0..i64::from(g.n) {
+                    let product: f64 = (0..i64::from(g.k))
+                        .map(|l| self.at(&g.a, b, g.trans_a, i, l) * self.at(&g.b, b, g.trans_b, l, j))
+                        .sum();
+                    let at = (g.c.offset + b * g.c.stride + i + j * i64::from(g.c.ld)) as usize;
+                    let c = self.tensor(g.c.tensor);
+                    c[at] = product + f64::from(g.beta) * if g.beta == 0.0 { 0.0 } else { c[at] };
+                }
+            }
+        }
+    }
+
+    fn sum_images(&mut self, images: usize, first: bool, last: bool) {
+        let total = self.w.len();
+        for i in 0..total {
+            let s =
+                if first { 0.0 } else { self.sum[i] } + (0..images).map(|m| self.partials[m * total + i]).sum::<f64>();
+            if last {
+                self.w[i] = s;
+            } else {
+                self.sum[i] = s;
+            }
+        }
+    }
+}
+
+/// Runs the plan of `key` with partials of at most `budget` bytes a chunk; returns the output
+/// against the reference's, and the number of GEMM launches.
+fn run(key: &str, budget: u64) -> (Vec<f64>, Vec<f64>, usize) {
+    let p = ConvProblem::from_key(key).expect("a valid key");
+    let t = ConvTensors::random(&p, 7);
+    let host = |v: &gconv_core::Tensor| v.to_f32().iter().map(|&x| f64::from(x)).collect::<Vec<f64>>();
+    let weights = weight_elements(&p) as usize;
+    let mut memory = Memory {
+        x: host(&t.x),
+        w: host(&t.w),
+        y: host(&t.y),
+        sum: vec![f64::NAN; weights],
+        partials: vec![f64::NAN; weights * p.n as usize],
+    };
+    let steps = plan(&p, budget);
+    let launches = steps.iter().filter(|s| matches!(s, Step::Gemm(_))).count();
+    for step in &steps {
+        match *step {
+            Step::Gemm(ref g) => memory.gemm(g),
+            Step::SumImages { images, first, last } => memory.sum_images(images as usize, first, last),
+            Step::Im2col | Step::Col2im => panic!("plain 1x1 problems have no column matrix"),
+        }
+    }
+    let out = memory.tensor(match p.direction {
+        gconv_core::Direction::Forward => Role::Y,
+        gconv_core::Direction::BackwardData => Role::X,
+        gconv_core::Direction::BackwardWeight => Role::W,
+    });
+    (out.clone(), reference(&p, &t), launches)
+}
+
+fn assert_matches(key: &str, budget: u64) -> usize {
+    let (got, want, launches) = run(key, budget);
+    let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!((g - w).abs() <= 1e-9 * scale, "{key}: element {i} is {g}, the reference {w}");
+    }
+    launches
+}
+
+#[test]
+fn plain_plans_compute_every_direction_layout_and_grouping() {
+    for direction in ["fwd", "bwd-data", "bwd-weight"] {
+        for (layout, dims) in [
+            ("NCHW", "i5x3:f1x1:s1x1:p0x0:d1x1"),
+            ("NHWC", "i5x3:f1x1:s1x1:p0x0:d1x1"),
+            ("NCDHW", "i2x3x2:f1x1x1:s1x1x1:p0x0x0:d1x1x1"),
+            ("NCW", "i7:f1:s1:p0:d1"),
+        ] {
+            for (n, groups) in [(1, ""), (3, ""), (3, ":g2"), (2, ":g4"), (5, ":g4")] {
+                assert_matches(&format!("v1:{direction}:f32:{layout}:n{n}:c8:k12:{dims}{groups}"), 64 << 20);
+            }
+        }
+    }
+}
+
+#[test]
+fn nchw_batches_over_images_or_groups_whichever_launches_fewer() {
+    // One group: a single GEMM over the 6 images (the weights' stride 0).
+    assert_eq!(assert_matches("v1:fwd:f32:NCHW:n6:c4:k4:i3x3:f1x1:s1x1:p0x0:d1x1", 64 << 20), 1);
+    // Two groups, six images: a GEMM a group.
+    assert_eq!(assert_matches("v1:bwd-data:f32:NCHW:n6:c4:k4:i3x3:f1x1:s1x1:p0x0:d1x1:g2", 64 << 20), 2);
+    // Four groups, two images: a GEMM an image.
+    assert_eq!(assert_matches("v1:fwd:f32:NCHW:n2:c8:k8:i3x3:f1x1:s1x1:p0x0:d1x1:g4", 64 << 20), 2);
+    // Backward-weight: one GEMM over every (image, group) pair.
+    assert_eq!(assert_matches("v1:bwd-weight:f32:NCHW:n6:c8:k8:i3x3:f1x1:s1x1:p0x0:d1x1:g4", 64 << 20), 1);
+}
+
+#[test]
+fn nchw_backward_weight_sums_chunks_of_images_within_the_budget() {
+    let key = "v1:bwd-weight:f32:NCHW:n7:c8:k12:i4x3:f1x1:s1x1:p0x0:d1x1:g2";
+    let partial_bytes = 12 * 4 * 4;
+    // Two images a chunk: four chunks, the last of one image.
+    assert_eq!(assert_matches(key, 2 * partial_bytes), 4);
+    // A budget under one image's partial still takes one image a chunk.
+    assert_eq!(assert_matches(key, 1), 7);
+}
