@@ -224,6 +224,15 @@ fn sweep_writes_every_candidate_once_and_resumes() {
     let said = stdout(&again);
     assert!(said.contains(&format!("{} rows already in", rows.len())) && said.contains("measured:  0 ok,"), "{said}");
     assert_eq!(std::fs::read_to_string(&out).unwrap(), text, "a resumed sweep adds nothing");
+
+    let remeasured = scratch.run(&[&args[..], &["--remeasure", "cpu.im2col_gemm"]].concat());
+    let said = stdout(&remeasured);
+    let of_solver = rows.iter().filter(|r| r.starts_with("cpu.im2col_gemm:")).count();
+    assert!(said.contains(&format!("({of_solver} of cpu.im2col_gemm to measure again)")), "{said}");
+    let grown = std::fs::read_to_string(&out).unwrap();
+    let added: Vec<&str> = grown.lines().skip(1 + rows.len()).collect();
+    assert!(added.len() == of_solver && added.iter().all(|r| r.starts_with("cpu.im2col_gemm:")), "{grown}");
+    assert_rejected(&[&args[..], &["--remeasure", "cpu.nonesuch"]].concat(), "--remeasure cpu.nonesuch");
 }
 
 #[test]

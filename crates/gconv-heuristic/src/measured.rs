@@ -2,6 +2,7 @@
 //! training and validation. Columns are found by name; a file named `*.gz` is read through
 //! gzip (committed sweeps are kept compressed: a tenth of the size).
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
@@ -76,9 +77,11 @@ pub struct Measured {
 const NEEDED: [&str; 9] =
     ["key", "solver", "config", "latency_ms", "workspace_bytes", "device", "device_units", "device_mhz", "vendor"];
 
-/// Every row of the sweep CSVs at `paths`.
+/// Every row of the sweep CSVs at `paths`; where a candidate (device, problem, solver, config)
+/// was measured more than once (`gconv sweep --remeasure` appends), the last row stands.
 pub fn read(paths: &[impl AsRef<Path>]) -> Result<Vec<Measured>> {
-    let mut rows = Vec::new();
+    let mut rows: Vec<Measured> = Vec::new();
+    let mut at: HashMap<[String; 4], usize> = HashMap::new();
     let mut problems: HashMap<String, ConvProblem> = HashMap::new();
     for path in paths {
         let path = path.as_ref();
@@ -117,7 +120,7 @@ pub fn read(paths: &[impl AsRef<Path>]) -> Result<Vec<Measured>> {
             };
             let number =
                 |column: usize, what: &str| record[column].parse::<f64>().map_err(|e| at_line(what, e.to_string()));
-            rows.push(Measured {
+            let measured = Measured {
                 problem,
                 solver: record[solver].to_string(),
                 config: record[config].parse().map_err(|e: gconv_core::GconvError| at_line("config", e.to_string()))?,
@@ -133,7 +136,15 @@ pub fn read(paths: &[impl AsRef<Path>]) -> Result<Vec<Measured>> {
                     clock_mhz: number(mhz, "device_mhz")? as u32,
                 },
                 vendor: VendorMarks::parse(&record[vendor]),
-            });
+            };
+            let candidate = [device, key, solver, config].map(|column| record[column].to_string());
+            match at.entry(candidate) {
+                Entry::Occupied(earlier) => rows[*earlier.get()] = measured,
+                Entry::Vacant(slot) => {
+                    slot.insert(rows.len());
+                    rows.push(measured);
+                }
+            }
         }
     }
     Ok(rows)
@@ -169,6 +180,28 @@ mod tests {
         assert_eq!(from_plain[0].2, Some(0.356523));
         assert_eq!(from_plain[1].2, None);
         assert_eq!(summary(read(&[&packed]).unwrap()), from_plain);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_candidate_measured_again_takes_its_last_row() {
+        let dir = std::env::temp_dir().join(format!("gconv-remeasured-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sweep.csv");
+        let again = "v1:fwd:bf16:NHWC:n32:c3:k64:i224x224:f7x7:s2x2:p3x3:d1x1,cuda.gemm_blas,default,0.25,151568384,cuda:H200,132,1980,\n\
+            v1:fwd:bf16:NHWC:n32:c3:k64:i224x224:f7x7:s2x2:p3x3:d1x1,cuda.gemm_blas,default,0.25,151568384,cuda:H100,132,1980,\n";
+        std::fs::write(&path, format!("{SWEEP}{again}")).unwrap();
+        let rows = read(&[&path]).unwrap();
+        let times: Vec<(&str, &str, Option<f64>)> =
+            rows.iter().map(|r| (r.solver.as_str(), r.device.as_str(), r.ms)).collect();
+        assert_eq!(
+            times,
+            [
+                ("cuda.gemm_blas", "cuda:H200", Some(0.25)),
+                ("cuda.naive", "cuda:H200", None),
+                ("cuda.gemm_blas", "cuda:H100", Some(0.25))
+            ]
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

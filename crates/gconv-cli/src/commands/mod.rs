@@ -173,6 +173,7 @@ pub fn sweep_options(
         timeout: std::time::Duration::from_secs_f64(timeout_s),
         devices,
         configs_per_solver: None,
+        remeasure: Vec::new(),
         time_limit: None,
         worker_flags,
         progress: std::io::stderr().is_terminal(),

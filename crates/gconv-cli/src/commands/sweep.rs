@@ -40,6 +40,11 @@ pub struct SweepCmd {
     /// every row is verified and fully timed without it
     #[arg(long = "early-stop")]
     pub early_stop: bool,
+    /// Measure these solvers' candidates again though the CSV has rows of them for this device
+    /// (comma-separated ids; after a change to their code): the new rows are appended, and
+    /// training and validation read the last row of a candidate
+    #[arg(long, value_delimiter = ',', value_name = "SOLVERS")]
+    pub remeasure: Vec<String>,
     /// Hand out no problem after this many seconds: the problems being measured finish, the
     /// summary prints, and a later run with the same --out goes on from there
     #[arg(long = "time-limit-s")]
@@ -61,6 +66,10 @@ pub fn run(ctx: &Context<'_>, cmd: SweepCmd) -> anyhow::Result<ExitCode> {
     let (problems, parsed) = cmd.select.problems(file, ctx.tf32)?;
     let mut opts = sweep_options(ctx, out, find, cmd.timeout_s, cmd.devices)?;
     opts.configs_per_solver = cmd.configs_per_solver.map(|n| n as usize);
+    for id in &cmd.remeasure {
+        ctx.rt.solver(id).map_err(|e| anyhow::anyhow!("--remeasure {id}: {e}"))?;
+    }
+    opts.remeasure = cmd.remeasure;
     if let Some(seconds) = cmd.time_limit_s {
         anyhow::ensure!(
             seconds.is_finite() && seconds > 0.0,

@@ -43,6 +43,8 @@ pub struct SweepOptions {
     pub devices: Vec<String>,
     /// Sample each solver's own config space down to this many (and its default).
     pub configs_per_solver: Option<usize>,
+    /// Solver ids whose rows already in the CSV are measured again.
+    pub remeasure: Vec<String>,
     /// Hand out no problem after this long; the ones being measured finish.
     pub time_limit: Option<Duration>,
     /// The global flags a worker is started with (backend, timing).
@@ -82,13 +84,19 @@ pub fn sweep(
     opts: &SweepOptions,
 ) -> anyhow::Result<ExitCode> {
     let device = rt.device_key();
-    let done = measured_rows(&opts.out, device)?;
+    let mut done = measured_rows(&opts.out, device)?;
+    let rows = done.len();
+    done.retain(|(_, solver, _)| !opts.remeasure.contains(solver));
     println!("device:    {device_line}");
     println!(
-        "sweep:     {} problems, {} rows already in {}{}",
+        "sweep:     {} problems, {} rows already in {}{}{}",
         problems.len(),
-        done.len(),
+        rows,
         opts.out.display(),
+        match rows - done.len() {
+            0 => String::new(),
+            again => format!(" ({again} of {} to measure again)", opts.remeasure.join(", ")),
+        },
         opts.time_limit.map(|t| format!("; time limit {} s", t.as_secs())).unwrap_or_default()
     );
     let csv = Mutex::new(CsvSink::open(&opts.out)?);
