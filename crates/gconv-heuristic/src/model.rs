@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::features::{rows_of, FeatureSpec, ProblemRow, FEATURE_VERSION};
 use crate::forest::{Forest, Screen};
 use crate::measured::Measured;
+use crate::problems::class_of;
 use crate::{Error, Result};
 
 include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
@@ -26,6 +27,24 @@ pub const MODEL_FORMAT: u32 = 1;
 /// validation sets (data/models/README.md); 16 kept after 60 trees lost 2-3 points of mean.
 pub const SCREEN: &[Screen] =
     &[Screen { trees: 60, keep: 32, per_group: 2 }, Screen { trees: 150, keep: 16, per_group: 2 }];
+
+/// A candidate's coverage class needs, of training problems, this share of the best-covered
+/// class among the problem's candidates and at least [`MIN_COVERAGE`] (or that class's all)
+/// before the pick trusts its prediction over better-covered candidates'. On the H200's
+/// validation sets (bf16 with its models, fp32 with the H100's) 0.2-0.3 and 3-4 cut the
+/// picks' summed time most; 0.5 or 5 guard too much, 0.1 too little (data/models/README.md).
+pub const COVERAGE_SHARE: f64 = 0.25;
+pub const MIN_COVERAGE: usize = 4;
+
+/// A candidate's coverage class: its config family (the solver; for a solver whose configs a
+/// library lists, the config's engine, its first field) on the problem's layout and class.
+pub fn coverage_class(listed: bool, p: &ConvProblem, solver: &str, config: &Config) -> String {
+    let family = match listed {
+        true => format!("{solver}:{}", config.to_string().split('_').next().unwrap_or_default()),
+        false => solver.to_string(),
+    };
+    format!("{family} {} {}", p.layout.name(p.rank()), class_of(p))
+}
 
 /// The distinct solvers of `solvers`, sorted, and each candidate's index among them.
 fn solver_groups<'a>(solvers: &[&'a str]) -> (Vec<&'a str>, Vec<u32>) {
@@ -117,6 +136,10 @@ pub struct Model {
     #[serde(default)]
     pub trained: BTreeMap<String, Vec<String>>,
     pub manifest: Manifest,
+    /// For each coverage class ([`coverage_class`]), the training problems it was timed on:
+    /// the pick's guard against extrapolation. Absent from models trained before it (no guard).
+    #[serde(default)]
+    pub coverage: BTreeMap<String, usize>,
     /// Stage two of the pick: every candidate's log time.
     pub forest: Forest,
     /// Stage one: each solver's best log time on a problem (its fastest config's), from the
@@ -184,6 +207,27 @@ impl Model {
         self.forest.walked().predict_screened(rows, self.spec.width(), &group, SCREEN, &mut log_ms);
         let order = self.pick_order(problem, solvers, &log_ms);
         (log_ms, order)
+    }
+
+    /// Moves behind the others, each part keeping its order, the candidates of `order` whose
+    /// coverage class training timed on too few problems ([`COVERAGE_SHARE`]): a prediction
+    /// there is an extrapolation, and such were the worst picks on unseen layers (a cuBLAS path
+    /// seen on 2 NCHW 1x1 shapes, 8x slower than cuDNN's engines on others). `candidate(i)` is
+    /// candidate i's solver and config.
+    pub fn guard<'c>(&self, p: &ConvProblem, candidate: impl Fn(usize) -> (&'c str, &'c Config), order: &mut [usize]) {
+        if self.coverage.is_empty() {
+            return;
+        }
+        let problems: Vec<usize> = (0..order.len())
+            .map(|i| {
+                let (solver, config) = candidate(i);
+                let class = coverage_class(self.listed.contains_key(solver), p, solver, config);
+                self.coverage.get(&class).copied().unwrap_or(0)
+            })
+            .collect();
+        let best = problems.iter().copied().max().unwrap_or(0);
+        let needed = (COVERAGE_SHARE * best as f64).max(MIN_COVERAGE.min(best) as f64);
+        order.sort_by_key(|&i| (problems[i] as f64) < needed);
     }
 
     /// Stage two's predicted log times of measured candidates.

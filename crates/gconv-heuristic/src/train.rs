@@ -11,7 +11,7 @@ use crate::boost::grow_ranked;
 use crate::features::{rows_of, FeatureSpec, ProblemRow};
 use crate::forest::Forest;
 use crate::measured::Measured;
-use crate::model::{by_time, Family, Manifest, Model, StageOneCheck, MODEL_FORMAT};
+use crate::model::{by_time, coverage_class, Family, Manifest, Model, StageOneCheck, MODEL_FORMAT};
 use crate::problems::{shape_hash, shape_key};
 use crate::{Error, Result};
 
@@ -151,6 +151,12 @@ fn fit_stages(
         let shapes = configs.entry(row.solver.clone()).or_default().entry(row.config.to_string()).or_default();
         shapes.insert(shape_key(&row.problem));
     }
+    let mut covered: BTreeMap<String, HashSet<&ConvProblem>> = BTreeMap::new();
+    for row in rows {
+        let class = coverage_class(row.vendor.listed, &row.problem, &row.solver, &row.config);
+        covered.entry(class).or_default().insert(&row.problem);
+    }
+    let coverage = covered.into_iter().map(|(class, problems)| (class, problems.len())).collect();
     let widely = |seen: SeenOn| seen.into_iter().map(|(solver, configs)| (solver, widely_seen(configs))).collect();
     let (listed, trained) = (widely(listed), widely(trained));
     let facts = rows[0].facts;
@@ -195,6 +201,7 @@ fn fit_stages(
         family,
         listed,
         trained,
+        coverage,
         manifest: Manifest {
             rows: rows.len(),
             problems: problems.len(),
@@ -328,6 +335,40 @@ mod tests {
             order.iter().map(|&i| (solvers[i], candidates[i].config.get("x").unwrap())).collect();
         assert_eq!(picked[0], ("a", 1), "the fast config of the better solver first: {picked:?}");
         assert_eq!(picked[4].0, "b", "all of the better solver's configs before the other's: {picked:?}");
+    }
+
+    #[test]
+    fn the_guard_puts_candidates_of_barely_covered_classes_last() {
+        let problem =
+            |c: u32| ConvProblem::from_key(&format!("v1:fwd:f32:NHWC:n8:c{c}:k64:i14x14:f3x3:s1x1:p1x1:d1x1")).unwrap();
+        let row = |p: &ConvProblem, solver: &str, ms: f64| Measured {
+            problem: p.clone(),
+            solver: solver.into(),
+            config: Config::new([("x", 1)]),
+            ms: Some(ms),
+            workspace_bytes: 0,
+            device: "test".into(),
+            facts: DeviceFacts { units: 8, clock_mhz: 1000 },
+            vendor: VendorMarks::default(),
+        };
+        // `a` and `b` timed on eight problems, `c` (fastest) on one.
+        let mut rows = Vec::new();
+        for c in (1..=8).map(|i| i * 16) {
+            rows.extend([row(&problem(c), "a", 2.0), row(&problem(c), "b", 3.0)]);
+        }
+        rows.push(row(&problem(16), "c", 1.0));
+        let opts = TrainOptions { trees: 10, max_depth: 3, learning_rate: 0.3, ranking: 0.0, seed: 0 };
+        let model = fit_stages(Direction::Forward, Family::Fp32, &rows.iter().collect::<Vec<_>>(), &[], &opts).unwrap();
+        assert_eq!(model.coverage.get("a NHWC dense"), Some(&8));
+        assert_eq!(model.coverage.get("c NHWC dense"), Some(&1));
+        let config = Config::new([("x", 1)]);
+        let candidates = ["c", "a", "b"];
+        let mut order = vec![0, 2, 1];
+        model.guard(&problem(200), |i| (candidates[i], &config), &mut order);
+        assert_eq!(order, [2, 1, 0], "c after the covered ones, which keep their order");
+        let mut alone = vec![0];
+        model.guard(&problem(200), |_| ("c", &config), &mut alone);
+        assert_eq!(alone, [0], "a barely covered class among its like stays");
     }
 
     #[test]

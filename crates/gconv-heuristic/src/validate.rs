@@ -62,7 +62,8 @@ pub fn evaluate(set: &ModelSet, rows: &[Measured]) -> Vec<Outcome> {
         let candidates: Vec<&Measured> = proposed.iter().map(|&i| timed[i]).collect();
         let solvers: Vec<&str> = candidates.iter().map(|r| r.solver.as_str()).collect();
         let (rows, _) = rows_of(&model.spec, &candidates);
-        let (ranked_ms, ranked) = model.rank(&ProblemRow::new(p, timed[0].facts), &rows, &solvers);
+        let (ranked_ms, mut ranked) = model.rank(&ProblemRow::new(p, timed[0].facts), &rows, &solvers);
+        model.guard(p, |i| (candidates[i].solver.as_str(), &candidates[i].config), &mut ranked);
         let order: Vec<usize> = ranked.iter().map(|&i| proposed[i]).collect();
         let pick = order[0];
         // Every candidate's whole prediction (not screened), for the predicted-against-measured chart.
