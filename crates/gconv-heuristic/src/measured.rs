@@ -71,7 +71,13 @@ pub struct Measured {
     pub device: String,
     pub facts: DeviceFacts,
     pub vendor: VendorMarks,
+    /// The candidate ran and its result failed verification (beyond the tolerance).
+    pub wrong: bool,
 }
+
+/// How a sweep's status column starts where the candidate's result was wrong (as gconv-tune's
+/// outcome text words it).
+const WRONG_STATUS: &str = "failed verification";
 
 /// The columns this module reads.
 const NEEDED: [&str; 9] =
@@ -107,6 +113,8 @@ pub fn read(paths: &[impl AsRef<Path>]) -> Result<Vec<Measured>> {
             }
             found
         };
+        // Rows without a status (exported by older gconvs) are taken as never wrong.
+        let status = header.iter().position(|h| h == "status");
         for (line, record) in reader.records().enumerate() {
             let record = record.map_err(|e| bad(e.to_string()))?;
             let at_line = |what: &str, e: String| bad(format!("row {}: {what}: {e}", line + 2));
@@ -136,6 +144,7 @@ pub fn read(paths: &[impl AsRef<Path>]) -> Result<Vec<Measured>> {
                     clock_mhz: number(mhz, "device_mhz")? as u32,
                 },
                 vendor: VendorMarks::parse(&record[vendor]),
+                wrong: status.is_some_and(|at| record[at].starts_with(WRONG_STATUS)),
             };
             let candidate = [device, key, solver, config].map(|column| record[column].to_string());
             match at.entry(candidate) {

@@ -140,6 +140,10 @@ pub struct Model {
     /// the pick's guard against extrapolation. Absent from models trained before it (no guard).
     #[serde(default)]
     pub coverage: BTreeMap<String, usize>,
+    /// The coverage classes whose result failed verification on a training problem, and on
+    /// how many: the pick, which verifies nothing, takes them last.
+    #[serde(default)]
+    pub wrong: BTreeMap<String, usize>,
     /// Stage two of the pick: every candidate's log time.
     pub forest: Forest,
     /// Stage one: each solver's best log time on a problem (its fastest config's), from the
@@ -209,25 +213,27 @@ impl Model {
         (log_ms, order)
     }
 
-    /// Moves behind the others, each part keeping its order, the candidates of `order` whose
-    /// coverage class training timed on too few problems ([`COVERAGE_SHARE`]): a prediction
-    /// there is an extrapolation, and such were the worst picks on unseen layers (a cuBLAS path
-    /// seen on 2 NCHW 1x1 shapes, 8x slower than cuDNN's engines on others). `candidate(i)` is
-    /// candidate i's solver and config.
+    /// Reorders `order`, each part keeping its order: first the candidates training covered,
+    /// then those whose coverage class it timed on too few problems ([`COVERAGE_SHARE`]: a
+    /// prediction there is an extrapolation, and such were the worst picks on unseen layers, a
+    /// cuBLAS path seen on 2 NCHW 1x1 shapes 8x slower than cuDNN's engines on others), last
+    /// those of a class whose result was wrong on a training problem (cuDNN's fp32 engines 6,
+    /// 7 and 17 on 3x3 and 5x5 filters: a pick is not verified, so it must not gamble on one
+    /// that can be). `candidate(i)` is candidate i's solver and config.
     pub fn guard<'c>(&self, p: &ConvProblem, candidate: impl Fn(usize) -> (&'c str, &'c Config), order: &mut [usize]) {
-        if self.coverage.is_empty() {
+        if self.coverage.is_empty() && self.wrong.is_empty() {
             return;
         }
-        let problems: Vec<usize> = (0..order.len())
+        let classes: Vec<String> = (0..order.len())
             .map(|i| {
                 let (solver, config) = candidate(i);
-                let class = coverage_class(self.listed.contains_key(solver), p, solver, config);
-                self.coverage.get(&class).copied().unwrap_or(0)
+                coverage_class(self.listed.contains_key(solver), p, solver, config)
             })
             .collect();
+        let problems: Vec<usize> = classes.iter().map(|c| self.coverage.get(c).copied().unwrap_or(0)).collect();
         let best = problems.iter().copied().max().unwrap_or(0);
         let needed = (COVERAGE_SHARE * best as f64).max(MIN_COVERAGE.min(best) as f64);
-        order.sort_by_key(|&i| (problems[i] as f64) < needed);
+        order.sort_by_key(|&i| (self.wrong.contains_key(&classes[i]), (problems[i] as f64) < needed));
     }
 
     /// Stage two's predicted log times of measured candidates.

@@ -234,6 +234,7 @@ mod tests {
                     device: "fake:0".into(),
                     facts: DeviceFacts { units: 8, clock_mhz: 1000 },
                     vendor: VendorMarks { listed: true, heuristic: e == 1, find: true },
+                    wrong: false,
                 });
             }
         }

@@ -51,7 +51,21 @@ pub fn train(rows: &[Measured], sources: &[String], opts: &TrainOptions) -> Resu
     if groups.is_empty() {
         return Err(Error::Training("no timed row to learn from".into()));
     }
-    groups.into_iter().map(|((direction, family), rows)| fit(direction, family, &rows, sources, opts)).collect()
+    let mut wrong: BTreeMap<(Direction, Family), BTreeMap<String, HashSet<&ConvProblem>>> = BTreeMap::new();
+    for row in rows.iter().filter(|r| r.wrong) {
+        let class = coverage_class(row.vendor.listed, &row.problem, &row.solver, &row.config);
+        let group = wrong.entry((row.problem.direction, Family::of(row.problem.dtype))).or_default();
+        group.entry(class).or_default().insert(&row.problem);
+    }
+    groups
+        .into_iter()
+        .map(|((direction, family), rows)| {
+            let mut model = fit(direction, family, &rows, sources, opts)?;
+            let classes = wrong.remove(&(direction, family)).unwrap_or_default();
+            model.wrong = classes.into_iter().map(|(class, problems)| (class, problems.len())).collect();
+            Ok(model)
+        })
+        .collect()
 }
 
 /// Folds of the training shapes for the stage-one check, and the fewest problems it needs.
@@ -202,6 +216,7 @@ fn fit_stages(
         listed,
         trained,
         coverage,
+        wrong: BTreeMap::new(),
         manifest: Manifest {
             rows: rows.len(),
             problems: problems.len(),
@@ -317,6 +332,7 @@ mod tests {
                     device: "test".into(),
                     facts: DeviceFacts { units: 8, clock_mhz: 1000 },
                     vendor: VendorMarks::default(),
+                    wrong: false,
                 });
             }
         }
@@ -338,34 +354,36 @@ mod tests {
     }
 
     #[test]
-    fn the_guard_puts_candidates_of_barely_covered_classes_last() {
+    fn the_guard_puts_barely_covered_classes_after_the_rest_and_wrong_ones_last() {
         let problem =
             |c: u32| ConvProblem::from_key(&format!("v1:fwd:f32:NHWC:n8:c{c}:k64:i14x14:f3x3:s1x1:p1x1:d1x1")).unwrap();
-        let row = |p: &ConvProblem, solver: &str, ms: f64| Measured {
+        let row = |p: &ConvProblem, solver: &str, ms: Option<f64>| Measured {
             problem: p.clone(),
             solver: solver.into(),
             config: Config::new([("x", 1)]),
-            ms: Some(ms),
+            ms,
             workspace_bytes: 0,
             device: "test".into(),
             facts: DeviceFacts { units: 8, clock_mhz: 1000 },
             vendor: VendorMarks::default(),
+            wrong: ms.is_none(),
         };
-        // `a` and `b` timed on eight problems, `c` (fastest) on one.
+        // `a`, `b` and `w` timed on eight problems, `w` wrong on one more; `c` timed on one.
         let mut rows = Vec::new();
         for c in (1..=8).map(|i| i * 16) {
-            rows.extend([row(&problem(c), "a", 2.0), row(&problem(c), "b", 3.0)]);
+            rows.extend(["a", "b", "w"].map(|solver| row(&problem(c), solver, Some(2.0))));
         }
-        rows.push(row(&problem(16), "c", 1.0));
+        rows.extend([row(&problem(16), "c", Some(1.0)), row(&problem(144), "w", None)]);
         let opts = TrainOptions { trees: 10, max_depth: 3, learning_rate: 0.3, ranking: 0.0, seed: 0 };
-        let model = fit_stages(Direction::Forward, Family::Fp32, &rows.iter().collect::<Vec<_>>(), &[], &opts).unwrap();
+        let model = train(&rows, &[], &opts).unwrap().remove(0);
         assert_eq!(model.coverage.get("a NHWC dense"), Some(&8));
         assert_eq!(model.coverage.get("c NHWC dense"), Some(&1));
+        assert_eq!(model.wrong.keys().collect::<Vec<_>>(), ["w NHWC dense"]);
         let config = Config::new([("x", 1)]);
-        let candidates = ["c", "a", "b"];
-        let mut order = vec![0, 2, 1];
+        let candidates = ["w", "c", "a", "b"];
+        let mut order = vec![0, 1, 3, 2];
         model.guard(&problem(200), |i| (candidates[i], &config), &mut order);
-        assert_eq!(order, [2, 1, 0], "c after the covered ones, which keep their order");
+        assert_eq!(order, [3, 2, 1, 0], "the covered in their order, then c, then w");
         let mut alone = vec![0];
         model.guard(&problem(200), |_| ("c", &config), &mut alone);
         assert_eq!(alone, [0], "a barely covered class among its like stays");
