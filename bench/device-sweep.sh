@@ -13,7 +13,9 @@
 # Each call starts on a fresh machine with no kernels built: the kernel cache comes back as
 # $OUT/kernels.tar.gz (where under 15 MiB), and one copied here as .device/kernels.tar.gz is
 # unpacked first, so the next slice loads the kernels this one built instead of compiling them
-# (and reads the cuDNN listings it made instead of listing again).
+# (and reads the cuDNN listings it made instead of listing again). The cuDNN listings alone, a
+# few MiB where the kernels are tens, also come back as $OUT/cudnn-listings.tar.gz (where
+# under 8 MiB); one copied here as .device/cudnn-listings.tar.gz is unpacked first.
 set -u
 problems=$1 dtype=$2 name=$3 seconds=$4
 shift 4
@@ -22,7 +24,9 @@ for f in .device/bin/*.gz; do [ -e "$f" ] && gunzip -f "$f"; done
 chmod +x .device/bin/*
 kernels=${XDG_CACHE_HOME:-$HOME/.cache}/gconv/kernels
 mkdir -p "$kernels"
-[ -f .device/kernels.tar.gz ] && tar -xzf .device/kernels.tar.gz -C "$kernels"
+for cache in .device/kernels.tar.gz .device/cudnn-listings.tar.gz; do
+  [ -f "$cache" ] && tar -xzf "$cache" -C "$kernels"
+done
 built_before=$(find "$kernels" -name "*.cubin" | wc -l)
 csv=/tmp/$name.csv
 [ -f "data/sweeps/$name.csv.gz" ] && gunzip -c "data/sweeps/$name.csv.gz" > "$csv"
@@ -38,6 +42,12 @@ after=$(wc -l < "$csv")
 echo "status $status: $((after - before)) rows in $elapsed s ($(awk "BEGIN { printf \"%.2f\", ($after - $before) / $elapsed }") a second)" >> "$OUT/$name.log"
 gzip -9 -c "$csv" > "$OUT/$name.csv.gz"
 echo "kernel cache: $built_before kernels brought, $(find "$kernels" -name "*.cubin" | wc -l) now, $(find "$kernels" -name "*.cudnn-list.json" | wc -l) cuDNN listings" >> "$OUT/$name.log"
+( cd "$kernels" && find . -name '*.cudnn-list.json' -print0 | tar -czf /tmp/cudnn-listings.tar.gz --null -T - )
+if [ "$(stat -c %s /tmp/cudnn-listings.tar.gz)" -lt $((8 << 20)) ]; then
+  cp /tmp/cudnn-listings.tar.gz "$OUT/"
+else
+  echo "cuDNN listings: $(( $(stat -c %s /tmp/cudnn-listings.tar.gz) >> 20 )) MiB packed, too large to bring back" >> "$OUT/$name.log"
+fi
 tar -czf /tmp/kernels.tar.gz --exclude='*.building' -C "$kernels" .
 # The tree that travels is limited to 64 MiB, and the repository with the packed gconv alone
 # is about 50: a larger cache would not fit the next call.
