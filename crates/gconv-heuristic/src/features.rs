@@ -67,12 +67,16 @@ const TILE_FEATURES: [&str; 11] = [
 ];
 
 /// The columns of a model: the problem's, one per solver, one per config field name seen in
-/// training, then the tile columns.
+/// training, then the tile columns, and last, where most of its vendor rows on the library's
+/// find list know their place there, that place (`vendor_find_rank`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FeatureSpec {
     pub version: u32,
     pub solvers: Vec<String>,
     pub fields: Vec<String>,
+    /// Models trained before the rank was recorded have no such column.
+    #[serde(default)]
+    pub vendor_rank: bool,
 }
 
 /// The per-problem part of a row, computed once and shared by all of a problem's candidates.
@@ -155,11 +159,25 @@ impl ProblemRow {
 
 impl FeatureSpec {
     pub fn new(solvers: Vec<String>, fields: Vec<String>) -> Self {
-        FeatureSpec { version: FEATURE_VERSION, solvers, fields }
+        FeatureSpec { version: FEATURE_VERSION, solvers, fields, vendor_rank: false }
+    }
+
+    /// The spec with the vendor's rank as a column where most of `rows`' configs on the
+    /// library's find list have it: selection always knows it, so a column learned from a few
+    /// rows among many without it would be read where the trees barely learned it.
+    pub fn ranking_where_known(mut self, rows: &[&Measured]) -> Self {
+        let on_list = rows.iter().filter(|r| r.vendor.find).count();
+        let ranked = rows.iter().filter(|r| r.vendor.find_rank.is_some()).count();
+        self.vendor_rank = on_list > 0 && 2 * ranked >= on_list;
+        self
     }
 
     pub fn width(&self) -> usize {
-        PROBLEM_FEATURES.len() + self.solvers.len() + self.fields.len() + TILE_FEATURES.len()
+        PROBLEM_FEATURES.len()
+            + self.solvers.len()
+            + self.fields.len()
+            + TILE_FEATURES.len()
+            + usize::from(self.vendor_rank)
     }
 
     /// Every column's name, for reports and the model file.
@@ -168,6 +186,9 @@ impl FeatureSpec {
         names.extend(self.solvers.iter().map(|s| format!("solver={s}")));
         names.extend(self.fields.iter().map(|f| format!("config.{f}")));
         names.extend(TILE_FEATURES.iter().map(|s| s.to_string()));
+        if self.vendor_rank {
+            names.push("vendor_find_rank".to_string());
+        }
         names
     }
 
@@ -218,6 +239,9 @@ impl FeatureSpec {
             (tile[9], tile[10]) = (f64::from(u8::from(marks.heuristic)), f64::from(u8::from(marks.find)));
         }
         out.extend_from_slice(&tile);
+        if self.vendor_rank {
+            out.push(vendor.and_then(|m| m.find_rank).map_or(f64::NAN, f64::from));
+        }
     }
 }
 
@@ -260,10 +284,16 @@ mod tests {
         assert!((at("wave_efficiency") - 98.0 / 132.0).abs() < 1e-12);
         assert!(at("vendor_heuristic_pick").is_nan() && at("vendor_find_list").is_nan(), "not a vendor's config");
         row.clear();
-        let marks = VendorMarks { listed: true, heuristic: false, find: true };
+        let marks = VendorMarks { listed: true, heuristic: false, find: true, find_rank: Some(3) };
         spec.push_row(&problem, "a", &Config::empty(), None, Some(marks), &mut row);
         let at = |name: &str| row[spec.names().iter().position(|n| n == name).unwrap()];
         assert_eq!((at("vendor_heuristic_pick"), at("vendor_find_list")), (0.0, 1.0));
         assert!(at("workspace_mb").is_nan());
+        assert!(!spec.names().contains(&"vendor_find_rank".to_string()), "no rank column unless trained with it");
+        let ranked = FeatureSpec { vendor_rank: true, ..spec.clone() };
+        row.clear();
+        ranked.push_row(&problem, "a", &Config::empty(), None, Some(marks), &mut row);
+        assert_eq!((row.len(), ranked.names().last().map(String::as_str)), (ranked.width(), Some("vendor_find_rank")));
+        assert_eq!(row.last(), Some(&3.0));
     }
 }

@@ -23,6 +23,9 @@ pub struct VendorMarks {
     pub heuristic: bool,
     /// The library's own find times it.
     pub find: bool,
+    /// Its place on that list, which is the heuristic's order (0: the heuristic's pick);
+    /// unknown in rows swept before it was recorded.
+    pub find_rank: Option<u16>,
 }
 
 impl VendorMarks {
@@ -31,31 +34,42 @@ impl VendorMarks {
     /// features read them the same way.
     pub fn of(solver: &dyn Solver, config: &Config, yardstick: Option<&Yardstick>) -> Self {
         let ours = yardstick.filter(|y| y.solver == solver.id());
+        let find_rank = ours.and_then(|y| y.find.iter().position(|c| c == config));
         VendorMarks {
             listed: solver.find_times_every_config(),
             heuristic: ours.is_some_and(|y| y.heuristic == *config),
-            find: ours.is_some_and(|y| y.find.contains(config)),
+            find: find_rank.is_some(),
+            find_rank: find_rank.map(|r| r.min(usize::from(u16::MAX)) as u16),
         }
     }
 
-    /// The CSV text: `listed`, then `heuristic` and `find` where they hold, joined by `+`.
+    /// The CSV text: `listed`, then `heuristic` and `find` (`find@` its place, where known)
+    /// where they hold, joined by `+`.
     pub fn text(self) -> String {
         let mut words = Vec::new();
         if self.listed {
-            words.push("listed");
+            words.push("listed".to_string());
         }
         if self.heuristic {
-            words.push("heuristic");
+            words.push("heuristic".to_string());
         }
-        if self.find {
-            words.push("find");
+        match (self.find, self.find_rank) {
+            (true, Some(rank)) => words.push(format!("find@{rank}")),
+            (true, None) => words.push("find".to_string()),
+            (false, _) => {}
         }
         words.join("+")
     }
 
     fn parse(text: &str) -> Self {
         let has = |w: &str| text.split('+').any(|t| t == w);
-        VendorMarks { listed: has("listed"), heuristic: has("heuristic"), find: has("find") }
+        let find_rank = text.split('+').find_map(|t| t.strip_prefix("find@")?.parse().ok());
+        VendorMarks {
+            listed: has("listed"),
+            heuristic: has("heuristic"),
+            find: has("find") || find_rank.is_some(),
+            find_rank,
+        }
     }
 }
 
@@ -190,6 +204,22 @@ mod tests {
         assert_eq!(from_plain[1].2, None);
         assert_eq!(summary(read(&[&packed]).unwrap()), from_plain);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn vendor_marks_read_back_as_written_and_older_rows_lack_the_rank() {
+        let marks = [
+            VendorMarks { listed: true, heuristic: true, find: true, find_rank: Some(0) },
+            VendorMarks { listed: true, heuristic: false, find: true, find_rank: Some(7) },
+            VendorMarks { listed: true, heuristic: false, find: false, find_rank: None },
+            VendorMarks::default(),
+        ];
+        for m in marks {
+            assert_eq!(VendorMarks::parse(&m.text()), m, "{}", m.text());
+        }
+        assert_eq!(marks[1].text(), "listed+find@7");
+        let older = VendorMarks::parse("listed+heuristic+find");
+        assert!(older.find && older.heuristic && older.find_rank.is_none());
     }
 
     #[test]

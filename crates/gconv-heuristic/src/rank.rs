@@ -233,12 +233,13 @@ mod tests {
                     workspace_bytes: 0,
                     device: "fake:0".into(),
                     facts: DeviceFacts { units: 8, clock_mhz: 1000 },
-                    vendor: VendorMarks { listed: true, heuristic: e == 1, find: true },
+                    vendor: VendorMarks { listed: true, heuristic: e == 1, find: true, find_rank: Some(e as u16 - 1) },
                     wrong: false,
                 });
             }
         }
         let models = train(&rows, &[], &TrainOptions { trees: 20, ..TrainOptions::default() }).unwrap();
+        assert!(models[0].spec.vendor_rank, "rows that know their place on the library's list make it a column");
         ModelSet { origin: "a test".into(), models }
     }
 

@@ -156,7 +156,7 @@ fn fit_stages(
 ) -> Result<Model> {
     let solvers: BTreeSet<String> = rows.iter().map(|r| r.solver.clone()).collect();
     let fields: BTreeSet<String> = rows.iter().flat_map(|r| r.config.fields().iter().map(|(n, _)| n.clone())).collect();
-    let spec = FeatureSpec::new(solvers.into_iter().collect(), fields.into_iter().collect());
+    let spec = FeatureSpec::new(solvers.into_iter().collect(), fields.into_iter().collect()).ranking_where_known(rows);
     // Solver -> config -> the shapes it was measured on.
     type SeenOn = BTreeMap<String, BTreeMap<String, HashSet<String>>>;
     let (mut listed, mut trained): (SeenOn, SeenOn) = Default::default();
