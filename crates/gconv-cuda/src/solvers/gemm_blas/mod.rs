@@ -50,8 +50,8 @@ impl GemmBlas {
     }
 }
 
-/// One strided-batched GEMM: C = alpha op(A) op(B) + beta C, operands at byte offsets from the
-/// tensors' base pointers.
+/// One strided-batched GEMM: C = op(A) op(B), operands at element offsets from the tensors'
+/// base pointers.
 #[derive(Debug, Clone, Copy)]
 struct Gemm {
     trans_a: bool,
@@ -65,7 +65,19 @@ struct Gemm {
     batch: i32,
     /// C is fp32 whatever the problem's type (backward-data columns, partial weights).
     c_fp32: bool,
-    beta: f32,
+}
+
+impl Gemm {
+    /// C = op(A) op(B) in `batch` steps, op transposing where `trans` says (for A, for B), the
+    /// product m x n over k; C in the problem's type and overwritten.
+    fn new(trans: (bool, bool), (m, n, k): (i32, i32, i32), a: Operand, b: Operand, c: Operand, batch: i32) -> Self {
+        Gemm { trans_a: trans.0, trans_b: trans.1, m, n, k, a, b, c, batch, c_fp32: false }
+    }
+
+    /// C in fp32 whatever the problem's type.
+    fn into_fp32(self, fp32: bool) -> Self {
+        Gemm { c_fp32: fp32, ..self }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -222,47 +234,13 @@ fn plan_nhwc(p: &ConvProblem) -> Vec<Step> {
     let (red, kg, batch) = (red as i32, kg as i32, g as i32);
     let gemm = match p.direction {
         // y^T (Kg x NP) = W (Kg x red) . x^T (red x NP)
-        Direction::Forward => Gemm {
-            trans_a: true,
-            trans_b: false,
-            m: kg,
-            n: np,
-            k: red,
-            a: weights,
-            b: x,
-            c: y,
-            batch,
-            c_fp32: false,
-            beta: 0.0,
-        },
+        Direction::Forward => Gemm::new((true, false), (kg, np, red), weights, x, y, batch),
         // dx^T (red x NP) = W^T (red x Kg) . dy^T (Kg x NP)
-        Direction::BackwardData => Gemm {
-            trans_a: false,
-            trans_b: false,
-            m: red,
-            n: np,
-            k: kg,
-            a: weights,
-            b: y,
-            c: x,
-            batch,
-            c_fp32: x.tensor == Role::Col,
-            beta: 0.0,
-        },
+        Direction::BackwardData => {
+            Gemm::new((false, false), (red, np, kg), weights, y, x, batch).into_fp32(x.tensor == Role::Col)
+        }
         // dW^T (red x Kg) = x^T (red x NP) . dy (NP x Kg)
-        Direction::BackwardWeight => Gemm {
-            trans_a: false,
-            trans_b: true,
-            m: red,
-            n: kg,
-            k: np,
-            a: x,
-            b: y,
-            c: weights,
-            batch,
-            c_fp32: false,
-            beta: 0.0,
-        },
+        Direction::BackwardWeight => Gemm::new((false, true), (red, kg, np), x, y, weights, batch),
     };
     match (explicit(p), p.direction) {
         (false, _) => vec![Step::Gemm(gemm)],
@@ -290,47 +268,11 @@ fn plan_nchw(p: &ConvProblem) -> Vec<Step> {
             let (p32, cg, kg, batch) = (positions as i32, cg as i32, kg as i32, batch as i32);
             Step::Gemm(match p.direction {
                 // y^T (P x Kg) = x^T (P x Cg) . W^T (Cg x Kg)
-                Direction::Forward => Gemm {
-                    trans_a: false,
-                    trans_b: false,
-                    m: p32,
-                    n: kg,
-                    k: cg,
-                    a: x,
-                    b: weights,
-                    c: y,
-                    batch,
-                    c_fp32: false,
-                    beta: 0.0,
-                },
+                Direction::Forward => Gemm::new((false, false), (p32, kg, cg), x, weights, y, batch),
                 // dx^T (P x Cg) = dy^T (P x Kg) . W (Kg x Cg)
-                Direction::BackwardData => Gemm {
-                    trans_a: false,
-                    trans_b: true,
-                    m: p32,
-                    n: cg,
-                    k: kg,
-                    a: y,
-                    b: weights,
-                    c: x,
-                    batch,
-                    c_fp32: false,
-                    beta: 0.0,
-                },
+                Direction::BackwardData => Gemm::new((false, true), (p32, cg, kg), y, weights, x, batch),
                 // dW^T (Cg x Kg) = x (Cg x P) . dy^T (P x Kg)
-                Direction::BackwardWeight => Gemm {
-                    trans_a: true,
-                    trans_b: false,
-                    m: cg,
-                    n: kg,
-                    k: p32,
-                    a: x,
-                    b: y,
-                    c: weights,
-                    batch,
-                    c_fp32: false,
-                    beta: 0.0,
-                },
+                Direction::BackwardWeight => Gemm::new((true, false), (cg, kg, p32), x, y, weights, batch),
             })
         })
         .collect()
@@ -350,19 +292,16 @@ fn plan_nchw_weights(p: &ConvProblem, budget: u64) -> Vec<Step> {
         .flat_map(|first_image| {
             let images = per_chunk.min(p.n - first_image);
             let image = i64::from(first_image);
-            let gemm = Gemm {
-                trans_a: true,
-                trans_b: false,
-                m: cg as i32,
-                n: kg as i32,
-                k: positions as i32,
-                a: op(Role::X, image * c * positions, positions, cg * positions),
-                b: op(Role::Y, image * k * positions, positions, kg * positions),
-                c: op(partials, 0, cg, kg * cg),
-                batch: (i64::from(images) * g) as i32,
-                c_fp32: true,
-                beta: 0.0,
-            };
+            // dW_i^T (Cg x Kg) = x_i (Cg x P) . dy_i^T (P x Kg), for each (image, group) i.
+            let gemm = Gemm::new(
+                (true, false),
+                (cg as i32, kg as i32, positions as i32),
+                op(Role::X, image * c * positions, positions, cg * positions),
+                op(Role::Y, image * k * positions, positions, kg * positions),
+                op(partials, 0, cg, kg * cg),
+                (i64::from(images) * g) as i32,
+            )
+            .into_fp32(true);
             let sum =
                 Step::SumImages { images: images as i32, first: first_image == 0, last: first_image + images == p.n };
             [Step::Gemm(gemm), sum]
@@ -536,7 +475,7 @@ impl Invoker<Cuda> for BlasInvoker {
                     b: matrix(&g.b, self.data),
                     c: matrix(&g.c, if g.c_fp32 { cudaDataType::CUDA_R_32F } else { self.data }),
                     batch: g.batch,
-                    beta: g.beta,
+                    beta: 0.0,
                     compute: self.compute,
                 }),
                 Call::Kernel(_) => None,

@@ -43,8 +43,7 @@ impl Memory {
                         .map(|l| self.at(&g.a, b, g.trans_a, i, l) * self.at(&g.b, b, g.trans_b, l, j))
                         .sum();
                     let at = (g.c.offset + b * g.c.stride + i + j * i64::from(g.c.ld)) as usize;
-                    let c = self.tensor(g.c.tensor);
-                    c[at] = product + f64::from(g.beta) * if g.beta == 0.0 { 0.0 } else { c[at] };
+                    self.tensor(g.c.tensor)[at] = product;
                 }
             }
         }
