@@ -94,6 +94,19 @@ fn a_cpu_model_is_trained_validated_and_used() {
             assert!(plots.join(format!("{chart}.{ext}")).metadata().unwrap().len() > 1000, "{chart}.{ext}");
         }
     }
+    // Rows of one other device are validated as the models' fallback use there; of two, refused.
+    let device = model["device"].as_str().unwrap();
+    let measured = std::fs::read_to_string(&valid_csv).unwrap();
+    let elsewhere = s.path("elsewhere.csv");
+    std::fs::write(&elsewhere, measured.replace(device, "cpu:another")).unwrap();
+    let fallback = ["validate", "--model", text(&models), "--problems", text(&valid), "--no-measure", "--measured"];
+    let out = ok(&s, &[&fallback[..], &[text(&elsewhere)]].concat());
+    assert!(out.contains("measured:  on cpu:another, another device") && out.contains("fwd f32"), "{out}");
+    let rows = measured.lines().skip(1).map(|l| l.replace(device, "cpu:third") + "\n");
+    std::fs::write(&elsewhere, measured.replace(device, "cpu:another") + &rows.collect::<String>()).unwrap();
+    let o = s.run(&[&fallback[..], &[text(&elsewhere)]].concat());
+    assert!(!o.status.success() && stderr(&o).contains("rows of 2 other devices"), "{}", stderr(&o));
+
     let o = s.run(&[
         "validate",
         "--model",
