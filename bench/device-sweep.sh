@@ -50,7 +50,7 @@ else
 fi
 tar -czf /tmp/kernels.tar.gz --exclude='*.building' -C "$kernels" .
 # The tree that travels is limited to 64 MiB, and the repository with the packed gconv alone
-# is about 50: a larger cache would not fit the next call.
+# is about 45: a larger cache would not fit the next call.
 if [ "$(stat -c %s /tmp/kernels.tar.gz)" -lt $((15 << 20)) ]; then
   cp /tmp/kernels.tar.gz "$OUT/"
 else
