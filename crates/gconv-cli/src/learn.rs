@@ -253,7 +253,7 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     rows.retain(|r| wanted.contains(&r.problem.key()));
     let fallback = rows_of_the_models_device(&mut rows, &args.models)
         .map_err(|devices| anyhow::anyhow!("{} holds no row of these problems measured on the models' device ({}), and rows of {devices} other devices: validate one device's rows at a time", args.measured.display(), args.models.device()))?;
-    anyhow::ensure!(!rows.is_empty(), "{} holds no row of these problems", args.measured.display(),);
+    anyhow::ensure!(!rows.is_empty(), "{} holds no row of these problems", args.measured.display());
     if !args.training.is_empty() {
         let trained: HashSet<String> = measured::read(&args.training)?.iter().map(|r| shape_key(&r.problem)).collect();
         let seen: Vec<&ConvProblem> = args.problems.iter().filter(|p| trained.contains(&shape_key(p))).collect();

@@ -219,7 +219,8 @@ impl Model {
     /// cuBLAS path seen on 2 NCHW 1x1 shapes 8x slower than cuDNN's engines on others), last
     /// those of a class whose result was wrong on a training problem (cuDNN's fp32 engines 6,
     /// 7 and 17 on 3x3 and 5x5 filters: a pick is not verified, so it must not gamble on one
-    /// that can be). `candidate(i)` is candidate i's solver and config.
+    /// that can be). `order` holds each candidate's index once; `candidate(i)` is candidate
+    /// i's solver and config.
     pub fn guard<'c>(&self, p: &ConvProblem, candidate: impl Fn(usize) -> (&'c str, &'c Config), order: &mut [usize]) {
         if self.coverage.is_empty() && self.wrong.is_empty() {
             return;
