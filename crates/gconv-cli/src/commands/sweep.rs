@@ -42,8 +42,8 @@ pub struct SweepCmd {
     pub early_stop: bool,
     /// Measure these solvers' candidates again though the CSV has rows of them for this device
     /// (comma-separated ids; after a change to their code): the new rows are appended, and
-    /// training and validation read the last row of a candidate. Every such row is measured
-    /// again, so a stopped run goes on without the flag
+    /// training and validation read the last row of a candidate. Each run with the flag
+    /// measures all of them again: a stopped one, run again, repeats what it measured
     #[arg(long, value_delimiter = ',', value_name = "SOLVERS")]
     pub remeasure: Vec<String>,
     /// Hand out no problem after this many seconds: the problems being measured finish, the
