@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use gconv_core::{ConvProblem, Runtime};
 use gconv_heuristic::measured::{self, Measured};
-use gconv_heuristic::model::{user_models_dir, ModelSet};
+use gconv_heuristic::model::{closeness, user_models_dir, ModelSet};
 use gconv_heuristic::problems::{is_validation, shape_key, synthetic, Limits};
 use gconv_heuristic::rank::ModelHeuristic;
 use gconv_heuristic::train::{train, TrainOptions};
@@ -231,18 +231,20 @@ fn print_summary(label: &str, s: &Summary) {
 }
 
 /// Keeps the rows measured on the models' device; where there are none and the rows are all of
-/// one other device, keeps them and returns that device (models of one device picking for
-/// another, as selection's fallback lets them). Errs with how many devices there are otherwise.
-fn rows_of_the_models_device(rows: &mut Vec<Measured>, models: &ModelSet) -> Result<Option<String>, usize> {
+/// one other device whose selection would fall back to these models (the same GPU or CPU, or
+/// its kind), keeps them and returns that device. Errs with what the rows' devices are
+/// otherwise.
+fn rows_of_the_models_device(rows: &mut Vec<Measured>, models: &ModelSet) -> Result<Option<String>, String> {
     if rows.iter().any(|r| models.models.iter().any(|m| m.device == r.device)) {
         rows.retain(|r| models.models.iter().any(|m| m.device == r.device));
         return Ok(None);
     }
     let devices: HashSet<&str> = rows.iter().map(|r| r.device.as_str()).collect();
-    match devices.len() {
-        0 => Ok(None),
-        1 => Ok(Some(rows[0].device.clone())),
-        n => Err(n),
+    match devices.into_iter().collect::<Vec<_>>()[..] {
+        [] => Ok(None),
+        [device] if closeness(&models.device(), device) > 0 => Ok(Some(device.to_string())),
+        [device] => Err(format!("rows of {device}, whose selection would not use these models")),
+        ref several => Err(format!("rows of {} other devices: validate one device's rows at a time", several.len())),
     }
 }
 
@@ -251,8 +253,13 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     let wanted: HashSet<String> = args.problems.iter().map(|p| p.key()).collect();
     let mut rows: Vec<Measured> = measured::read(std::slice::from_ref(&args.measured))?;
     rows.retain(|r| wanted.contains(&r.problem.key()));
-    let fallback = rows_of_the_models_device(&mut rows, &args.models)
-        .map_err(|devices| anyhow::anyhow!("{} holds no row of these problems measured on the models' device ({}), and rows of {devices} other devices: validate one device's rows at a time", args.measured.display(), args.models.device()))?;
+    let fallback = rows_of_the_models_device(&mut rows, &args.models).map_err(|why| {
+        anyhow::anyhow!(
+            "{} holds no row of these problems measured on the models' device ({}), and {why}",
+            args.measured.display(),
+            args.models.device()
+        )
+    })?;
     anyhow::ensure!(!rows.is_empty(), "{} holds no row of these problems", args.measured.display());
     if !args.training.is_empty() {
         let trained: HashSet<String> = measured::read(&args.training)?.iter().map(|r| shape_key(&r.problem)).collect();

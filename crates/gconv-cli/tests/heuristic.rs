@@ -98,14 +98,20 @@ fn a_cpu_model_is_trained_validated_and_used() {
     let device = model["device"].as_str().unwrap();
     let measured = std::fs::read_to_string(&valid_csv).unwrap();
     let elsewhere = s.path("elsewhere.csv");
-    std::fs::write(&elsewhere, measured.replace(device, "cpu:another")).unwrap();
+    // Another CPU of the same SIMD level: the key's backend and third field kept.
+    let fields: Vec<&str> = device.split(':').collect();
+    let sibling = format!("{}:another CPU:{}", fields[0], fields[2..].join(":"));
+    std::fs::write(&elsewhere, measured.replace(device, &sibling)).unwrap();
     let fallback = ["validate", "--model", text(&models), "--problems", text(&valid), "--no-measure", "--measured"];
     let out = ok(&s, &[&fallback[..], &[text(&elsewhere)]].concat());
-    assert!(out.contains("measured:  on cpu:another, another device") && out.contains("fwd f32"), "{out}");
+    assert!(out.contains(&format!("measured:  on {sibling}, another device")) && out.contains("fwd f32"), "{out}");
     let rows = measured.lines().skip(1).map(|l| l.replace(device, "cpu:third") + "\n");
-    std::fs::write(&elsewhere, measured.replace(device, "cpu:another") + &rows.collect::<String>()).unwrap();
+    std::fs::write(&elsewhere, measured.replace(device, &sibling) + &rows.collect::<String>()).unwrap();
     let o = s.run(&[&fallback[..], &[text(&elsewhere)]].concat());
     assert!(!o.status.success() && stderr(&o).contains("rows of 2 other devices"), "{}", stderr(&o));
+    std::fs::write(&elsewhere, measured.replace(device, "cuda:NVIDIA H200:sm_90")).unwrap();
+    let o = s.run(&[&fallback[..], &[text(&elsewhere)]].concat());
+    assert!(!o.status.success() && stderr(&o).contains("would not use these models"), "{}", stderr(&o));
 
     let o = s.run(&[
         "validate",

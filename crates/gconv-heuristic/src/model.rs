@@ -46,6 +46,23 @@ pub fn coverage_class(listed: bool, p: &ConvProblem, solver: &str, config: &Conf
     format!("{family} {} {}", p.layout.name(p.rank()), class_of(p))
 }
 
+/// How close a model trained on device key `trained` is to `device`: 3 the same key, 2 the same
+/// GPU or CPU by name (another library version), 1 the same kind (backend and GPU
+/// architecture or CPU SIMD level, a key's first and third fields), 0 none.
+pub fn closeness(trained: &str, device: &str) -> u8 {
+    let fields = |key: &str| -> [String; 3] {
+        let f: Vec<&str> = key.split(':').collect();
+        [0, 1, 2].map(|i| f.get(i).copied().unwrap_or_default().to_string())
+    };
+    let ([b, n, a], [backend, name, arch]) = (fields(trained), fields(device));
+    match () {
+        _ if trained == device => 3,
+        _ if b == backend && n == name && a == arch => 2,
+        _ if b == backend && a == arch => 1,
+        _ => 0,
+    }
+}
+
 /// The distinct solvers of `solvers`, sorted, and each candidate's index among them.
 fn solver_groups<'a>(solvers: &[&'a str]) -> (Vec<&'a str>, Vec<u32>) {
     let mut distinct = solvers.to_vec();
@@ -343,21 +360,7 @@ impl ModelSet {
     /// Features carry the device's own SM count and clock, so a model of another device of
     /// the kind scales to it rather than being refused.
     pub fn for_device(sets: Vec<ModelSet>, device: &str) -> Option<ModelSet> {
-        let fields = |key: &str| -> [String; 3] {
-            let f: Vec<&str> = key.split(':').collect();
-            [0, 1, 2].map(|i| f.get(i).copied().unwrap_or_default().to_string())
-        };
-        let [backend, name, arch] = fields(device);
-        let closeness = |s: &ModelSet| {
-            let key = s.models.first().map(|m| m.device.as_str()).unwrap_or_default();
-            let [b, n, a] = fields(key);
-            match () {
-                _ if key == device => 3,
-                _ if b == backend && n == name && a == arch => 2,
-                _ if b == backend && a == arch => 1,
-                _ => 0,
-            }
-        };
+        let closeness = |s: &ModelSet| closeness(s.models.first().map_or("", |m| m.device.as_str()), device);
         let mut ranked: Vec<(u8, ModelSet)> =
             sets.into_iter().map(|s| (closeness(&s), s)).filter(|(c, _)| *c > 0).collect();
         ranked.sort_by_key(|(c, _)| std::cmp::Reverse(*c));
