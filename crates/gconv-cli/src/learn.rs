@@ -242,7 +242,7 @@ fn rows_of_the_models_device(rows: &mut Vec<Measured>, models: &ModelSet) -> Res
     let devices: HashSet<&str> = rows.iter().map(|r| r.device.as_str()).collect();
     match devices.into_iter().collect::<Vec<_>>()[..] {
         [] => Ok(None),
-        [device] if closeness(&models.device(), device) > 0 => Ok(Some(device.to_string())),
+        [device] if closeness(models.device(), device) > 0 => Ok(Some(device.to_string())),
         [device] => Err(format!("rows of {device}, whose selection would not use these models")),
         ref several => Err(format!("rows of {} other devices: validate one device's rows at a time", several.len())),
     }
