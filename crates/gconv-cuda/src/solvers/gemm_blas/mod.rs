@@ -154,9 +154,15 @@ fn weight_elements(p: &ConvProblem) -> u64 {
     u64::from(p.k) * u64::from(p.c / p.g) * taps
 }
 
-/// Images a chunk when the partials may take `budget` bytes.
+/// GEMMs a batch may hold: the largest grid y or z dimension, where batched GEMM kernels
+/// commonly put the batch.
+const MAX_BATCH: u64 = 65_535;
+
+/// Images a chunk when the partials may take `budget` bytes; a chunk's (image, group) pairs
+/// are one batch.
 fn images_per_chunk(p: &ConvProblem, budget: u64) -> u32 {
-    (budget / (weight_elements(p) * 4)).clamp(1, u64::from(p.n)) as u32
+    let by_bytes = budget / (weight_elements(p) * 4);
+    by_bytes.min(MAX_BATCH / u64::from(p.g)).clamp(1, u64::from(p.n)) as u32
 }
 
 /// Bytes of the running sum of dW: none where one chunk holds every image.

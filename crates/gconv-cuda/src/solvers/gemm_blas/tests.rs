@@ -5,7 +5,7 @@
 use gconv_core::reference::reference;
 use gconv_core::{ConvProblem, ConvTensors};
 
-use super::{plan, weight_elements, Gemm, Operand, Role, Step};
+use super::{images_per_chunk, plan, weight_elements, Gemm, Operand, Role, Step, PARTIALS_BYTES};
 
 /// The host's copies of the tensors and workspace regions a plan names.
 struct Memory {
@@ -139,4 +139,8 @@ fn nchw_backward_weight_sums_chunks_of_images_within_the_budget() {
     assert_eq!(assert_matches(key, 2 * partial_bytes), 4);
     // A budget under one image's partial still takes one image a chunk.
     assert_eq!(assert_matches(key, 1), 7);
+    // 2,048 groups of one channel: 8 KiB of partials an image, but 31 images a batch of
+    // (image, group) pairs within 65,535.
+    let depthwise = ConvProblem::from_key("v1:bwd-weight:bf16:NCHW:n64:c2048:k2048:i7x7:f1x1:s1x1:p0x0:d1x1:g2048");
+    assert_eq!(images_per_chunk(&depthwise.unwrap(), PARTIALS_BYTES), 31);
 }
