@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::features::{rows_of, FeatureSpec, ProblemRow, FEATURE_VERSION};
 use crate::forest::{Forest, Screen};
-use crate::measured::Measured;
+use crate::measured::{Measured, VendorMarks};
 use crate::problems::class_of;
 use crate::{Error, Result};
 
@@ -35,6 +35,13 @@ pub const SCREEN: &[Screen] =
 /// picks' summed time most; 0.5 or 5 guard too much, 0.1 too little (data/models/README.md).
 pub const COVERAGE_SHARE: f64 = 0.25;
 pub const MIN_COVERAGE: usize = 4;
+
+/// How near (a share of the pick's predicted time) a library's own heuristic pick must be
+/// predicted for it to take the place of the model's pick among that library's configs. On
+/// the validation sets 0.1 cut the picks' summed time on all but one, where it held (H200
+/// held-out fp32 1.351x -> 1.261x, bf16 1.281x -> 1.277x, synthetic bf16 1.332x -> 1.324x, H100
+/// fp32 1.485x -> 1.402x); 0.2 and 0.3 lost on some (data/models/README.md).
+pub const VENDOR_TIE: f64 = 0.1;
 
 /// A candidate's coverage class: its config family (the solver; for a solver whose configs a
 /// library lists, the config's engine, its first field) on the problem's layout and class.
@@ -228,6 +235,22 @@ impl Model {
         self.forest.walked().predict_screened(rows, self.spec.width(), &group, SCREEN, &mut log_ms);
         let order = self.pick_order(problem, solvers, &log_ms);
         (log_ms, order)
+    }
+
+    /// Where the first of `order` is a config of a library that lists its own (cuDNN's engine
+    /// configs) and the library's heuristic pick is predicted ([`VENDOR_TIE`]) about as fast,
+    /// moves that pick first: between a library's own configs its ranking breaks a near tie
+    /// better than the trees. Before [`Model::guard`], which may still move it behind.
+    /// `marks(i)` is candidate i's vendor marks (`None` for other solvers).
+    pub fn defer_to_vendor(&self, log_ms: &[f64], marks: impl Fn(usize) -> Option<VendorMarks>, order: &mut [usize]) {
+        let Some(&first) = order.first() else { return };
+        if !marks(first).is_some_and(|m| m.listed) {
+            return;
+        }
+        let heuristic = order.iter().position(|&i| marks(i).is_some_and(|m| m.heuristic));
+        if let Some(at) = heuristic.filter(|&at| log_ms[order[at]] <= log_ms[first] + VENDOR_TIE.ln_1p()) {
+            order[..=at].rotate_right(1);
+        }
     }
 
     /// Reorders `order`, each part keeping its order: first the candidates training covered,

@@ -111,6 +111,7 @@ impl ModelHeuristic {
         let featured = Instant::now();
         let solvers: Vec<&str> = candidates.iter().map(|(solver, _)| *solver).collect();
         let (log_ms, mut order) = model.rank(&problem, &rows, &solvers);
+        model.defer_to_vendor(&log_ms, |i| marks[i], &mut order);
         model.guard(p, |i| (candidates[i].0, &candidates[i].1), &mut order);
         let mut candidates: Vec<Option<(&str, Config)>> = candidates.into_iter().map(Some).collect();
         let ranked: Vec<Predicted> = order

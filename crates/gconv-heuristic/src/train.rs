@@ -387,6 +387,25 @@ mod tests {
         let mut alone = vec![0];
         model.guard(&problem(200), |_| ("c", &config), &mut alone);
         assert_eq!(alone, [0], "a barely covered class among its like stays");
+
+        // Library configs 0-2 (2 the library's heuristic pick), 3 another solver's.
+        let marks =
+            |i: usize| (i < 3).then_some(VendorMarks { listed: true, heuristic: i == 2, find: true, find_rank: None });
+        let deferred = |log_ms: [f64; 4], mut order: Vec<usize>| {
+            model.defer_to_vendor(&log_ms, marks, &mut order);
+            order
+        };
+        assert_eq!(
+            deferred([0.0, 0.01, 0.05, 0.5], vec![0, 1, 2, 3]),
+            [2, 0, 1, 3],
+            "within a tenth: the library's pick"
+        );
+        assert_eq!(deferred([0.0, 0.01, 0.2, 0.5], vec![0, 1, 2, 3]), [0, 1, 2, 3], "a fifth slower: the model's");
+        assert_eq!(
+            deferred([0.1, 0.01, 0.05, 0.0], vec![3, 1, 2, 0]),
+            [3, 1, 2, 0],
+            "the pick not the library's: kept"
+        );
     }
 
     #[test]

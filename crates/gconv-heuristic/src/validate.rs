@@ -63,6 +63,8 @@ pub fn evaluate(set: &ModelSet, rows: &[Measured]) -> Vec<Outcome> {
         let solvers: Vec<&str> = candidates.iter().map(|r| r.solver.as_str()).collect();
         let (rows, _) = rows_of(&model.spec, &candidates);
         let (ranked_ms, mut ranked) = model.rank(&ProblemRow::new(p, timed[0].facts), &rows, &solvers);
+        let marks = |i: usize| candidates[i].vendor.listed.then_some(candidates[i].vendor);
+        model.defer_to_vendor(&ranked_ms, marks, &mut ranked);
         model.guard(p, |i| (candidates[i].solver.as_str(), &candidates[i].config), &mut ranked);
         let order: Vec<usize> = ranked.iter().map(|&i| proposed[i]).collect();
         let pick = order[0];
