@@ -46,11 +46,20 @@ pub const VENDOR_TIE: f64 = 0.1;
 /// A candidate's coverage class: its config family (the solver; for a solver whose configs a
 /// library lists, the config's engine, its first field) on the problem's layout and class.
 pub fn coverage_class(listed: bool, p: &ConvProblem, solver: &str, config: &Config) -> String {
-    let family = match listed {
-        true => format!("{solver}:{}", config.to_string().split('_').next().unwrap_or_default()),
-        false => solver.to_string(),
-    };
-    format!("{family} {} {}", p.layout.name(p.rank()), class_of(p))
+    family_in(listed, solver, config, &layer_class(p))
+}
+
+/// The part of a coverage class a problem's candidates share: its layout and class.
+fn layer_class(p: &ConvProblem) -> String {
+    format!("{} {}", p.layout.name(p.rank()), class_of(p))
+}
+
+/// The coverage class of a config family on a problem of `layer` ([`layer_class`]).
+fn family_in(listed: bool, solver: &str, config: &Config, layer: &str) -> String {
+    match listed {
+        true => format!("{solver}:{} {layer}", config.to_string().split('_').next().unwrap_or_default()),
+        false => format!("{solver} {layer}"),
+    }
 }
 
 /// How close a model trained on device key `trained` is to `device`: 3 the same key, 2 the same
@@ -265,10 +274,11 @@ impl Model {
         if self.coverage.is_empty() && self.wrong.is_empty() {
             return;
         }
+        let layer = layer_class(p);
         let classes: Vec<String> = (0..order.len())
             .map(|i| {
                 let (solver, config) = candidate(i);
-                coverage_class(self.listed.contains_key(solver), p, solver, config)
+                family_in(self.listed.contains_key(solver), solver, config, &layer)
             })
             .collect();
         let problems: Vec<usize> = classes.iter().map(|c| self.coverage.get(c).copied().unwrap_or(0)).collect();

@@ -51,21 +51,25 @@ pub fn train(rows: &[Measured], sources: &[String], opts: &TrainOptions) -> Resu
     if groups.is_empty() {
         return Err(Error::Training("no timed row to learn from".into()));
     }
-    let mut wrong: BTreeMap<(Direction, Family), BTreeMap<String, HashSet<&ConvProblem>>> = BTreeMap::new();
-    for row in rows.iter().filter(|r| r.wrong) {
-        let class = coverage_class(row.vendor.listed, &row.problem, &row.solver, &row.config);
-        let group = wrong.entry((row.problem.direction, Family::of(row.problem.dtype))).or_default();
-        group.entry(class).or_default().insert(&row.problem);
-    }
     groups
         .into_iter()
-        .map(|((direction, family), rows)| {
-            let mut model = fit(direction, family, &rows, sources, opts)?;
-            let classes = wrong.remove(&(direction, family)).unwrap_or_default();
-            model.wrong = classes.into_iter().map(|(class, problems)| (class, problems.len())).collect();
+        .map(|((direction, family), timed)| {
+            let mut model = fit(direction, family, &timed, sources, opts)?;
+            let ours = |r: &&Measured| r.problem.direction == direction && Family::of(r.problem.dtype) == family;
+            model.wrong = problems_by_class(rows.iter().filter(|r| r.wrong).filter(ours));
             Ok(model)
         })
         .collect()
+}
+
+/// Each coverage class of `rows` ([`coverage_class`]) and on how many problems it has a row.
+fn problems_by_class<'a>(rows: impl IntoIterator<Item = &'a Measured>) -> BTreeMap<String, usize> {
+    let mut by_class: BTreeMap<String, HashSet<&ConvProblem>> = BTreeMap::new();
+    for row in rows {
+        let class = coverage_class(row.vendor.listed, &row.problem, &row.solver, &row.config);
+        by_class.entry(class).or_default().insert(&row.problem);
+    }
+    by_class.into_iter().map(|(class, problems)| (class, problems.len())).collect()
 }
 
 /// Folds of the training shapes for the stage-one check, and the fewest problems it needs.
@@ -165,12 +169,7 @@ fn fit_stages(
         let shapes = configs.entry(row.solver.clone()).or_default().entry(row.config.to_string()).or_default();
         shapes.insert(shape_key(&row.problem));
     }
-    let mut covered: BTreeMap<String, HashSet<&ConvProblem>> = BTreeMap::new();
-    for row in rows {
-        let class = coverage_class(row.vendor.listed, &row.problem, &row.solver, &row.config);
-        covered.entry(class).or_default().insert(&row.problem);
-    }
-    let coverage = covered.into_iter().map(|(class, problems)| (class, problems.len())).collect();
+    let coverage = problems_by_class(rows.iter().copied());
     let widely = |seen: SeenOn| seen.into_iter().map(|(solver, configs)| (solver, widely_seen(configs))).collect();
     let (listed, trained) = (widely(listed), widely(trained));
     let facts = rows[0].facts;
