@@ -10,7 +10,7 @@ use anyhow::Context;
 use gconv_core::{ConvProblem, Runtime};
 use gconv_heuristic::measured::{self, Measured};
 use gconv_heuristic::model::{closeness, user_models_dir, ModelSet};
-use gconv_heuristic::problems::{is_validation, shape_key, synthetic, Limits};
+use gconv_heuristic::problems::{class_of, is_validation, shape_key, synthetic, Limits};
 use gconv_heuristic::rank::ModelHeuristic;
 use gconv_heuristic::train::{train, TrainOptions};
 use gconv_heuristic::validate::{by_class, by_direction_and_dtype, evaluate, summarize, Outcome, Summary};
@@ -202,6 +202,7 @@ pub struct ValidateArgs {
     pub measured: PathBuf,
     pub training: Vec<PathBuf>,
     pub plots: Option<PathBuf>,
+    pub picks: Option<PathBuf>,
 }
 
 fn percent(v: f64) -> String {
@@ -311,12 +312,56 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
             o.problem.summary()
         );
     }
+    if let Some(path) = &args.picks {
+        write_picks(&outcomes, path).with_context(|| format!("writing {}", path.display()))?;
+        println!("picks:     {}", path.display());
+    }
     if let Some(dir) = &args.plots {
         for path in crate::plots::validation(&outcomes, dir)? {
             println!("plot:      {}", path.display());
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Every outcome as a CSV row: the pick, the oracle and the vendor's times, to study the misses.
+fn write_picks(outcomes: &[Outcome], path: &Path) -> anyhow::Result<()> {
+    let mut out = csv::Writer::from_path(path)?;
+    out.write_record([
+        "key",
+        "class",
+        "efficiency",
+        "pick_solver",
+        "pick_config",
+        "pick_ms",
+        "predicted_ms",
+        "oracle_solver",
+        "oracle_config",
+        "oracle_ms",
+        "oracle_rank",
+        "vendor_heuristic_ms",
+        "vendor_find_ms",
+    ])?;
+    let ms = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
+    for o in outcomes {
+        out.write_record([
+            o.problem.key(),
+            class_of(&o.problem).to_string(),
+            format!("{:.4}", o.efficiency()),
+            o.pick.0.clone(),
+            o.pick.1.to_string(),
+            ms(Some(o.pick_ms)),
+            ms(Some(o.predicted_ms)),
+            o.oracle.0.clone(),
+            o.oracle.1.to_string(),
+            ms(Some(o.oracle_ms)),
+            o.oracle_rank.to_string(),
+            ms(o.vendor_heuristic_ms),
+            ms(o.vendor_find_ms),
+        ])?;
+    }
+    out.flush()?;
+    Ok(())
 }
 
 /// `gconv db export --rows FILE`: this device's timed candidates from finds and tuning, as

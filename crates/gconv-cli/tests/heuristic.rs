@@ -67,7 +67,7 @@ fn a_cpu_model_is_trained_validated_and_used() {
     assert!(model["manifest"]["rows"].as_u64().unwrap() > 0);
 
     // Validation measures the problems (a sweep into --measured) and refuses training shapes.
-    let plots = s.path("plots");
+    let (plots, picks) = (s.path("plots"), s.path("picks.csv"));
     let args = [
         "validate",
         "--model",
@@ -80,10 +80,17 @@ fn a_cpu_model_is_trained_validated_and_used() {
         text(&train_csv),
         "--plots",
         text(&plots),
+        "--picks",
+        text(&picks),
         "--find-iter",
         "1",
     ];
     let out = ok(&s, &args);
+    let picks = std::fs::read_to_string(&picks).unwrap();
+    assert!(picks.starts_with("key,class,efficiency,pick_solver"), "{picks}");
+    let all = out.lines().find(|l| l.trim_start().starts_with("all ")).unwrap();
+    let problems: usize = all.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert_eq!(picks.lines().count(), problems + 1, "a row per problem: {picks}");
     for row in ["fwd f32", "bwd-data f32", "bwd-weight f32", "worst 10:", "slowest", "sum pick", "sum heur"] {
         assert!(out.contains(row), "{out}");
     }

@@ -31,6 +31,9 @@ pub struct ValidateCmd {
     /// Write the charts (PNG and SVG) into this folder
     #[arg(long, value_name = "DIR")]
     pub plots: Option<PathBuf>,
+    /// Write every problem's pick, oracle and vendor heuristic time into this CSV
+    #[arg(long, value_name = "FILE")]
+    pub picks: Option<PathBuf>,
     /// Measure nothing: evaluate only the rows already in --measured
     #[arg(long = "no-measure")]
     pub no_measure: bool,
@@ -71,8 +74,14 @@ pub fn run(ctx: &Context<'_>, cmd: ValidateCmd) -> anyhow::Result<ExitCode> {
         opts.configs_per_solver = cmd.configs_per_solver.map(|n| n as usize);
         sweep::sweep(ctx.rt, ctx.device_line, &problems, &opts)?;
     }
-    let args =
-        learn::ValidateArgs { models: set, problems, measured: cmd.measured, training: cmd.training, plots: cmd.plots };
+    let args = learn::ValidateArgs {
+        models: set,
+        problems,
+        measured: cmd.measured,
+        training: cmd.training,
+        plots: cmd.plots,
+        picks: cmd.picks,
+    };
     let code = learn::validate(&args)?;
     Ok(if parsed == ExitCode::SUCCESS { code } else { parsed })
 }
