@@ -79,6 +79,26 @@ pub struct FeatureSpec {
     pub vendor_rank: bool,
 }
 
+/// Log of a nominal bound on the problem's time in ms: the larger of its arithmetic and its
+/// tensors' bytes at rates good candidates reach on large layers (the H200 sweeps' fastest
+/// reach 300-600 TFLOP/s in 16 bits, 40-50 in fp32), plus a launch's floor. A model trained
+/// with [`Target::OverBound`](crate::model::Target) learns log time minus this, how far a
+/// candidate stays from the bound: that is bounded where log time is not, so a layer larger
+/// than any in training is predicted from the largest ones' distance instead of capped at
+/// their time, as trees cannot extrapolate (the held-out networks' 3D layers, 20x the largest
+/// training problem, were predicted 20x fast). The rates' ratio to one another shapes what
+/// the trees see, not their values; on the H200's validation sets these rates cut the picks'
+/// summed time more than the peak rates or arithmetic alone (data/models/README.md).
+pub fn bound_ln_ms(p: &ConvProblem) -> f64 {
+    let flop_per_s = match p.dtype {
+        DataType::F32 => 25e12,
+        DataType::Tf32 | DataType::F16 | DataType::Bf16 => 400e12,
+    };
+    const BYTES_PER_S: f64 = 3e12;
+    const FLOOR_MS: f64 = 0.005;
+    ((p.flops() / flop_per_s).max(p.bytes() / BYTES_PER_S) * 1e3 + FLOOR_MS).ln()
+}
+
 /// The per-problem part of a row, computed once and shared by all of a problem's candidates.
 #[derive(Debug, Clone)]
 pub struct ProblemRow {
@@ -86,6 +106,7 @@ pub struct ProblemRow {
     gemm: [f64; 3],
     groups: f64,
     units: f64,
+    bound_ln_ms: f64,
 }
 
 impl ProblemRow {
@@ -146,7 +167,13 @@ impl ProblemRow {
             f64::from(device.units),
             f64::from(device.clock_mhz),
         ];
-        ProblemRow { values, gemm, groups: f64::from(p.g), units: f64::from(device.units.max(1)) }
+        ProblemRow {
+            values,
+            gemm,
+            groups: f64::from(p.g),
+            units: f64::from(device.units.max(1)),
+            bound_ln_ms: bound_ln_ms(p),
+        }
     }
 }
 
@@ -154,6 +181,11 @@ impl ProblemRow {
     /// The problem's columns, the first of every row.
     pub fn values(&self) -> &[f64] {
         &self.values
+    }
+
+    /// [`bound_ln_ms`] of the problem: what the trees' output is relative to.
+    pub fn bound_ln_ms(&self) -> f64 {
+        self.bound_ln_ms
     }
 }
 

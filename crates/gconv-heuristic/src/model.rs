@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use gconv_core::{Config, ConvProblem, DataType, DeviceFacts, Direction};
 use serde::{Deserialize, Serialize};
 
-use crate::features::{rows_of, FeatureSpec, ProblemRow, FEATURE_VERSION};
+use crate::features::{bound_ln_ms, rows_of, FeatureSpec, ProblemRow, FEATURE_VERSION};
 use crate::forest::{Forest, Screen};
 use crate::measured::{Measured, VendorMarks};
 use crate::problems::class_of;
@@ -114,6 +114,27 @@ impl Family {
     }
 }
 
+/// What a model's trees predict.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Target {
+    /// Log time in ms: models trained before the bound (their files have no `target`).
+    #[default]
+    LogMs,
+    /// Log time in ms over the problem's nominal bound ([`bound_ln_ms`]): `gconv train`'s.
+    OverBound,
+}
+
+impl Target {
+    /// What turns the trees' output into log ms on a problem of bound `bound_ln_ms`.
+    pub fn offset(self, bound_ln_ms: f64) -> f64 {
+        match self {
+            Target::LogMs => 0.0,
+            Target::OverBound => bound_ln_ms,
+        }
+    }
+}
+
 /// What a model was trained on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -158,6 +179,8 @@ pub struct Model {
     pub direction: Direction,
     pub family: Family,
     pub spec: FeatureSpec,
+    #[serde(default)]
+    pub target: Target,
     /// For solvers whose configs a vendor library lists per problem (cuDNN's engine tags): the
     /// configs it listed for several training shapes, the candidates selection ranks without
     /// asking the library.
@@ -242,6 +265,8 @@ impl Model {
         let (_, group) = solver_groups(solvers);
         let mut log_ms = Vec::new();
         self.forest.walked().predict_screened(rows, self.spec.width(), &group, SCREEN, &mut log_ms);
+        let offset = self.target.offset(problem.bound_ln_ms());
+        log_ms.iter_mut().for_each(|v| *v += offset);
         let order = self.pick_order(problem, solvers, &log_ms);
         (log_ms, order)
     }
@@ -292,6 +317,7 @@ impl Model {
         let (rows, width) = rows_of(&self.spec, candidates);
         let mut log_ms = Vec::new();
         self.forest.predict(&rows, width, &mut log_ms);
+        log_ms.iter_mut().zip(candidates).for_each(|(v, c)| *v += self.target.offset(bound_ln_ms(&c.problem)));
         log_ms
     }
 
@@ -426,8 +452,11 @@ impl ModelSet {
         rt: &dyn gconv_core::Runtime,
         problems: &[ConvProblem],
     ) -> Vec<(&Model, Vec<&'static str>)> {
+        // A model of another backend (a GPU's, validated on a CPU machine) knows none of this
+        // runtime's solvers, and is no use to it either.
         self.models
             .iter()
+            .filter(|m| rt.owns_device_key(&m.device))
             .filter_map(|m| {
                 let applies =
                     |s: &dyn gconv_core::Solver| problems.iter().any(|p| m.covers(p) && s.applicable(p).is_ok());

@@ -8,10 +8,10 @@ use forust_ml::{GradientBooster, Matrix};
 use gconv_core::{Config, ConvProblem, Direction};
 
 use crate::boost::grow_ranked;
-use crate::features::{rows_of, FeatureSpec, ProblemRow};
+use crate::features::{bound_ln_ms, rows_of, FeatureSpec, ProblemRow};
 use crate::forest::Forest;
 use crate::measured::Measured;
-use crate::model::{by_time, coverage_class, Family, Manifest, Model, StageOneCheck, MODEL_FORMAT};
+use crate::model::{by_time, coverage_class, Family, Manifest, Model, StageOneCheck, Target, MODEL_FORMAT};
 use crate::problems::{shape_hash, shape_key};
 use crate::{Error, Result};
 
@@ -174,7 +174,7 @@ fn fit_stages(
     let (listed, trained) = (widely(listed), widely(trained));
     let facts = rows[0].facts;
     let (matrix, width) = rows_of(&spec, rows);
-    let targets: Vec<f64> = rows.iter().map(|r| r.ms.expect("timed rows").ln()).collect();
+    let targets: Vec<f64> = rows.iter().map(|r| target_of(r)).collect();
     let mut numbered: HashMap<&ConvProblem, usize> = HashMap::new();
     let problem: Vec<usize> = rows
         .iter()
@@ -229,9 +229,15 @@ fn fit_stages(
             stage_one: None,
         },
         spec,
+        target: Target::OverBound,
         forest,
         solver_forest: Some(solver_forest),
     })
+}
+
+/// What the trees learn of a timed row: its log time over its problem's bound ([`Target::OverBound`]).
+fn target_of(row: &Measured) -> f64 {
+    row.ms.expect("timed rows").ln() - Target::OverBound.offset(bound_ln_ms(&row.problem))
 }
 
 /// Gradient-boosted trees fitted to `targets` from the feature rows of `matrix`.
@@ -282,7 +288,7 @@ fn solver_bests(spec: &FeatureSpec, rows: &[&Measured]) -> (Vec<f64>, Vec<f64>) 
             None,
             &mut matrix,
         );
-        targets.push(row.ms.expect("timed rows").ln());
+        targets.push(target_of(row));
     }
     (matrix, targets)
 }
@@ -350,6 +356,36 @@ mod tests {
             order.iter().map(|&i| (solvers[i], candidates[i].config.get("x").unwrap())).collect();
         assert_eq!(picked[0], ("a", 1), "the fast config of the better solver first: {picked:?}");
         assert_eq!(picked[4].0, "b", "all of the better solver's configs before the other's: {picked:?}");
+    }
+
+    #[test]
+    fn a_layer_larger_than_any_in_training_is_predicted_slower_than_them() {
+        // One solver at a steady 80% of the bound on layers of 1-8 images; then 64 images.
+        let problem = |n: u32| {
+            ConvProblem::from_key(&format!("v1:fwd:f32:NHWC:n{n}:c256:k256:i28x28:f3x3:s1x1:p1x1:d1x1")).unwrap()
+        };
+        let rows: Vec<Measured> = (1..=8)
+            .map(|n| Measured {
+                problem: problem(n),
+                solver: "a".into(),
+                config: Config::new([("x", 1)]),
+                ms: Some(bound_ln_ms(&problem(n)).exp() / 0.8),
+                workspace_bytes: 0,
+                device: "test".into(),
+                facts: DeviceFacts { units: 8, clock_mhz: 1000 },
+                vendor: VendorMarks::default(),
+                wrong: false,
+            })
+            .collect();
+        let opts = TrainOptions { trees: 40, max_depth: 3, learning_rate: 0.3, ranking: 0.0, seed: 0 };
+        let model = train(&rows, &[], &opts).unwrap().remove(0);
+        assert_eq!(model.target, Target::OverBound);
+        let large = Measured { problem: problem(64), ..rows[0].clone() };
+        let predicted = model.predict(&[&large])[0].exp();
+        let slowest_trained = rows.iter().filter_map(|r| r.ms).fold(0.0, f64::max);
+        let expected = bound_ln_ms(&large.problem).exp() / 0.8;
+        assert!(predicted > 4.0 * slowest_trained, "{predicted} ms, the slowest trained {slowest_trained} ms");
+        assert!((predicted / expected - 1.0).abs() < 0.1, "{predicted} ms for {expected} ms");
     }
 
     #[test]
