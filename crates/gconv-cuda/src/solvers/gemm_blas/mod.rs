@@ -6,6 +6,9 @@
 //! fp32 partial dW in the workspace, in chunks of images, and a kernel sums each chunk into dW,
 //! rounding once at the end (summed in bf16, 256 images were 3.4x over the error bound; a GEMM
 //! per image, each adding into dW, cost 32 launches where cuDNN's one kernel took a tenth).
+//! Grouped NHWC backward-weight with a long reduction over pixels and few output tiles splits
+//! the pixels into chunks the same way, each chunk's fp32 partial summed by that kernel: cuBLAS
+//! ran a GEMM of 32 x 64 outputs over 92,416 pixels for 8 groups in 3.5 ms, on 8 of 132 SMs.
 //! Any other channels-last problem takes the explicit path: im2col writes a column matrix into
 //! the workspace (kernels/im2col.cu) that stands in for x in the same GEMMs, with taps x Cg
 //! channels; backward-data has the GEMM write fp32 columns that col2im sums into dx.
@@ -165,9 +168,38 @@ fn images_per_chunk(p: &ConvProblem, budget: u64) -> u32 {
     by_bytes.min(MAX_BATCH / u64::from(p.g)).clamp(1, u64::from(p.n)) as u32
 }
 
+/// GEMMs of output tiles a split reduction aims for: two waves of a large GPU's SMs.
+const SPLIT_GEMM_TILES: u64 = 256;
+/// Pixels a chunk of a split reduction has at least, so each GEMM does real work.
+const MIN_CHUNK_PIXELS: u64 = 2048;
+
+/// How a plain grouped NHWC backward-weight's reduction over the N x pixels rows is split:
+/// (chunks, rows a chunk), the last chunk holding the rest; `None` where one GEMM a group is
+/// enough (the groups' output tiles fill the GPU, or the reduction is short). One group is
+/// left to cuBLAS, whose own GEMM was within 1.24x of the best candidate at the median of the
+/// H200 sweeps' dense layers, where its batched GEMMs over groups were 5.9x.
+fn reduction_split(p: &ConvProblem, budget: u64) -> Option<(u64, u64)> {
+    let plain_weights = p.layout == Layout::Nhwc && p.direction == Direction::BackwardWeight && !explicit(p);
+    if !plain_weights || p.g == 1 {
+        return None;
+    }
+    let rows = col_rows(p);
+    let tiles = u64::from(p.c_per_group()).div_ceil(64) * u64::from(p.k_per_group()).div_ceil(64);
+    let wanted = SPLIT_GEMM_TILES.div_ceil(tiles * u64::from(p.g));
+    let chunks = wanted.min(rows / MIN_CHUNK_PIXELS).min(budget / (weight_elements(p) * 4)).min(MAX_BATCH);
+    if chunks < 2 {
+        return None;
+    }
+    // Chunks that divide the rows evenly run as one batched GEMM a group, without a last one apart.
+    let even = (chunks.div_ceil(2).max(2)..=chunks).rev().find(|c| rows.is_multiple_of(*c));
+    let chunks = even.unwrap_or(chunks);
+    let per_chunk = rows.div_ceil(chunks);
+    Some((rows.div_ceil(per_chunk), per_chunk))
+}
+
 /// Bytes of the running sum of dW: none where one chunk holds every image.
 fn sum_bytes(p: &ConvProblem, budget: u64) -> u64 {
-    if p.n.div_ceil(images_per_chunk(p, budget)) > 1 {
+    if sums_images(p) && p.n.div_ceil(images_per_chunk(p, budget)) > 1 {
         weight_elements(p) * 4
     } else {
         0
@@ -216,7 +248,10 @@ fn op(tensor: Role, offset: i64, ld: i64, stride: i64) -> Operand {
 /// The steps of a problem, backward-weight's partials in chunks of at most `budget` bytes.
 fn plan(p: &ConvProblem, budget: u64) -> Vec<Step> {
     match p.layout {
-        Layout::Nhwc => plan_nhwc(p),
+        Layout::Nhwc => match reduction_split(p, budget) {
+            Some(split) => plan_nhwc_split(p, split),
+            None => plan_nhwc(p),
+        },
         Layout::Nchw if sums_images(p) => plan_nchw_weights(p, budget),
         Layout::Nchw => plan_nchw(p),
     }
@@ -253,6 +288,47 @@ fn plan_nhwc(p: &ConvProblem) -> Vec<Step> {
         (true, Direction::BackwardData) => vec![Step::Gemm(gemm), Step::Col2im],
         (true, _) => vec![Step::Im2col, Step::Gemm(gemm)],
     }
+}
+
+/// Plain NHWC backward-weight with its reduction split ([`reduction_split`]): each chunk of rows
+/// writes an fp32 partial dW for every group, batched over the chunks of a group, or over the
+/// groups of a chunk, whichever launches fewer; then their sum.
+fn plan_nhwc_split(p: &ConvProblem, (chunks, per_chunk): (u64, u64)) -> Vec<Step> {
+    let (c, k, g) = (i64::from(p.c), i64::from(p.k), i64::from(p.g));
+    let (cg, kg) = (c / g, k / g);
+    let (chunks, per_chunk, rows) = (chunks as i64, per_chunk as i64, col_rows(p) as i64);
+    let weights = weight_elements(p) as i64;
+    let full = rows / per_chunk;
+    let last_rows = rows - full * per_chunk;
+    let partials = Role::Partials { after_sum: 0 };
+    // dW_g^T (Cg x Kg) = x_g^T (Cg x rows) . dy_g (rows x Kg), over a chunk's rows.
+    let gemm = |chunk: i64, group: i64, rows: i64, (x_step, y_step, w_step): (i64, i64, i64), batch: i64| {
+        Step::Gemm(
+            Gemm::new(
+                (false, true),
+                (cg as i32, kg as i32, rows as i32),
+                op(Role::X, chunk * per_chunk * c + group * cg, c, x_step),
+                op(Role::Y, chunk * per_chunk * k + group * kg, k, y_step),
+                op(partials, chunk * weights + group * kg * cg, cg, w_step),
+                batch as i32,
+            )
+            .into_fp32(true),
+        )
+    };
+    let over_chunks = (1 + i64::from(last_rows > 0)) * g;
+    let mut steps: Vec<Step> = if over_chunks <= chunks {
+        let chunk_steps = (per_chunk * c, per_chunk * k, weights);
+        (0..g)
+            .flat_map(|group| {
+                let last = (last_rows > 0).then(|| gemm(full, group, last_rows, chunk_steps, 1));
+                std::iter::once(gemm(0, group, per_chunk, chunk_steps, full)).chain(last)
+            })
+            .collect()
+    } else {
+        (0..chunks).map(|chunk| gemm(chunk, 0, per_chunk.min(rows - chunk * per_chunk), (cg, kg, kg * cg), g)).collect()
+    };
+    steps.push(Step::SumImages { images: chunks as i32, first: true, last: true });
+    steps
 }
 
 /// NCHW forward and backward-data, and backward-weight of one image: a GEMM per group batched
@@ -348,6 +424,8 @@ impl Solver for GemmBlas {
             col_elements(p) * col_bytes(p)
         } else if sums_images(p) {
             sum_bytes(p, PARTIALS_BYTES) + u64::from(images_per_chunk(p, PARTIALS_BYTES)) * weight_elements(p) * 4
+        } else if let Some((chunks, _)) = reduction_split(p, PARTIALS_BYTES) {
+            chunks * weight_elements(p) * 4
         } else {
             0
         };
@@ -365,7 +443,8 @@ impl BuiltFrom for GemmBlas {
     }
 
     fn kernels(&self, p: &ConvProblem, _config: &Config) -> Result<Vec<KernelSource>> {
-        Ok((explicit(p) || sums_images(p)).then(|| im2col_source(p)).into_iter().collect())
+        let sums = sums_images(p) || reduction_split(p, PARTIALS_BYTES).is_some();
+        Ok((explicit(p) || sums).then(|| im2col_source(p)).into_iter().collect())
     }
 }
 

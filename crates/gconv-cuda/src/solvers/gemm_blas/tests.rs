@@ -5,7 +5,7 @@
 use gconv_core::reference::reference;
 use gconv_core::{ConvProblem, ConvTensors};
 
-use super::{images_per_chunk, plan, weight_elements, Gemm, Operand, Role, Step, PARTIALS_BYTES};
+use super::{images_per_chunk, plan, reduction_split, weight_elements, Gemm, Operand, Role, Step, PARTIALS_BYTES};
 
 /// The host's copies of the tensors and workspace regions a plan names.
 struct Memory {
@@ -75,7 +75,10 @@ fn run(key: &str, budget: u64) -> (Vec<f64>, Vec<f64>, usize) {
         w: host(&t.w),
         y: host(&t.y),
         sum: vec![f64::NAN; weights],
-        partials: vec![f64::NAN; weights * p.n as usize],
+        partials: vec![
+            f64::NAN;
+            weights * reduction_split(&p, budget).map_or(p.n as usize, |(chunks, _)| chunks as usize)
+        ],
     };
     let steps = plan(&p, budget);
     let launches = steps.iter().filter(|s| matches!(s, Step::Gemm(_))).count();
@@ -143,4 +146,40 @@ fn nchw_backward_weight_sums_chunks_of_images_within_the_budget() {
     // (image, group) pairs within 65,535.
     let depthwise = ConvProblem::from_key("v1:bwd-weight:bf16:NCHW:n64:c2048:k2048:i7x7:f1x1:s1x1:p0x0:d1x1:g2048");
     assert_eq!(images_per_chunk(&depthwise.unwrap(), PARTIALS_BYTES), 31);
+}
+
+#[test]
+fn nhwc_backward_weight_splits_a_long_grouped_reduction_into_summed_chunks() {
+    let split = |key: &str, budget| reduction_split(&ConvProblem::from_key(key).unwrap(), budget);
+    // 10,243 pixels, two groups: five chunks, four of 2,049 rows batched a group and the last
+    // apart, then the sum.
+    let ragged = "v1:bwd-weight:f32:NHWC:n1:c8:k8:i10243x1:f1x1:s1x1:p0x0:d1x1:g2";
+    assert_eq!(split(ragged, PARTIALS_BYTES), Some((5, 2049)));
+    assert_eq!(assert_matches(ragged, 64 << 20), 4);
+    // 4,099 pixels: two chunks, a GEMM each over both groups.
+    let two = "v1:bwd-weight:f32:NHWC:n1:c8:k8:i4099x1:f1x1:s1x1:p0x0:d1x1:g2";
+    assert_eq!(split(two, PARTIALS_BYTES), Some((2, 2050)));
+    assert_eq!(assert_matches(two, 64 << 20), 2);
+    // Four groups over two even chunks: a GEMM a chunk, batched over the groups.
+    assert_eq!(assert_matches("v1:bwd-weight:f32:NHWC:n16:c8:k8:i16x16:f1x1:s1x1:p0x0:d1x1:g4", 64 << 20), 2);
+    // Two groups over four even chunks: a GEMM a group, batched over its chunks; a budget of
+    // two partials splits in two.
+    let budgeted = "v1:bwd-weight:f32:NHWC:n8:c4:k6:i32x32:f1x1:s1x1:p0x0:d1x1:g2";
+    assert_eq!(split(budgeted, PARTIALS_BYTES), Some((4, 2048)));
+    assert_eq!(assert_matches(budgeted, 64 << 20), 2);
+    assert_eq!(split(budgeted, 2 * 12 * 4), Some((2, 4096)));
+    assert_eq!(assert_matches(budgeted, 2 * 12 * 4), 2);
+    // Not split: one group, a short reduction, groups whose tiles fill the GPU.
+    for key in [
+        "v1:bwd-weight:f32:NHWC:n32:c256:k256:i56x56:f1x1:s1x1:p0x0:d1x1",
+        "v1:bwd-weight:f32:NHWC:n1:c8:k8:i60x60:f1x1:s1x1:p0x0:d1x1:g2",
+        "v1:bwd-weight:f32:NHWC:n32:c2048:k2048:i14x14:f1x1:s1x1:p0x0:d1x1:g4",
+    ] {
+        assert_eq!(split(key, PARTIALS_BYTES), None, "{key}");
+    }
+    // The 3.5 ms layer: 92,416 pixels, 8 groups of 32 x 64: 32 chunks of 2,888, a GEMM a group.
+    let slow = "v1:bwd-weight:f32:NHWC:n256:c256:k512:i19x19:f1x1:s1x1:p0x0:d1x1:g8";
+    assert_eq!(split(slow, PARTIALS_BYTES), Some((32, 2888)));
+    let steps = plan(&ConvProblem::from_key(slow).unwrap(), PARTIALS_BYTES);
+    assert_eq!(steps.iter().filter(|s| matches!(s, Step::Gemm(_))).count(), 8);
 }
