@@ -24,11 +24,15 @@ pub struct TrainOptions {
     /// log time (`boost.rs`); 0: squared error alone.
     pub ranking: f64,
     pub seed: u64,
+    /// A vendor config's place on the library's find list as a feature, where most training
+    /// rows on the list have it ([`FeatureSpec::ranking_where_known`]); off for models to be
+    /// validated on sweeps that lack it, whose rows would read as off the list.
+    pub vendor_rank: bool,
 }
 
 impl Default for TrainOptions {
     fn default() -> Self {
-        TrainOptions { trees: 300, max_depth: 6, learning_rate: 0.1, ranking: 0.0, seed: 0 }
+        TrainOptions { trees: 300, max_depth: 6, learning_rate: 0.1, ranking: 0.0, seed: 0, vendor_rank: true }
     }
 }
 
@@ -160,7 +164,8 @@ fn fit_stages(
 ) -> Result<Model> {
     let solvers: BTreeSet<String> = rows.iter().map(|r| r.solver.clone()).collect();
     let fields: BTreeSet<String> = rows.iter().flat_map(|r| r.config.fields().iter().map(|(n, _)| n.clone())).collect();
-    let spec = FeatureSpec::new(solvers.into_iter().collect(), fields.into_iter().collect()).ranking_where_known(rows);
+    let spec = FeatureSpec::new(solvers.into_iter().collect(), fields.into_iter().collect());
+    let spec = if opts.vendor_rank { spec.ranking_where_known(rows) } else { spec };
     // Solver -> config -> the shapes it was measured on.
     type SeenOn = BTreeMap<String, BTreeMap<String, HashSet<String>>>;
     let (mut listed, mut trained): (SeenOn, SeenOn) = Default::default();
@@ -341,7 +346,7 @@ mod tests {
                 });
             }
         }
-        let opts = TrainOptions { trees: 40, max_depth: 3, learning_rate: 0.3, ranking: 0.0, seed: 0 };
+        let opts = TrainOptions { trees: 40, max_depth: 3, learning_rate: 0.3, ..TrainOptions::default() };
         let timed: Vec<&Measured> = rows.iter().collect();
         let model = fit_stages(Direction::Forward, Family::Fp32, &timed, &[], &opts).unwrap();
         assert!(model.solver_forest.is_some());
@@ -377,7 +382,7 @@ mod tests {
                 wrong: false,
             })
             .collect();
-        let opts = TrainOptions { trees: 40, max_depth: 3, learning_rate: 0.3, ranking: 0.0, seed: 0 };
+        let opts = TrainOptions { trees: 40, max_depth: 3, learning_rate: 0.3, ..TrainOptions::default() };
         let model = train(&rows, &[], &opts).unwrap().remove(0);
         assert_eq!(model.target, Target::OverBound);
         let large = Measured { problem: problem(64), ..rows[0].clone() };
@@ -386,6 +391,28 @@ mod tests {
         let expected = bound_ln_ms(&large.problem).exp() / 0.8;
         assert!(predicted > 4.0 * slowest_trained, "{predicted} ms, the slowest trained {slowest_trained} ms");
         assert!((predicted / expected - 1.0).abs() < 0.1, "{predicted} ms for {expected} ms");
+    }
+
+    #[test]
+    fn the_vendor_rank_is_a_feature_where_known_unless_left_out() {
+        let rows: Vec<Measured> = (1..=4)
+            .map(|i| Measured {
+                problem: ConvProblem::from_key(&format!("v1:fwd:f32:NHWC:n{i}:c16:k16:i8x8:f3x3:s1x1:p1x1:d1x1"))
+                    .unwrap(),
+                solver: "lib".into(),
+                config: Config::new([("eng", i)]),
+                ms: Some(f64::from(i)),
+                workspace_bytes: 0,
+                device: "test".into(),
+                facts: DeviceFacts { units: 8, clock_mhz: 1000 },
+                vendor: VendorMarks { listed: true, heuristic: i == 1, find: true, find_rank: Some(i as u16 - 1) },
+                wrong: false,
+            })
+            .collect();
+        let opts = TrainOptions { trees: 5, max_depth: 2, ..TrainOptions::default() };
+        let spec = |opts: &TrainOptions| train(&rows, &[], opts).unwrap().remove(0).spec;
+        assert!(spec(&opts).vendor_rank);
+        assert!(!spec(&TrainOptions { vendor_rank: false, ..opts }).vendor_rank);
     }
 
     #[test]
@@ -409,7 +436,7 @@ mod tests {
             rows.extend(["a", "b", "w"].map(|solver| row(&problem(c), solver, Some(2.0))));
         }
         rows.extend([row(&problem(16), "c", Some(1.0)), row(&problem(144), "w", None)]);
-        let opts = TrainOptions { trees: 10, max_depth: 3, learning_rate: 0.3, ranking: 0.0, seed: 0 };
+        let opts = TrainOptions { trees: 10, max_depth: 3, learning_rate: 0.3, ..TrainOptions::default() };
         let model = train(&rows, &[], &opts).unwrap().remove(0);
         assert_eq!(model.coverage.get("a NHWC dense"), Some(&8));
         assert_eq!(model.coverage.get("c NHWC dense"), Some(&1));

@@ -31,6 +31,11 @@ pub struct TrainCmd {
     /// log time (0: squared error alone)
     #[arg(long, default_value_t = 0.0)]
     pub ranking: f64,
+    /// Leave a cuDNN config's place on cuDNN's find list out of the features even where the
+    /// training rows have it: for models validated on sweeps from before it was recorded,
+    /// whose rows would read as off the list
+    #[arg(long = "without-vendor-rank")]
+    pub without_vendor_rank: bool,
 }
 
 pub fn run(ctx: &Context<'_>, cmd: TrainCmd) -> anyhow::Result<ExitCode> {
@@ -45,6 +50,7 @@ pub fn run(ctx: &Context<'_>, cmd: TrainCmd) -> anyhow::Result<ExitCode> {
         learning_rate: cmd.learning_rate,
         ranking: cmd.ranking,
         seed: 0,
+        vendor_rank: !cmd.without_vendor_rank,
     };
     learn::train_models(
         ctx.rt,
