@@ -179,6 +179,7 @@ pub struct Model {
     pub direction: Direction,
     pub family: Family,
     pub spec: FeatureSpec,
+    /// What the trees predict; files without it predict log time.
     #[serde(default)]
     pub target: Target,
     /// For solvers whose configs a vendor library lists per problem (cuDNN's engine tags): the
