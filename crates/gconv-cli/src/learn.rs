@@ -43,6 +43,7 @@ pub struct ProblemsOptions {
     pub count: usize,
     pub seed: u64,
     pub limits: Limits,
+    pub factorized_percent: u32,
     pub valid_percent: u32,
     pub train_out: PathBuf,
     pub valid_out: PathBuf,
@@ -51,10 +52,19 @@ pub struct ProblemsOptions {
 /// Writes a synthetic set split by shape into a training and a validation file.
 pub fn problems(opts: &ProblemsOptions) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(opts.valid_percent <= 100, "--valid-percent is a share in percent, got {}", opts.valid_percent);
-    let all = synthetic(opts.count, opts.seed, opts.limits);
+    anyhow::ensure!(
+        opts.factorized_percent <= 100,
+        "--factorized-percent is a share in percent, got {}",
+        opts.factorized_percent
+    );
+    let all = synthetic(opts.count, opts.seed, opts.limits, opts.factorized_percent);
+    let factorized = match opts.factorized_percent {
+        0 => String::new(),
+        share => format!(" --factorized-percent {share}"),
+    };
     let header = |what: &str| {
         format!(
-            "# gconv problems --count {} --seed {} --max-gflop {} --valid-percent {}: the {what} shapes (split by a hash of each shape,\n# whatever its direction or dtype). Every line runs all three directions.\n",
+            "# gconv problems --count {} --seed {} --max-gflop {}{factorized} --valid-percent {}: the {what} shapes (split by a hash of each shape,\n# whatever its direction or dtype). Every line runs all three directions.\n",
             opts.count, opts.seed, opts.limits.max_gflop, opts.valid_percent
         )
     };

@@ -53,14 +53,22 @@ pub struct Limits {
     pub max_elements: u64,
 }
 
-/// `count` distinct forward fp32 NHWC-family shapes drawn by `seed`.
-pub fn synthetic(count: usize, seed: u64, limits: Limits) -> Vec<ConvProblem> {
+/// `count` distinct forward fp32 NHWC-family shapes drawn by `seed`; of the dense 2D draws with
+/// a filter larger than 1x1, `factorized_percent` in a hundred get a factorized filter
+/// instead ([`factorize`]). At 0 nothing more is drawn, so a seed's set is what it was before
+/// the option.
+pub fn synthetic(count: usize, seed: u64, limits: Limits, factorized_percent: u32) -> Vec<ConvProblem> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut out: Vec<ConvProblem> = Vec::with_capacity(count);
     let mut tries = 0;
     while out.len() < count && tries < count * 100 {
         tries += 1;
-        let p = fit(draw(&mut rng), limits);
+        let mut p = draw(&mut rng);
+        let dense_2d = p.g == 1 && p.rank() == 2 && p.dims.iter().all(|d| d.filter > 1);
+        if factorized_percent > 0 && dense_2d && rng.random_range(0..100) < factorized_percent {
+            factorize(&mut rng, &mut p);
+        }
+        let p = fit(p, limits);
         if p.validate().is_ok() && !out.iter().any(|q| shape_key(q) == shape_key(&p)) {
             out.push(p);
         }
@@ -140,6 +148,17 @@ fn draw(rng: &mut SmallRng) -> ConvProblem {
     ConvProblem { direction: Direction::Forward, dtype: DataType::F32, layout, n: pick(rng, &BATCHES), c, k, g, dims }
 }
 
+/// A 1 x k or k x 1 filter (k of 3, 5, 7), padded along its long side only, in place of a 2D
+/// square one: Inception's factorized 7x7 and 3x3 layers, which square filters do not cover.
+fn factorize(rng: &mut SmallRng, p: &mut ConvProblem) {
+    let k = pick(rng, &[3, 5, 7]);
+    let long = rng.random_range(0..2);
+    for (axis, dim) in p.dims.iter_mut().enumerate() {
+        let filter = if axis == long { k } else { 1 };
+        *dim = SpatialDim { filter, pad: dim.dilation * (filter / 2), ..*dim };
+    }
+}
+
 /// Shrinks batch, then spatial sizes, until the problem fits the limits.
 fn fit(mut p: ConvProblem, limits: Limits) -> ConvProblem {
     let too_big = |p: &ConvProblem| {
@@ -195,8 +214,8 @@ mod tests {
 
     #[test]
     fn the_set_is_seeded_valid_distinct_and_within_limits() {
-        let a = synthetic(300, 9, LIMITS);
-        assert_eq!(a, synthetic(300, 9, LIMITS), "the same seed draws the same set");
+        let a = synthetic(300, 9, LIMITS, 0);
+        assert_eq!(a, synthetic(300, 9, LIMITS, 0), "the same seed draws the same set");
         assert_eq!(a.len(), 300);
         let shapes: std::collections::HashSet<String> = a.iter().map(shape_key).collect();
         assert_eq!(shapes.len(), a.len(), "shapes are distinct");
@@ -210,8 +229,23 @@ mod tests {
     }
 
     #[test]
+    fn factorized_filters_are_drawn_only_when_asked() {
+        let factorized = |p: &&ConvProblem| p.rank() == 2 && p.dims[0].filter != p.dims[1].filter;
+        assert!(!synthetic(300, 9, LIMITS, 0).iter().any(|p| factorized(&p)));
+        let drawn = synthetic(300, 9, LIMITS, 50);
+        let some: Vec<&ConvProblem> = drawn.iter().filter(factorized).collect();
+        assert!(some.len() > 10, "{} factorized of 300", some.len());
+        for p in some {
+            let (short, long) = if p.dims[0].filter == 1 { (p.dims[0], p.dims[1]) } else { (p.dims[1], p.dims[0]) };
+            assert_eq!((short.filter, short.pad), (1, 0), "{}", p.key());
+            assert!([3, 5, 7].contains(&long.filter) && long.pad == long.dilation * (long.filter / 2), "{}", p.key());
+            assert!(p.validate().is_ok(), "{}", p.key());
+        }
+    }
+
+    #[test]
     fn the_split_ignores_direction_and_dtype() {
-        for p in synthetic(100, 3, LIMITS) {
+        for p in synthetic(100, 3, LIMITS, 0) {
             let side = is_validation(&p, 20);
             for direction in Direction::ALL {
                 for dtype in DataType::ALL {

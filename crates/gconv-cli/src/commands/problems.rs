@@ -20,6 +20,10 @@ pub struct ProblemsCmd {
     /// Largest tensor in millions of elements
     #[arg(long = "max-melements", default_value_t = 64.0)]
     pub max_melements: f64,
+    /// Share, in percent, of dense 2D draws with a filter over 1x1 that get a factorized 1 x k or
+    /// k x 1 filter (Inception's); 0 draws square filters only, as seeds drew before the option
+    #[arg(long = "factorized-percent", default_value_t = 0)]
+    pub factorized_percent: u32,
     /// Share of shapes, in percent, that go to validation
     #[arg(long = "valid-percent", default_value_t = 20)]
     pub valid_percent: u32,
@@ -37,6 +41,7 @@ pub fn run(cmd: ProblemsCmd) -> anyhow::Result<ExitCode> {
         count: cmd.count,
         seed: cmd.seed,
         limits,
+        factorized_percent: cmd.factorized_percent,
         valid_percent: cmd.valid_percent,
         train_out: cmd.train_out,
         valid_out: cmd.valid_out,
