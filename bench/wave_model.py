@@ -3,7 +3,7 @@
 `forward_and_backward_data_*` entries of crates/gconv-cuda/src/solvers/igemm_wgmma/wave-models.json)
 to config sweeps, and says how well it picks.
 
-    bench/wave_model.py data/bench/h100-2026-11-23-cb4b14f-config-sweeps-bf16.csv data/bench/h100-2026-11-23-39e0022-config-sweeps-bf16.csv
+    bench/wave_model.py data/bench/h100-2026-11-23-cb4b14f-config-sweeps-bf16.csv.gz data/bench/h100-2026-11-23-39e0022-config-sweeps-bf16.csv.gz
 
 Model: a config (tile shape: columns bn, consumers wg, 64-row slices per consumer mr, persistent
 or not; split ks) runs each product with taps (forward: one; backward-data: one per sub-pixel
@@ -28,6 +28,7 @@ in the cluster (red 2, two slices) a constant and a cost per million of its own.
 import argparse
 import collections
 import csv
+import gzip
 import itertools
 import json
 import math
@@ -154,7 +155,7 @@ def main():
         args.sweeps = {(False, False): FITTED, (False, True): FITTED_TF32, (True, False): WEIGHT_FITTED, (True, True): WEIGHT_FITTED_TF32}[(args.weight, args.tf32)]
     samples = []
     for path in args.csv:
-        with open(path) as f:
+        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
             for r in csv.DictReader(f):
                 x = featurize(r["key"], r["config"]) if r["sweep"] in args.sweeps else None
                 if x is not None:
