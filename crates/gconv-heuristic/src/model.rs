@@ -259,16 +259,27 @@ impl Model {
         order
     }
 
-    /// A problem's candidates (`rows`, of solvers `solvers`) as selection ranks them: their
-    /// predicted log times, screened by the forest's first trees ([`SCREEN`]), and the order in
-    /// which the pick takes them ([`Model::pick_order`]).
-    pub fn rank(&self, problem: &ProblemRow, rows: &[f64], solvers: &[&str]) -> (Vec<f64>, Vec<usize>) {
-        let (_, group) = solver_groups(solvers);
+    /// The candidates of problem `p` (feature rows `rows`; `candidate(i)`, candidate i's solver,
+    /// config and vendor marks, `None` for other solvers) as selection and validation rank
+    /// them: their predicted log times, screened by the forest's first trees ([`SCREEN`]), and
+    /// the order in which the pick takes them ([`Model::pick_order`], then
+    /// [`Model::defer_to_vendor`] and [`Model::guard`]).
+    pub fn rank<'c>(
+        &self,
+        p: &ConvProblem,
+        problem: &ProblemRow,
+        rows: &[f64],
+        candidate: impl Fn(usize) -> (&'c str, &'c Config, Option<VendorMarks>),
+    ) -> (Vec<f64>, Vec<usize>) {
+        let solvers: Vec<&str> = (0..rows.len() / self.spec.width()).map(|i| candidate(i).0).collect();
+        let (_, group) = solver_groups(&solvers);
         let mut log_ms = Vec::new();
         self.forest.walked().predict_screened(rows, self.spec.width(), &group, SCREEN, &mut log_ms);
         let offset = self.target.offset(problem.bound_ln_ms());
         log_ms.iter_mut().for_each(|v| *v += offset);
-        let order = self.pick_order(problem, solvers, &log_ms);
+        let mut order = self.pick_order(problem, &solvers, &log_ms);
+        self.defer_to_vendor(&log_ms, |i| candidate(i).2, &mut order);
+        self.guard(p, |i| (candidate(i).0, candidate(i).1), &mut order);
         (log_ms, order)
     }
 
@@ -277,7 +288,12 @@ impl Model {
     /// moves that pick first: between a library's own configs its ranking breaks a near tie
     /// better than the trees. Before [`Model::guard`], which may still move it behind.
     /// `marks(i)` is candidate i's vendor marks (`None` for other solvers).
-    pub fn defer_to_vendor(&self, log_ms: &[f64], marks: impl Fn(usize) -> Option<VendorMarks>, order: &mut [usize]) {
+    pub(crate) fn defer_to_vendor(
+        &self,
+        log_ms: &[f64],
+        marks: impl Fn(usize) -> Option<VendorMarks>,
+        order: &mut [usize],
+    ) {
         let Some(&first) = order.first() else { return };
         if !marks(first).is_some_and(|m| m.listed) {
             return;
@@ -296,7 +312,12 @@ impl Model {
     /// 7 and 17 on 3x3 and 5x5 filters: a pick is not verified, so it must not gamble on one
     /// that can be). `order` holds each candidate's index once; `candidate(i)` is candidate
     /// i's solver and config.
-    pub fn guard<'c>(&self, p: &ConvProblem, candidate: impl Fn(usize) -> (&'c str, &'c Config), order: &mut [usize]) {
+    pub(crate) fn guard<'c>(
+        &self,
+        p: &ConvProblem,
+        candidate: impl Fn(usize) -> (&'c str, &'c Config),
+        order: &mut [usize],
+    ) {
         if self.coverage.is_empty() && self.wrong.is_empty() {
             return;
         }

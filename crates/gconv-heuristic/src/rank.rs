@@ -109,10 +109,7 @@ impl ModelHeuristic {
             model.spec.push_row(&problem, solver, config, *workspace, *vendor, &mut rows);
         }
         let featured = Instant::now();
-        let solvers: Vec<&str> = candidates.iter().map(|(solver, _)| *solver).collect();
-        let (log_ms, mut order) = model.rank(&problem, &rows, &solvers);
-        model.defer_to_vendor(&log_ms, |i| marks[i], &mut order);
-        model.guard(p, |i| (candidates[i].0, &candidates[i].1), &mut order);
+        let (log_ms, order) = model.rank(p, &problem, &rows, |i| (candidates[i].0, &candidates[i].1, marks[i]));
         let mut candidates: Vec<Option<(&str, Config)>> = candidates.into_iter().map(Some).collect();
         let ranked: Vec<Predicted> = order
             .into_iter()

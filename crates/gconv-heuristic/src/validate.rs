@@ -60,12 +60,11 @@ pub fn evaluate(set: &ModelSet, rows: &[Measured]) -> Vec<Outcome> {
             proposed = (0..timed.len()).collect();
         }
         let candidates: Vec<&Measured> = proposed.iter().map(|&i| timed[i]).collect();
-        let solvers: Vec<&str> = candidates.iter().map(|r| r.solver.as_str()).collect();
         let (rows, _) = rows_of(&model.spec, &candidates);
-        let (ranked_ms, mut ranked) = model.rank(&ProblemRow::new(p, timed[0].facts), &rows, &solvers);
-        let marks = |i: usize| candidates[i].vendor.listed.then_some(candidates[i].vendor);
-        model.defer_to_vendor(&ranked_ms, marks, &mut ranked);
-        model.guard(p, |i| (candidates[i].solver.as_str(), &candidates[i].config), &mut ranked);
+        let (ranked_ms, ranked) = model.rank(p, &ProblemRow::new(p, timed[0].facts), &rows, |i| {
+            let c = candidates[i];
+            (c.solver.as_str(), &c.config, c.vendor.listed.then_some(c.vendor))
+        });
         let order: Vec<usize> = ranked.iter().map(|&i| proposed[i]).collect();
         let pick = order[0];
         // Every candidate's whole prediction (not screened), for the predicted-against-measured chart.
