@@ -497,13 +497,13 @@ impl ModelSet {
         self.models.first().map_or("", |m| m.device.as_str())
     }
 
-    /// The models of the set trained on `rt`'s device (by name: another library version
-    /// counts), each with the registered solvers it never saw that apply to one of
-    /// [`probe_problems`]: a device's own models must know every solver (a test says so).
+    /// The models of the set trained on `rt`'s device (the same GPU or CPU by name: another
+    /// library version counts, [`closeness`] 2 or more), each with the registered solvers it
+    /// never saw that apply to one of [`probe_problems`]: a device's own models must know every
+    /// solver (a test says so).
     pub fn own_models_unknown(&self, rt: &dyn gconv_core::Runtime) -> Vec<(&Model, Vec<&'static str>)> {
-        let name = |key: &str| key.split(':').nth(1).unwrap_or_default().to_string();
-        let ours = name(rt.device_key());
-        self.unknown_solvers(rt, &probe_problems()).into_iter().filter(|(m, _)| name(&m.device) == ours).collect()
+        let ours = |m: &Model| closeness(&m.device, rt.device_key()) >= 2;
+        self.unknown_solvers(rt, &probe_problems()).into_iter().filter(|(m, _)| ours(m)).collect()
     }
 }
 
