@@ -1,4 +1,4 @@
-//! Embeds the repository's trained models (data/models/<device>/*.json) in the library, so a
+//! Embeds the repository's trained models (data/models/<device>/*.json.gz) in the library, so a
 //! gconv binary selects by model wherever it runs.
 
 use std::fmt::Write;
@@ -15,7 +15,7 @@ fn main() {
         for device in devices.flatten().filter(|d| d.path().is_dir()) {
             println!("cargo:rerun-if-changed={}", device.path().display());
             for file in std::fs::read_dir(device.path()).into_iter().flatten().flatten() {
-                if file.path().extension().is_some_and(|e| e == "json") {
+                if file.file_name().to_string_lossy().ends_with(".json.gz") {
                     files.push(file.path());
                 }
             }
@@ -23,14 +23,14 @@ fn main() {
     }
     // The repository always ships models; none found means a broken checkout, and a binary
     // built from it would silently select by rule everywhere.
-    assert!(!files.is_empty(), "no trained models (*.json) under {}", root.display());
+    assert!(!files.is_empty(), "no trained models (*.json.gz) under {}", root.display());
     files.sort();
-    let mut out = String::from("/// The models in data/models: (device folder, file name, contents).\npub static EMBEDDED: &[(&str, &str, &str)] = &[\n");
+    let mut out = String::from("/// The models in data/models: (device folder, file name, gzipped contents).\npub static EMBEDDED: &[(&str, &str, &[u8])] = &[\n");
     for path in files {
         let path = path.canonicalize().expect("a listed file");
         let device = path.parent().and_then(|d| d.file_name()).and_then(|n| n.to_str()).expect("a device folder");
         let name = path.file_name().and_then(|n| n.to_str()).expect("a file name");
-        writeln!(out, "    ({device:?}, {name:?}, include_str!({:?})),", path.display().to_string()).unwrap();
+        writeln!(out, "    ({device:?}, {name:?}, include_bytes!({:?})),", path.display().to_string()).unwrap();
     }
     out.push_str("];\n");
     std::fs::write(Path::new(&std::env::var("OUT_DIR").unwrap()).join("embedded.rs"), out).unwrap();

@@ -56,11 +56,11 @@ fn a_cpu_model_is_trained_validated_and_used() {
     ok(&s, &["sweep", "--problems", text(&train), "--out", text(&train_csv), "--find-iter", "1"]);
     let models = s.path("models");
     let out = ok(&s, &["train", text(&train_csv), "--out", text(&models), "--trees", "60"]);
-    for name in ["fwd-fp32.json", "bwd-data-fp32.json", "bwd-weight-fp32.json"] {
+    for name in ["fwd-fp32.json.gz", "bwd-data-fp32.json.gz", "bwd-weight-fp32.json.gz"] {
         assert!(models.join(name).exists() && out.contains(name), "{out}");
     }
-    let model: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(models.join("fwd-fp32.json")).unwrap()).unwrap();
+    let gzipped = std::fs::File::open(models.join("fwd-fp32.json.gz")).unwrap();
+    let model: serde_json::Value = serde_json::from_reader(flate2::read::GzDecoder::new(gzipped)).unwrap();
     for field in ["format", "gconv_version", "device", "spec", "manifest", "forest"] {
         assert!(model.get(field).is_some(), "the model file has `{field}`");
     }

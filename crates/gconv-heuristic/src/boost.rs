@@ -17,12 +17,13 @@ const TIE: f64 = 0.02;
 const MOST: f64 = 2.0;
 
 /// Trees fitted to `targets` (log times) from the feature rows of `columns` (forust's
-/// column-major layout), where `problem[i]` numbers row i's problem and `ranking` weighs the
-/// pairwise loss against the squared error.
+/// column-major layout), where `problem[i]` numbers row i's problem, `row_weight[i]` scales
+/// row i's share of the loss and `ranking` weighs the pairwise loss against the squared error.
 pub fn grow_ranked(
     columns: &[f64],
     width: usize,
     targets: &[f64],
+    row_weight: &[f64],
     problem: &[usize],
     ranking: f64,
     opts: &TrainOptions,
@@ -36,6 +37,10 @@ pub fn grow_ranked(
     let (mut step, mut weight) = (vec![0.0; rows], vec![0.0; rows]);
     for round in 0..opts.trees {
         newton_step(targets, &predicted, &pairs, ranking, &mut step, &mut weight);
+        // A row's weight scales its gradient and hessian alike: the step stays, its pull grows.
+        for (w, r) in weight.iter_mut().zip(row_weight) {
+            *w *= r;
+        }
         let mut booster = GradientBooster::default()
             .set_objective_type(ObjectiveType::SquaredLoss)
             .set_iterations(1)

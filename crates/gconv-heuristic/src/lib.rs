@@ -9,6 +9,7 @@ pub mod features;
 mod forest;
 pub mod measured;
 pub mod model;
+mod model_files;
 pub mod problems;
 pub mod rank;
 pub mod train;

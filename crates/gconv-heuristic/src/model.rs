@@ -1,10 +1,11 @@
 //! A model: gradient-boosted trees predicting the log of a candidate's time, for one device,
 //! direction and data-type family, with its feature spec, the gconv version that trained it and
 //! its training manifest. A device's models live together in one folder,
-//! `data/models/<device>/<direction>-<family>.json`; the repository's are embedded in gconv.
+//! `data/models/<device>/<direction>-<family>.json.gz` (gzipped JSON: a model's trees take a
+//! quarter of the room); the repository's are embedded in gconv.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use gconv_core::{Config, ConvProblem, DataType, DeviceFacts, Direction};
 use serde::{Deserialize, Serialize};
@@ -12,10 +13,10 @@ use serde::{Deserialize, Serialize};
 use crate::features::{bound_ln_ms, rows_of, FeatureSpec, ProblemRow, FEATURE_VERSION};
 use crate::forest::{Forest, Screen};
 use crate::measured::{Measured, VendorMarks};
+use crate::model_files::GZIPPED;
 use crate::problems::class_of;
+use crate::train::Manifest;
 use crate::{Error, Result};
-
-include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
 
 /// Bumped when the file's layout changes.
 pub const MODEL_FORMAT: u32 = 1;
@@ -135,40 +136,6 @@ impl Target {
     }
 }
 
-/// What a model was trained on.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Manifest {
-    /// Timed candidates it learned from.
-    pub rows: usize,
-    /// Problems (a shape in one direction and dtype) and distinct shapes among them.
-    pub problems: usize,
-    pub shapes: usize,
-    /// The sweep CSVs read, in order.
-    pub sources: Vec<String>,
-    pub trees: usize,
-    pub max_depth: usize,
-    pub learning_rate: f32,
-    /// The pairwise loss's weight beside the squared error (`TrainOptions::ranking`).
-    #[serde(default)]
-    pub ranking: f64,
-    /// Root-mean-square error of log time on the training rows.
-    pub train_rmse: f64,
-    /// Whether the pick's stage one earned its place (see [`StageOneCheck`]); absent where the
-    /// training shapes were too few to hold some out.
-    #[serde(default)]
-    pub stage_one: Option<StageOneCheck>,
-}
-
-/// The check that keeps stage one: a model trained on the other training shapes picks among
-/// the measured candidates of held-out shapes with stage one and without, and stage one stays
-/// when its picks' summed time is no longer. Both sums are over the held-out oracles' sum.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct StageOneCheck {
-    pub problems: usize,
-    pub without: f64,
-    pub with: f64,
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Model {
     pub format: u32,
@@ -213,7 +180,7 @@ pub struct Model {
 
 impl Model {
     pub fn file_name(&self) -> String {
-        format!("{}-{}.json", self.direction, self.family.token())
+        format!("{}-{}{GZIPPED}", self.direction, self.family.token())
     }
 
     pub fn covers(&self, p: &ConvProblem) -> bool {
@@ -381,59 +348,6 @@ pub struct ModelSet {
 }
 
 impl ModelSet {
-    /// The models of a folder (every `*.json` in it).
-    pub fn read_dir(dir: &Path) -> Result<Self> {
-        let entries = std::fs::read_dir(dir).map_err(|e| Error::Io { path: dir.to_path_buf(), source: e })?;
-        let mut paths: Vec<PathBuf> =
-            entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "json")).collect();
-        paths.sort();
-        let models = paths
-            .iter()
-            .map(|path| {
-                let text = std::fs::read_to_string(path).map_err(|e| Error::Io { path: path.clone(), source: e })?;
-                Model::from_json(&text, &path.display().to_string())
-            })
-            .collect::<Result<Vec<_>>>()?;
-        if models.is_empty() {
-            return Err(Error::BadModel {
-                origin: dir.display().to_string(),
-                reason: "the folder holds no model (*.json)".into(),
-            });
-        }
-        Ok(ModelSet { origin: dir.display().to_string(), models })
-    }
-
-    /// The sets embedded from the repository's data/models, one per device folder.
-    pub fn embedded() -> Result<Vec<Self>> {
-        let mut sets: Vec<ModelSet> = Vec::new();
-        for (device, name, text) in EMBEDDED {
-            let origin = format!("data/models/{device} (built in)");
-            let model = Model::from_json(text, &format!("data/models/{device}/{name}"))?;
-            match sets.iter_mut().find(|s| s.origin == origin) {
-                Some(set) => set.models.push(model),
-                None => sets.push(ModelSet { origin, models: vec![model] }),
-            }
-        }
-        Ok(sets)
-    }
-
-    /// Writes each model as `<direction>-<family>.json` into `dir`.
-    pub fn write_dir(models: &[Model], dir: &Path) -> Result<Vec<PathBuf>> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::Io { path: dir.to_path_buf(), source: e })?;
-        models
-            .iter()
-            .map(|m| {
-                let path = dir.join(m.file_name());
-                let text = serde_json::to_string(m).expect("a model serialises");
-                let temp = path.with_extension("json.tmp");
-                std::fs::write(&temp, text)
-                    .and_then(|_| std::fs::rename(&temp, &path))
-                    .map_err(|e| Error::Io { path: path.clone(), source: e })?;
-                Ok(path)
-            })
-            .collect()
-    }
-
     /// The set for a device, model file by model file (direction and dtype family): from the
     /// sets trained on this device key, else on the same GPU or CPU by name (another library
     /// version), else on a device of the same kind (backend and GPU architecture or CPU SIMD
@@ -582,7 +496,7 @@ mod tests {
     fn trained_on(device: &str, family: &str) -> ModelSet {
         let mut set = h100();
         set.origin = device.into();
-        set.models.retain(|m| m.file_name().ends_with(&format!("-{family}.json")));
+        set.models.retain(|m| m.file_name().ends_with(&format!("-{family}{GZIPPED}")));
         set.models.iter_mut().for_each(|m| m.device = device.into());
         set
     }
@@ -593,14 +507,14 @@ mod tests {
         let sets = vec![h100(), trained_on(h200, "half")];
         let set = ModelSet::for_device(sets.clone(), h200).unwrap();
         let from = |file: &str| set.models.iter().find(|m| m.file_name() == file).map(|m| m.device.clone());
-        assert_eq!(from("fwd-half.json").as_deref(), Some(h200));
-        assert!(from("fwd-fp32.json").is_some_and(|d| d.contains("H100")), "{}", set.origin);
+        assert_eq!(from("fwd-half.json.gz").as_deref(), Some(h200));
+        assert!(from("fwd-fp32.json.gz").is_some_and(|d| d.contains("H100")), "{}", set.origin);
         assert_eq!(set.models.len(), 6);
 
         // Another cuDNN on the same GPU (PyTorch's): still the H200's own models first.
         let other_cudnn = h200.replace("cudnn91400", "cudnn91900");
         let set = ModelSet::for_device(sets.clone(), &other_cudnn).unwrap();
-        assert!(set.models.iter().filter(|m| m.file_name().ends_with("-half.json")).all(|m| m.device == h200));
+        assert!(set.models.iter().filter(|m| m.file_name().ends_with("-half.json.gz")).all(|m| m.device == h200));
 
         // Another architecture: nothing.
         assert!(ModelSet::for_device(sets, "cuda:NVIDIA B200:sm_100:sm148").is_none());

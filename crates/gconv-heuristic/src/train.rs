@@ -6,12 +6,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use forust_ml::objective::ObjectiveType;
 use forust_ml::{GradientBooster, Matrix};
 use gconv_core::{Config, ConvProblem, Direction};
+use serde::{Deserialize, Serialize};
 
 use crate::boost::grow_ranked;
 use crate::features::{bound_ln_ms, rows_of, FeatureSpec, ProblemRow};
 use crate::forest::Forest;
 use crate::measured::Measured;
-use crate::model::{by_time, coverage_class, Family, Manifest, Model, StageOneCheck, Target, MODEL_FORMAT};
+use crate::model::{by_time, coverage_class, Family, Model, Target, MODEL_FORMAT};
 use crate::problems::{shape_hash, shape_key};
 use crate::{Error, Result};
 
@@ -28,12 +29,60 @@ pub struct TrainOptions {
     /// rows on the list have it ([`FeatureSpec::ranking_where_known`]); off for models to be
     /// validated on sweeps that lack it, whose rows would read as off the list.
     pub vendor_rank: bool,
+    /// Each problem weighs the same in the loss, its rows sharing one unit; otherwise each row
+    /// weighs one, so a problem with a long candidate list (cuDNN's configs) counts for more.
+    pub equal_problem_weight: bool,
 }
 
 impl Default for TrainOptions {
     fn default() -> Self {
-        TrainOptions { trees: 300, max_depth: 6, learning_rate: 0.1, ranking: 0.0, seed: 0, vendor_rank: true }
+        TrainOptions {
+            trees: 300,
+            max_depth: 6,
+            learning_rate: 0.1,
+            ranking: 0.0,
+            seed: 0,
+            vendor_rank: true,
+            equal_problem_weight: false,
+        }
     }
+}
+
+/// What a model was trained on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Timed candidates it learned from.
+    pub rows: usize,
+    /// Problems (a shape in one direction and dtype) and distinct shapes among them.
+    pub problems: usize,
+    pub shapes: usize,
+    /// The sweep CSVs read, in order.
+    pub sources: Vec<String>,
+    pub trees: usize,
+    pub max_depth: usize,
+    pub learning_rate: f32,
+    /// The pairwise loss's weight beside the squared error (`TrainOptions::ranking`).
+    #[serde(default)]
+    pub ranking: f64,
+    /// Whether each training problem weighed the same (`TrainOptions::equal_problem_weight`).
+    #[serde(default)]
+    pub equal_problem_weight: bool,
+    /// Root-mean-square error of log time on the training rows.
+    pub train_rmse: f64,
+    /// Whether the pick's stage one earned its place (see [`StageOneCheck`]); absent where the
+    /// training shapes were too few to hold some out.
+    #[serde(default)]
+    pub stage_one: Option<StageOneCheck>,
+}
+
+/// The check that keeps stage one: a model trained on the other training shapes picks among
+/// the measured candidates of held-out shapes with stage one and without, and stage one stays
+/// when its picks' summed time is no longer. Both sums are over the held-out oracles' sum.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StageOneCheck {
+    pub problems: usize,
+    pub without: f64,
+    pub with: f64,
 }
 
 /// Trains the models of every (direction, family) the timed rows cover. All rows must come
@@ -188,9 +237,10 @@ fn fit_stages(
             *numbered.entry(&r.problem).or_insert(next)
         })
         .collect();
+    let row_weight = row_weights(&problem, opts.equal_problem_weight);
     let forest = match opts.ranking > 0.0 {
-        true => grow_ranked(&columns(&matrix, width), width, &targets, &problem, opts.ranking, opts),
-        false => grow(&matrix, width, &targets, opts),
+        true => grow_ranked(&columns(&matrix, width), width, &targets, &row_weight, &problem, opts.ranking, opts),
+        false => grow(&matrix, width, &targets, &row_weight, opts),
     }
     .map_err(|e| Error::Training(format!("{direction} {}: {e}", family.token())))?;
     let mut predicted = Vec::new();
@@ -206,7 +256,7 @@ fn fit_stages(
         ranking: 0.0,
         ..*opts
     };
-    let solver_forest = grow(&best_matrix, width, &best_targets, &stage_one)
+    let solver_forest = grow(&best_matrix, width, &best_targets, &vec![1.0; best_targets.len()], &stage_one)
         .map_err(|e| Error::Training(format!("{direction} {} (stage one): {e}", family.token())))?;
     let problems: HashSet<&ConvProblem> = rows.iter().map(|r| &r.problem).collect();
     let shapes: HashSet<String> = problems.iter().map(|p| shape_key(p)).collect();
@@ -230,6 +280,7 @@ fn fit_stages(
             max_depth: opts.max_depth,
             learning_rate: opts.learning_rate,
             ranking: opts.ranking,
+            equal_problem_weight: opts.equal_problem_weight,
             train_rmse,
             stage_one: None,
         },
@@ -245,8 +296,30 @@ fn target_of(row: &Measured) -> f64 {
     row.ms.expect("timed rows").ln() - Target::OverBound.offset(bound_ln_ms(&row.problem))
 }
 
-/// Gradient-boosted trees fitted to `targets` from the feature rows of `matrix`.
-fn grow(matrix: &[f64], width: usize, targets: &[f64], opts: &TrainOptions) -> std::result::Result<Forest, String> {
+/// Each row's weight in the loss, `problem[i]` numbering row i's problem: one, or with
+/// `equal_problem` one over its problem's rows, scaled so that the weights average one (the
+/// trees' regularization keeps its meaning).
+fn row_weights(problem: &[usize], equal_problem: bool) -> Vec<f64> {
+    if !equal_problem {
+        return vec![1.0; problem.len()];
+    }
+    let mut count = vec![0usize; problem.iter().max().map_or(0, |&p| p + 1)];
+    for &p in problem {
+        count[p] += 1;
+    }
+    let scale = problem.len() as f64 / count.len() as f64;
+    problem.iter().map(|&p| scale / count[p] as f64).collect()
+}
+
+/// Gradient-boosted trees fitted to `targets` from the feature rows of `matrix`, row i weighing
+/// `weights[i]`.
+fn grow(
+    matrix: &[f64],
+    width: usize,
+    targets: &[f64],
+    weights: &[f64],
+    opts: &TrainOptions,
+) -> std::result::Result<Forest, String> {
     let rows = targets.len();
     let columns = columns(matrix, width);
     let mut booster = GradientBooster::default()
@@ -256,7 +329,7 @@ fn grow(matrix: &[f64], width: usize, targets: &[f64], opts: &TrainOptions) -> s
         .set_max_depth(opts.max_depth)
         .set_seed(opts.seed)
         .set_parallel(true);
-    booster.fit(&Matrix::new(&columns, rows, width), targets, &vec![1.0; rows], None).map_err(|e| e.to_string())?;
+    booster.fit(&Matrix::new(&columns, rows, width), targets, weights, None).map_err(|e| e.to_string())?;
     Ok(Forest::from_booster(&booster))
 }
 
@@ -322,6 +395,14 @@ mod tests {
 
     use super::*;
     use crate::measured::VendorMarks;
+
+    #[test]
+    fn equal_problem_weight_gives_each_problem_one_share_and_keeps_the_mean_at_one() {
+        assert_eq!(row_weights(&[0, 0, 0, 1], false), vec![1.0; 4]);
+        let weights = row_weights(&[0, 0, 0, 1], true);
+        assert!((weights[0] * 3.0 - weights[3]).abs() < 1e-12);
+        assert!((weights.iter().sum::<f64>() - 4.0).abs() < 1e-12);
+    }
 
     #[test]
     fn the_pick_takes_solvers_in_stage_one_order_and_configs_in_stage_two_order() {

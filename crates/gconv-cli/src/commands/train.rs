@@ -36,6 +36,10 @@ pub struct TrainCmd {
     /// whose rows would read as off the list
     #[arg(long = "without-vendor-rank")]
     pub without_vendor_rank: bool,
+    /// Let each training problem weigh the same, its candidates sharing one unit (by default
+    /// each candidate weighs one, so problems with long cuDNN listings count for more)
+    #[arg(long = "equal-problem-weight")]
+    pub equal_problem_weight: bool,
 }
 
 pub fn run(ctx: &Context<'_>, cmd: TrainCmd) -> anyhow::Result<ExitCode> {
@@ -51,6 +55,7 @@ pub fn run(ctx: &Context<'_>, cmd: TrainCmd) -> anyhow::Result<ExitCode> {
         ranking: cmd.ranking,
         seed: 0,
         vendor_rank: !cmd.without_vendor_rank,
+        equal_problem_weight: cmd.equal_problem_weight,
     };
     learn::train_models(
         ctx.rt,
