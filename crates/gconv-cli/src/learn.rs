@@ -13,7 +13,7 @@ use gconv_heuristic::model::{closeness, user_models_dir, ModelSet};
 use gconv_heuristic::problems::{class_of, is_validation, shape_key, synthetic, Limits};
 use gconv_heuristic::rank::ModelHeuristic;
 use gconv_heuristic::train::{train, TrainOptions};
-use gconv_heuristic::validate::{by_class, by_direction_and_dtype, evaluate, summarize, Outcome, Summary};
+use gconv_heuristic::validate::{by_class, by_direction_and_dtype, evaluate, quantile, summarize, Outcome, Summary};
 
 /// A problem as a driver line (all three directions: `-F 0`).
 pub fn driver_line(p: &ConvProblem) -> String {
@@ -306,6 +306,16 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     let all: Vec<&Outcome> = outcomes.iter().collect();
     print_summary("all", &summarize(&all).expect("outcomes"));
     println!("\n  (slowest: the slowest pick over its oracle; sum pick, sum heur: the picks' and the vendor heuristic's summed time over the oracles'; vs vendor: geomean of the vendor's time over the pick's, > 1 where the pick is faster; in brackets the problems with both)");
+    let mut rank_us: Vec<f64> = outcomes.iter().map(|o| o.rank_us).collect();
+    rank_us.sort_by(f64::total_cmp);
+    let mut ranked: Vec<f64> = outcomes.iter().map(|o| o.ranked as f64).collect();
+    ranked.sort_by(f64::total_cmp);
+    println!(
+        "\nranking:   p50 {:.0} us, p99 {:.0} us a problem on this machine, {} candidates at the median (features, trees and the pick's rules; selection also lists the candidates)",
+        quantile(&rank_us, 0.5),
+        quantile(&rank_us, 0.99),
+        quantile(&ranked, 0.5)
+    );
     let mut worst: Vec<&Outcome> = outcomes.iter().collect();
     worst.sort_by(|a, b| a.efficiency().total_cmp(&b.efficiency()));
     println!("\nworst 10:");

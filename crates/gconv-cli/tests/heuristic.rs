@@ -91,7 +91,9 @@ fn a_cpu_model_is_trained_validated_and_used() {
     let all = out.lines().find(|l| l.trim_start().starts_with("all ")).unwrap();
     let problems: usize = all.split_whitespace().nth(1).unwrap().parse().unwrap();
     assert_eq!(picks.lines().count(), problems + 1, "a row per problem: {picks}");
-    for row in ["fwd f32", "bwd-data f32", "bwd-weight f32", "worst 10:", "slowest", "sum pick", "sum heur"] {
+    for row in
+        ["fwd f32", "bwd-data f32", "bwd-weight f32", "worst 10:", "slowest", "sum pick", "sum heur", "ranking:   p50"]
+    {
         assert!(out.contains(row), "{out}");
     }
     let efficiency = mean_efficiency(&out);

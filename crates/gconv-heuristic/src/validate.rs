@@ -2,6 +2,7 @@
 //! the fastest candidate (the oracle), beside a vendor library's own heuristic and find.
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use gconv_core::{Config, ConvProblem, DataType, Direction};
 
@@ -28,6 +29,10 @@ pub struct Outcome {
     pub vendor_find_ms: Option<f64>,
     /// Predicted and measured time of every candidate that ran.
     pub predictions: Vec<(f64, f64)>,
+    /// Wall time of ranking the candidates (their features, the screened trees, the pick's
+    /// rules: selection's ranking without listing the candidates), and how many there were.
+    pub rank_us: f64,
+    pub ranked: usize,
 }
 
 impl Outcome {
@@ -60,11 +65,13 @@ pub fn evaluate(set: &ModelSet, rows: &[Measured]) -> Vec<Outcome> {
             proposed = (0..timed.len()).collect();
         }
         let candidates: Vec<&Measured> = proposed.iter().map(|&i| timed[i]).collect();
+        let started = Instant::now();
         let (rows, _) = rows_of(&model.spec, &candidates);
         let (ranked_ms, ranked) = model.rank(p, &ProblemRow::new(p, timed[0].facts), &rows, |i| {
             let c = candidates[i];
             (c.solver.as_str(), &c.config, c.vendor.listed.then_some(c.vendor))
         });
+        let rank_us = started.elapsed().as_secs_f64() * 1e6;
         let order: Vec<usize> = ranked.iter().map(|&i| proposed[i]).collect();
         let pick = order[0];
         // Every candidate's whole prediction (not screened), for the predicted-against-measured chart.
@@ -83,6 +90,8 @@ pub fn evaluate(set: &ModelSet, rows: &[Measured]) -> Vec<Outcome> {
             vendor_heuristic_ms: vendor_best(|r| r.vendor.heuristic),
             vendor_find_ms: vendor_best(|r| r.vendor.find),
             predictions: (0..timed.len()).map(|i| (log_ms[i].exp(), ms(i))).collect(),
+            rank_us,
+            ranked: candidates.len(),
         });
     }
     out
@@ -112,7 +121,8 @@ pub struct Summary {
     pub slowest: f64,
 }
 
-fn quantile(sorted: &[f64], q: f64) -> f64 {
+/// The value at quantile `q` of ascending `sorted` (the nearest rank).
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
     let at = ((sorted.len() - 1) as f64 * q).round() as usize;
     sorted[at]
 }
