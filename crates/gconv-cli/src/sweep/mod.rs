@@ -3,8 +3,8 @@
 //! `sweep --worker`), one per device, so a kernel that faults or hangs costs only its own row:
 //! the worker is stopped, the row recorded as failed, and a new worker goes on with the rest.
 //! Rows already in the CSV for this device are skipped, so a stopped sweep resumes. While the
-//! workers measure, this process lists the candidates of the problems next and builds their
-//! kernels; `--time-limit-s` stops handing out problems, so a time-boxed slice ends with its
+//! workers measure, this process lists the candidates of the next few problems and builds
+//! their kernels; `--time-limit-s` stops handing out problems, so a time-boxed slice ends with its
 //! summary.
 
 use std::collections::HashSet;
@@ -130,7 +130,7 @@ pub fn sweep(
         Ok(())
     };
     let started = Instant::now();
-    let queue = Queue::new(opts.time_limit.map(|t| started + t));
+    let queue = Queue::new(opts.time_limit.map(|t| started + t), LISTED_AHEAD * devices.len());
     let (listed, spent) = std::thread::scope(|scope| {
         let lister = scope.spawn(|| list(rt, problems, opts.configs_per_solver, &done, &queue, &bar));
         let builder = scope.spawn(|| build_ahead(rt, &queue));
@@ -180,6 +180,11 @@ struct Listed {
     time: Duration,
 }
 
+/// Problems a worker may have listed ahead of it: enough for the kernel builder to build the
+/// next ones while it measures, few enough that a sweep cut by its time limit does not list
+/// thousands it never measures (listing all ran up to 3,000 problems ahead of an H200 slice).
+const LISTED_AHEAD: usize = 16;
+
 /// Lists each problem's candidates not yet in the CSV into the queue, in the problems' order,
 /// until all are listed, the time is up or no worker takes more.
 fn list(
@@ -223,7 +228,9 @@ fn list(
             .unzip();
         if !items.is_empty() {
             bar.inc_length(items.len() as u64);
-            queue.push(Pending { idx, problem: p.clone(), items, vendor });
+            if !queue.push(Pending { idx, problem: p.clone(), items, vendor }) {
+                break;
+            }
         }
     }
     Listed { problems: looked, time: started.elapsed() }

@@ -1,7 +1,8 @@
 //! The sweep's problems on their way to the workers. One thread lists each problem's
 //! candidates (for cuDNN an operation graph and its heuristics per problem) while the workers
-//! measure those listed before it, so a sweep cut by its time limit lists only about what it
-//! measures; past the limit no problem is handed out, and the one being measured finishes.
+//! measure those listed before it, at most a few problems ahead of them ([`Queue::new`]'s
+//! `ahead`), so a sweep cut by its time limit lists only about what it measures; past the
+//! limit no problem is handed out, and the one being measured finishes.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -21,6 +22,8 @@ pub struct Queue {
     state: Mutex<State>,
     changed: Condvar,
     deadline: Option<Instant>,
+    /// Problems listed and not yet taken at which the lister waits.
+    ahead: usize,
 }
 
 struct State {
@@ -31,16 +34,18 @@ struct State {
 }
 
 impl Queue {
-    pub fn new(deadline: Option<Instant>) -> Self {
+    pub fn new(deadline: Option<Instant>, ahead: usize) -> Self {
         let state = State { pending: VecDeque::new(), listed_all: false, closed: false };
-        Queue { state: Mutex::new(state), changed: Condvar::new(), deadline }
+        Queue { state: Mutex::new(state), changed: Condvar::new(), deadline, ahead: ahead.max(1) }
     }
 
     /// A queue of these problems, all listed.
     #[cfg(test)]
     pub fn listed(pending: impl IntoIterator<Item = Pending>) -> Self {
-        let queue = Queue::new(None);
-        pending.into_iter().for_each(|p| queue.push(p));
+        let queue = Queue::new(None, usize::MAX);
+        for p in pending {
+            queue.push(p);
+        }
         queue.finish_listing();
         queue
     }
@@ -58,9 +63,19 @@ impl Queue {
         self.past_deadline() || self.lock().closed
     }
 
-    pub fn push(&self, p: Pending) {
-        self.lock().pending.push_back(p);
+    /// Queues a listed problem, first waiting while `ahead` problems wait for a worker; false
+    /// (the problem dropped) where the time is up or no worker takes more.
+    pub fn push(&self, p: Pending) -> bool {
+        let mut state = self.lock();
+        while state.pending.len() >= self.ahead {
+            if self.past_deadline() || state.closed {
+                return false;
+            }
+            state = self.changed.wait_timeout(state, RECHECK).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        state.pending.push_back(p);
         self.changed.notify_all();
+        true
     }
 
     pub fn finish_listing(&self) {
@@ -97,7 +112,10 @@ impl Queue {
 
     /// The next problem for a worker; `None` when every problem is taken or the time is up.
     pub fn take(&self) -> Option<Pending> {
-        self.wait_for(|state| state.pending.pop_front())
+        let taken = self.wait_for(|state| state.pending.pop_front());
+        // The lister may be waiting for room.
+        self.changed.notify_all();
+        taken
     }
 
     /// The first queued problem not in `built` (its index, problem and candidates), for

@@ -84,7 +84,7 @@ fn a_resumed_sweep_does_not_list_a_vendor_library_again_where_its_rows_are_in() 
         .into();
     let done: HashSet<(String, String, String)> =
         ["e1", "e2"].map(|e| (problems[0].key(), "lib".to_string(), e.to_string())).into();
-    let queue = Queue::new(None);
+    let queue = Queue::new(None, usize::MAX);
     list(&device, &problems, None, &done, &queue, &ProgressBar::hidden());
     let listed: Vec<(usize, Candidates)> = std::iter::from_fn(|| queue.take()).map(|p| (p.idx, p.items)).collect();
     let item = |s: &str, c: &str| (s.to_string(), c.to_string());
@@ -93,6 +93,20 @@ fn a_resumed_sweep_does_not_list_a_vendor_library_again_where_its_rows_are_in() 
         [(0, vec![item("own", "c1")]), (1, vec![item("lib", "e1"), item("lib", "e2"), item("own", "c1")])]
     );
     assert_eq!(library.listings.load(std::sync::atomic::Ordering::Relaxed), 1, "the library listed problem 1 alone");
+}
+
+#[test]
+fn the_lister_stays_a_few_problems_ahead_of_the_workers() {
+    let library = Library { listings: 0.into() };
+    let device = gconv_core::testing::ListingDevice { solvers: vec![&library, &Own], yardstick: None };
+    let problems: Vec<ConvProblem> = (1..=6)
+        .map(|c| ConvProblem::from_key(&format!("v1:fwd:f32:NCHW:n1:c{c}:k2:i5x5:f3x3:s1x1:p1x1:d1x1")).unwrap())
+        .collect();
+    // No worker takes anything: the lister fills the queue, waits, and stops at the deadline.
+    let queue = Queue::new(Some(Instant::now() + Duration::from_millis(300)), 2);
+    let listed = list(&device, &problems, None, &HashSet::new(), &queue, &ProgressBar::hidden());
+    assert_eq!(queue.left(), 2);
+    assert_eq!(listed.problems, 3, "the third problem waited for room until the time was up");
 }
 
 #[test]
