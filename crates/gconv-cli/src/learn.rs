@@ -1,7 +1,7 @@
 //! The learned heuristic's commands: `gconv problems` (synthetic sets, split by shape),
 //! `gconv train` (models from sweep CSVs) and `gconv validate` (the model against the oracle).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use gconv_core::{ConvProblem, Runtime};
 use gconv_heuristic::measured::{self, Measured};
-use gconv_heuristic::model::{closeness, user_models_dir, ModelSet};
+use gconv_heuristic::model::{closeness, user_models_dir, Family, ModelSet};
 use gconv_heuristic::problems::{class_of, is_validation, shape_key, synthetic, Limits};
 use gconv_heuristic::rank::ModelHeuristic;
 use gconv_heuristic::train::{train, TrainOptions};
@@ -84,14 +84,45 @@ pub struct TrainArgs {
     pub append: Vec<PathBuf>,
     pub out: Option<PathBuf>,
     pub device: Option<String>,
-    pub options: TrainOptions,
+    pub choices: TrainChoices,
+}
+
+/// The training options a user named; the rest come from the models retrained (`--append`),
+/// else from [`TrainOptions::default`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TrainChoices {
+    pub trees: Option<usize>,
+    pub max_depth: Option<usize>,
+    pub learning_rate: Option<f32>,
+    pub ranking: Option<f64>,
+    pub without_vendor_rank: bool,
+    pub equal_problem_weight: bool,
+}
+
+impl TrainChoices {
+    fn over(&self, base: TrainOptions) -> TrainOptions {
+        TrainOptions {
+            trees: self.trees.unwrap_or(base.trees),
+            max_depth: self.max_depth.unwrap_or(base.max_depth),
+            learning_rate: self.learning_rate.unwrap_or(base.learning_rate),
+            ranking: self.ranking.unwrap_or(base.ranking),
+            seed: base.seed,
+            vendor_rank: base.vendor_rank && !self.without_vendor_rank,
+            equal_problem_weight: base.equal_problem_weight || self.equal_problem_weight,
+        }
+    }
 }
 
 pub fn train_models(rt: &dyn Runtime, args: &TrainArgs) -> anyhow::Result<ExitCode> {
     let mut sources: Vec<PathBuf> = args.csv.clone();
+    // Each family's options where it is retrained: its earlier models'.
+    let mut earlier_options: BTreeMap<Family, TrainOptions> = BTreeMap::new();
     if !args.append.is_empty() {
         let dir = args.out.as_deref().context("--append retrains the models of --out DIR: name it")?;
         let earlier = ModelSet::read_dir(dir)?;
+        for m in &earlier.models {
+            earlier_options.entry(m.family).or_insert_with(|| TrainOptions::from(&m.manifest));
+        }
         let mut known: Vec<PathBuf> = Vec::new();
         for source in earlier.models.iter().flat_map(|m| &m.manifest.sources) {
             let path = PathBuf::from(source);
@@ -124,7 +155,27 @@ pub fn train_models(rt: &dyn Runtime, args: &TrainArgs) -> anyhow::Result<ExitCo
     let out = args.out.clone().unwrap_or_else(|| user_models_dir(&device));
     let source_names: Vec<String> = sources.iter().map(|p| p.display().to_string()).collect();
     let started = std::time::Instant::now();
-    let models = train(&rows, &source_names, &args.options)?;
+    let mut by_family: BTreeMap<Family, Vec<Measured>> = BTreeMap::new();
+    for row in rows {
+        by_family.entry(Family::of(row.problem.dtype)).or_default().push(row);
+    }
+    let mut models = Vec::new();
+    for (family, of_family) in by_family {
+        let options = args.choices.over(earlier_options.get(&family).copied().unwrap_or_default());
+        if earlier_options.contains_key(&family) {
+            println!(
+                "options:   {}: {} trees, depth {}, rate {}, ranking {}{}{} (the earlier models' where not named)",
+                family.token(),
+                options.trees,
+                options.max_depth,
+                options.learning_rate,
+                options.ranking,
+                if options.vendor_rank { "" } else { ", without the find-list place" },
+                if options.equal_problem_weight { ", each problem weighing the same" } else { "" }
+            );
+        }
+        models.extend(train(&of_family, &source_names, &options)?);
+    }
     let written = ModelSet::write_dir(&models, &out)?;
     println!("device:    {device}{}", if device == rt.device_key() { " (this one)" } else { "" });
     println!("trained:   {} models in {:.1} s", models.len(), started.elapsed().as_secs_f64());

@@ -183,7 +183,7 @@ fn a_model_retrained_on_a_users_finds_picks_better_on_them() {
     let train_csv = s.path("train.csv");
     ok(&s, &["sweep", "--problems", text(&train), "--out", text(&train_csv), "--find-iter", "1"]);
     let models = s.path("models");
-    ok(&s, &["train", text(&train_csv), "--out", text(&models), "--trees", "60"]);
+    ok(&s, &["train", text(&train_csv), "--out", text(&models), "--trees", "60", "--equal-problem-weight"]);
 
     // The user's own work: finds and tuning of other problems, exported as training rows.
     let db = s.db();
@@ -208,8 +208,14 @@ fn a_model_retrained_on_a_users_finds_picks_better_on_them() {
         ))
     };
     let before = judged(&models);
-    let out = ok(&s, &["train", "--out", text(&models), "--append", text(&rows), "--trees", "60"]);
-    assert!(out.contains("trained:"), "{out}");
+    // Retrained with the earlier models' options where none is named.
+    let out = ok(&s, &["train", "--out", text(&models), "--append", text(&rows), "--max-depth", "4"]);
+    assert!(out.contains("trained:") && out.contains("fp32: 60 trees, depth 4"), "{out}");
+    let gzipped = std::fs::File::open(models.join("fwd-fp32.json.gz")).unwrap();
+    let model: serde_json::Value = serde_json::from_reader(flate2::read::GzDecoder::new(gzipped)).unwrap();
+    let manifest = &model["manifest"];
+    assert_eq!((manifest["trees"].as_u64(), manifest["max_depth"].as_u64()), (Some(60), Some(4)));
+    assert_eq!(manifest["equal_problem_weight"], true);
     let after = judged(&models);
     assert!(after >= before && after >= 90.0, "retrained on the user's rows: {before}% -> {after}%");
 }

@@ -48,6 +48,25 @@ impl Default for TrainOptions {
     }
 }
 
+/// The options a model was trained with, read back from its manifest.
+impl From<&Manifest> for TrainOptions {
+    fn from(m: &Manifest) -> Self {
+        TrainOptions {
+            trees: m.trees,
+            max_depth: m.max_depth,
+            learning_rate: m.learning_rate,
+            ranking: m.ranking,
+            seed: 0,
+            vendor_rank: m.vendor_rank,
+            equal_problem_weight: m.equal_problem_weight,
+        }
+    }
+}
+
+fn on() -> bool {
+    true
+}
+
 /// What a model was trained on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -67,6 +86,10 @@ pub struct Manifest {
     /// Whether each training problem weighed the same (`TrainOptions::equal_problem_weight`).
     #[serde(default)]
     pub equal_problem_weight: bool,
+    /// Whether a vendor config's place on the library's find list could be a feature
+    /// (`TrainOptions::vendor_rank`; the spec says whether it became one).
+    #[serde(default = "on")]
+    pub vendor_rank: bool,
     /// Root-mean-square error of log time on the training rows.
     pub train_rmse: f64,
     /// Whether the pick's stage one earned its place (see [`StageOneCheck`]); absent where the
@@ -281,6 +304,7 @@ fn fit_stages(
             learning_rate: opts.learning_rate,
             ranking: opts.ranking,
             equal_problem_weight: opts.equal_problem_weight,
+            vendor_rank: opts.vendor_rank,
             train_rmse,
             stage_one: None,
         },

@@ -21,44 +21,47 @@ pub struct TrainCmd {
     /// Train on this device key's rows when the CSVs hold several devices
     #[arg(long)]
     pub device: Option<String>,
-    #[arg(long, default_value_t = 300)]
-    pub trees: usize,
-    #[arg(long = "max-depth", default_value_t = 6)]
-    pub max_depth: usize,
-    #[arg(long = "learning-rate", default_value_t = 0.1)]
-    pub learning_rate: f32,
+    /// Trees [default: 300; with --append, the earlier models']
+    #[arg(long)]
+    pub trees: Option<usize>,
+    /// Levels a tree [default: 6; with --append, the earlier models']
+    #[arg(long = "max-depth")]
+    pub max_depth: Option<usize>,
+    /// [default: 0.1; with --append, the earlier models']
+    #[arg(long = "learning-rate")]
+    pub learning_rate: Option<f32>,
     /// Weight of a pairwise loss between each problem's candidates beside the squared error of
-    /// log time (0: squared error alone)
-    #[arg(long, default_value_t = 0.0)]
-    pub ranking: f64,
+    /// log time (0: squared error alone) [default: 0; with --append, the earlier models']
+    #[arg(long)]
+    pub ranking: Option<f64>,
     /// Leave a cuDNN config's place on cuDNN's find list out of the features even where the
     /// training rows have it: for models validated on sweeps from before it was recorded,
-    /// whose rows would read as off the list
+    /// whose rows would read as off the list (with --append, also where the earlier models did)
     #[arg(long = "without-vendor-rank")]
     pub without_vendor_rank: bool,
     /// Let each training problem weigh the same, its candidates sharing one unit (by default
-    /// each candidate weighs one, so problems with long cuDNN listings count for more)
+    /// each candidate weighs one, so problems with long cuDNN listings count for more; with
+    /// --append, also where the earlier models did)
     #[arg(long = "equal-problem-weight")]
     pub equal_problem_weight: bool,
 }
 
 pub fn run(ctx: &Context<'_>, cmd: TrainCmd) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
-        cmd.trees > 0 && cmd.max_depth > 0 && cmd.learning_rate > 0.0,
+        cmd.trees != Some(0) && cmd.max_depth != Some(0) && cmd.learning_rate.is_none_or(|r| r > 0.0),
         "--trees, --max-depth and --learning-rate must be positive"
     );
-    anyhow::ensure!(cmd.ranking >= 0.0 && cmd.ranking.is_finite(), "--ranking must be 0 or more");
-    let options = gconv_heuristic::train::TrainOptions {
+    anyhow::ensure!(cmd.ranking.is_none_or(|r| r >= 0.0 && r.is_finite()), "--ranking must be 0 or more");
+    let choices = learn::TrainChoices {
         trees: cmd.trees,
         max_depth: cmd.max_depth,
         learning_rate: cmd.learning_rate,
         ranking: cmd.ranking,
-        seed: 0,
-        vendor_rank: !cmd.without_vendor_rank,
+        without_vendor_rank: cmd.without_vendor_rank,
         equal_problem_weight: cmd.equal_problem_weight,
     };
     learn::train_models(
         ctx.rt,
-        &learn::TrainArgs { csv: cmd.csv, append: cmd.append, out: cmd.out, device: cmd.device, options },
+        &learn::TrainArgs { csv: cmd.csv, append: cmd.append, out: cmd.out, device: cmd.device, choices },
     )
 }
