@@ -21,13 +21,14 @@ use crate::{Error, Result};
 /// Bumped when the file's layout changes.
 pub const MODEL_FORMAT: u32 = 1;
 
-/// How selection narrows a problem's candidates: every candidate walks the first 60 trees; the
-/// 32 they predict fastest and the 2 fastest of each solver walk on to tree 150; of those, the
-/// 16 fastest and each solver's 2 fastest walk the rest. Against the whole forest it ranks
-/// several times faster where candidates are many and picks as well on the H100, H200 and CPU
-/// validation sets (data/models/README.md); 16 kept after 60 trees lost 2-3 points of mean.
+/// How selection narrows a problem's candidates: every candidate walks the first 30 trees; the
+/// 16 they predict fastest and the 2 fastest of each solver walk on to tree 100; of those, the
+/// 8 fastest and each solver's 2 fastest walk the rest. Against 60 / 32 and 150 / 16 (the
+/// screen before 2026-11-29, when the models were smaller) it ranks a quarter to a third faster
+/// and picks as well on the H200's four validation sets, the H100's and the CPU's (within half
+/// a point of mean and 1% of summed time, data/models/README.md).
 pub const SCREEN: &[Screen] =
-    &[Screen { trees: 60, keep: 32, per_group: 2 }, Screen { trees: 150, keep: 16, per_group: 2 }];
+    &[Screen { trees: 30, keep: 16, per_group: 2 }, Screen { trees: 100, keep: 8, per_group: 2 }];
 
 /// A candidate's coverage class needs, of training problems, this share of the best-covered
 /// class among the problem's candidates and at least [`MIN_COVERAGE`] (or that class's all)
