@@ -19,16 +19,16 @@
 use std::sync::{Arc, OnceLock};
 
 use cudarc::cublas::sys::{cublasComputeType_t, cudaDataType};
-use cudarc::driver::CudaFunction;
 use gconv_core::{
     require, Config, ConvProblem, DataType, Direction, GconvError, Invoker, Layout, NotApplicable, Result, Solve,
     Solver, SolverKind,
 };
 
+use self::invoker::{BlasInvoker, Call, Kernel};
 use super::{builds_from_kernel, BuiltFrom};
-use crate::blas::{BlasHandle, Gemm as BlasGemm, Matrix, WORKSPACE_BYTES as BLAS_WORKSPACE_BYTES};
+use crate::blas::{BlasHandle, WORKSPACE_BYTES as BLAS_WORKSPACE_BYTES};
 use crate::device::CudaDevice;
-use crate::launch::{self, Arg, Buffer};
+use crate::launch::Buffer;
 use crate::{ConvParams, Cuda, CudaBuffers, KernelSource};
 
 const IM2COL_SOURCE: &str = include_str!("../../kernels/im2col.cu");
@@ -499,77 +499,6 @@ impl Solve<Cuda> for GemmBlas {
     }
 }
 
-/// A step ready to run.
-enum Call {
-    Gemm(Gemm),
-    Kernel(Kernel),
-}
-
-/// One of gconv's kernels around the GEMMs: (params, from, to), and for the sum over images
-/// (params, partials, running sum, dW, images, first, last).
-struct Kernel {
-    function: CudaFunction,
-    blocks: u32,
-    buffers: [Role; 2],
-    ints: Option<[i32; 3]>,
-    what: &'static str,
-}
-
-struct BlasInvoker {
-    blas: Arc<BlasHandle>,
-    steps: Vec<Call>,
-    params: ConvParams,
-    data: cudaDataType,
-    compute: cublasComputeType_t,
-}
-
-impl BlasInvoker {
-    fn launch(&self, kernel: &Kernel, b: &CudaBuffers<'_>) -> Result<()> {
-        let [from, to] = kernel.buffers.map(|r| Arg::Buffer(r.buffer(b)));
-        let mut args = vec![Arg::Params(&self.params), from, to];
-        if let Some(ints) = kernel.ints {
-            args.push(Arg::Buffer(b.w));
-            args.extend(ints.map(Arg::Int));
-        }
-        launch::kernel(b, &kernel.function, launch::flat(kernel.blocks, THREADS), &args, kernel.what)
-    }
-}
-
-impl Invoker<Cuda> for BlasInvoker {
-    fn run(&self, b: &mut CudaBuffers<'_>) -> Result<()> {
-        let matrix = |o: &Operand, data| Matrix {
-            buffer: o.tensor.buffer(b),
-            offset: o.offset,
-            ld: o.ld,
-            stride: o.stride,
-            data,
-        };
-        for run in self.steps.chunk_by(|a, b| matches!((a, b), (Call::Gemm(_), Call::Gemm(_)))) {
-            if let [Call::Kernel(kernel)] = run {
-                self.launch(kernel, b)?;
-                continue;
-            }
-            let gemms = run.iter().filter_map(|call| match call {
-                Call::Gemm(g) => Some(BlasGemm {
-                    trans_a: g.trans_a,
-                    trans_b: g.trans_b,
-                    m: g.m,
-                    n: g.n,
-                    k: g.k,
-                    a: matrix(&g.a, self.data),
-                    b: matrix(&g.b, self.data),
-                    c: matrix(&g.c, if g.c_fp32 { cudaDataType::CUDA_R_32F } else { self.data }),
-                    batch: g.batch,
-                    beta: 0.0,
-                    compute: self.compute,
-                }),
-                Call::Kernel(_) => None,
-            });
-            self.blas.run_on(b.stream(), b.workspace, gemms)?;
-        }
-        Ok(())
-    }
-}
-
+mod invoker;
 #[cfg(test)]
 mod tests;
