@@ -284,6 +284,17 @@ fn gpu_depthwise_tiles_on_medium_problems() {
     });
 }
 
+/// cuda.gemm_blas at every config where it has some: grouped channels-last 1x1 backward-weight
+/// whose reduction over 12,261 and 10,201 pixel rows splits into chunks of 1,024 to 8,192 rows
+/// (the last ragged), in both batchings (over a group's chunks, over a chunk's groups).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_gemm_blas_at_every_chunk_length() {
+    let (_time, _gpu, rt) = (Stopwatch::start("gemm_blas chunks"), shared_gpu(), runtime());
+    let shapes = ["n3:c16:k32:i61x67:f1x1:s1x1:p0x0:d1x1:g4", "n1:c8:k8:i101x101:f1x1:s1x1:p0x0:d1x1:g2"];
+    list_misses(rt, "cuda.gemm_blas", &shapes, |solver, p| solver.configs(p).collect());
+}
+
 /// cuda.pointwise at every config: 1x1 layers at stride 1 with a side of up to 32 channels,
 /// forward and backward-data in bf16 and fp16, 1D to 3D; pixels past the last block and blocks
 /// walking several tiles, reductions padded to 16 (24, 40, 56 channels) and of 256, one to 32

@@ -9,6 +9,9 @@
 //! Grouped NHWC backward-weight with a long reduction over pixels and few output tiles splits
 //! the pixels into chunks the same way, each chunk's fp32 partial summed by that kernel: a batch
 //! of 8 GEMMs of 32 x 64 outputs over 92,416 pixels took cuBLAS 3.5 ms, 8 output tiles for 132 SMs.
+//! How long a chunk is, is tunable there (`kc<rows>`; `default` chooses): where a group's output
+//! is a single small tile (8 x 16), each GEMM walks its chunk's rows alone, and 256 chunks of
+//! 11,664 rows still took 3.4 ms.
 //! Any other channels-last problem takes the explicit path: im2col writes a column matrix into
 //! the workspace (kernels/im2col.cu) that stands in for x in the same GEMMs, with taps x Cg
 //! channels; backward-data has the GEMM write fp32 columns that col2im sums into dx.
@@ -173,20 +176,65 @@ const SPLIT_GEMM_TILES: u64 = 256;
 /// Pixels a chunk of a split reduction has at least, so each GEMM does real work.
 const MIN_CHUNK_PIXELS: u64 = 2048;
 
+/// Rows a chunk that a tuned config (`kc<rows>`) may name.
+const CHUNK_ROWS: [u32; 5] = [1024, 2048, 4096, 8192, 16384];
+
+/// The rows a chunk a config names (`kc`), `None` for `default`.
+fn chunk_rows(config: &Config) -> Option<u64> {
+    config.get("kc").map(u64::from)
+}
+
+/// The configs of a problem: none where nothing is tunable, else `default` and each length of
+/// chunk that splits the reduction.
+fn chunk_configs(p: &ConvProblem) -> Vec<Config> {
+    let chunked: Vec<Config> = CHUNK_ROWS
+        .into_iter()
+        .filter(|&rows| reduction_split(p, PARTIALS_BYTES, Some(u64::from(rows))).is_some())
+        .map(|rows| Config::new([("kc", rows)]))
+        .collect();
+    match chunked.is_empty() {
+        true => chunked,
+        false => std::iter::once(Config::empty()).chain(chunked).collect(),
+    }
+}
+
+fn check_chunk_config(p: &ConvProblem, config: &Config) -> Result<()> {
+    let splits =
+        |rows: u32| CHUNK_ROWS.contains(&rows) && reduction_split(p, PARTIALS_BYTES, Some(rows.into())).is_some();
+    match config.fields() {
+        [] => Ok(()),
+        [(name, rows)] if name == "kc" && splits(*rows) => Ok(()),
+        _ => Err(GconvError::BadConfig {
+            text: config.to_string(),
+            reason: format!(
+                "cuda.gemm_blas takes `default`, or `kc<rows>` for the rows a chunk ({CHUNK_ROWS:?}) of a grouped channels-last backward-weight's reduction, in 2 or more chunks; this problem's reduction has {} rows",
+                col_rows(p)
+            ),
+        }),
+    }
+}
+
 /// How a plain grouped NHWC backward-weight's reduction over the N x pixels rows is split:
-/// (chunks, rows a chunk), the last chunk holding the rest; `None` where one GEMM a group is
-/// enough (the groups' output tiles fill the GPU, or the reduction is short). One group is
-/// left to cuBLAS, whose own GEMM was within 1.24x of the best candidate at the median of the
-/// H200 sweeps' dense layers, where its batched GEMMs over groups were 5.9x.
-fn reduction_split(p: &ConvProblem, budget: u64) -> Option<(u64, u64)> {
+/// (chunks, rows a chunk), the last chunk holding the rest; into chunks of `rows_a_chunk` rows
+/// where given (`None` where that leaves fewer than 2 chunks or more than the budget holds),
+/// else `None` where one GEMM a group is enough (the groups' output tiles fill the GPU, or the
+/// reduction is short). One group is left to cuBLAS, whose own GEMM was within 1.24x of the
+/// best candidate at the median of the H200 sweeps' dense layers, where its batched GEMMs over
+/// groups were 5.9x.
+fn reduction_split(p: &ConvProblem, budget: u64, rows_a_chunk: Option<u64>) -> Option<(u64, u64)> {
     let plain_weights = p.layout == Layout::Nhwc && p.direction == Direction::BackwardWeight && !explicit(p);
     if !plain_weights || p.g == 1 {
         return None;
     }
     let rows = col_rows(p);
+    let most = (budget / (weight_elements(p) * 4)).min(MAX_BATCH);
+    if let Some(per_chunk) = rows_a_chunk {
+        let chunks = rows.div_ceil(per_chunk);
+        return (2..=most).contains(&chunks).then_some((chunks, per_chunk));
+    }
     let tiles = u64::from(p.c_per_group()).div_ceil(64) * u64::from(p.k_per_group()).div_ceil(64);
     let wanted = SPLIT_GEMM_TILES.div_ceil(tiles * u64::from(p.g));
-    let chunks = wanted.min(rows / MIN_CHUNK_PIXELS).min(budget / (weight_elements(p) * 4)).min(MAX_BATCH);
+    let chunks = wanted.min(rows / MIN_CHUNK_PIXELS).min(most);
     if chunks < 2 {
         return None;
     }
@@ -245,10 +293,11 @@ fn op(tensor: Role, offset: i64, ld: i64, stride: i64) -> Operand {
     Operand { tensor, offset, ld: ld as i32, stride }
 }
 
-/// The steps of a problem, backward-weight's partials in chunks of at most `budget` bytes.
-fn plan(p: &ConvProblem, budget: u64) -> Vec<Step> {
+/// The steps of a problem with a config, backward-weight's partials in chunks of at most
+/// `budget` bytes.
+fn plan(p: &ConvProblem, config: &Config, budget: u64) -> Vec<Step> {
     match p.layout {
-        Layout::Nhwc => match reduction_split(p, budget) {
+        Layout::Nhwc => match reduction_split(p, budget, chunk_rows(config)) {
             Some(split) => plan_nhwc_split(p, split),
             None => plan_nhwc(p),
         },
@@ -419,17 +468,27 @@ impl Solver for GemmBlas {
 
     /// cuBLAS's own workspace, then the column matrix, or the running sum and one chunk's
     /// partial weight gradients, where there are.
-    fn workspace_bytes(&self, p: &ConvProblem, _config: &Config) -> u64 {
+    fn workspace_bytes(&self, p: &ConvProblem, config: &Config) -> u64 {
         let after = if explicit(p) {
             col_elements(p) * col_bytes(p)
         } else if sums_images(p) {
             sum_bytes(p, PARTIALS_BYTES) + u64::from(images_per_chunk(p, PARTIALS_BYTES)) * weight_elements(p) * 4
-        } else if let Some((chunks, _)) = reduction_split(p, PARTIALS_BYTES) {
+        } else if let Some((chunks, _)) = reduction_split(p, PARTIALS_BYTES, chunk_rows(config)) {
             chunks * weight_elements(p) * 4
         } else {
             0
         };
         BLAS_WORKSPACE_BYTES + after
+    }
+
+    /// `default`, and where the reduction of a grouped NHWC backward-weight can be split, each
+    /// length of chunk that splits it.
+    fn configs<'a>(&'a self, p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
+        Box::new(chunk_configs(p).into_iter())
+    }
+
+    fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {
+        check_chunk_config(p, config)
     }
 
     builds_from_kernel!();
@@ -442,14 +501,14 @@ impl BuiltFrom for GemmBlas {
         &self.device
     }
 
-    fn kernels(&self, p: &ConvProblem, _config: &Config) -> Result<Vec<KernelSource>> {
-        let sums = sums_images(p) || reduction_split(p, PARTIALS_BYTES).is_some();
+    fn kernels(&self, p: &ConvProblem, config: &Config) -> Result<Vec<KernelSource>> {
+        let sums = sums_images(p) || reduction_split(p, PARTIALS_BYTES, chunk_rows(config)).is_some();
         Ok((explicit(p) || sums).then(|| im2col_source(p)).into_iter().collect())
     }
 }
 
 impl Solve<Cuda> for GemmBlas {
-    fn solution(&self, p: &ConvProblem, _config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
+    fn solution(&self, p: &ConvProblem, config: &Config) -> Result<Box<dyn Invoker<Cuda>>> {
         let data = match p.dtype {
             DataType::F32 | DataType::Tf32 => cudaDataType::CUDA_R_32F,
             DataType::F16 => cudaDataType::CUDA_R_16F,
@@ -464,7 +523,7 @@ impl Solve<Cuda> for GemmBlas {
         let spread = |work: u64, per_sm: u64| {
             work.div_ceil(u64::from(THREADS)).clamp(1, u64::from(self.device.sm_count) * per_sm) as u32
         };
-        let steps = plan(p, PARTIALS_BYTES)
+        let steps = plan(p, config, PARTIALS_BYTES)
             .into_iter()
             .map(|step| {
                 Ok(match step {

@@ -3,9 +3,12 @@
 //! leading dimension and stride is checked without a GPU.
 
 use gconv_core::reference::reference;
-use gconv_core::{ConvProblem, ConvTensors};
+use gconv_core::{Config, ConvProblem, ConvTensors};
 
-use super::{images_per_chunk, plan, reduction_split, weight_elements, Gemm, Operand, Role, Step, PARTIALS_BYTES};
+use super::{
+    check_chunk_config, chunk_configs, chunk_rows, images_per_chunk, plan, reduction_split, weight_elements, Gemm,
+    Operand, Role, Step, PARTIALS_BYTES,
+};
 
 /// The host's copies of the tensors and workspace regions a plan names.
 struct Memory {
@@ -63,9 +66,9 @@ impl Memory {
     }
 }
 
-/// Runs the plan of `key` with partials of at most `budget` bytes a chunk; returns the output
-/// against the reference's, and the number of GEMM launches.
-fn run(key: &str, budget: u64) -> (Vec<f64>, Vec<f64>, usize) {
+/// Runs the plan of `key` with `config` and partials of at most `budget` bytes a chunk; returns
+/// the output against the reference's, and the number of GEMM launches.
+fn run(key: &str, config: &Config, budget: u64) -> (Vec<f64>, Vec<f64>, usize) {
     let p = ConvProblem::from_key(key).expect("a valid key");
     let t = ConvTensors::random(&p, 7);
     let host = |v: &gconv_core::Tensor| v.to_f32().iter().map(|&x| f64::from(x)).collect::<Vec<f64>>();
@@ -77,10 +80,12 @@ fn run(key: &str, budget: u64) -> (Vec<f64>, Vec<f64>, usize) {
         sum: vec![f64::NAN; weights],
         partials: vec![
             f64::NAN;
-            weights * reduction_split(&p, budget).map_or(p.n as usize, |(chunks, _)| chunks as usize)
+            weights
+                * reduction_split(&p, budget, chunk_rows(config))
+                    .map_or(p.n as usize, |(chunks, _)| chunks as usize)
         ],
     };
-    let steps = plan(&p, budget);
+    let steps = plan(&p, config, budget);
     let launches = steps.iter().filter(|s| matches!(s, Step::Gemm(_))).count();
     for step in &steps {
         match *step {
@@ -98,7 +103,11 @@ fn run(key: &str, budget: u64) -> (Vec<f64>, Vec<f64>, usize) {
 }
 
 fn assert_matches(key: &str, budget: u64) -> usize {
-    let (got, want, launches) = run(key, budget);
+    assert_config_matches(key, &Config::empty(), budget)
+}
+
+fn assert_config_matches(key: &str, config: &Config, budget: u64) -> usize {
+    let (got, want, launches) = run(key, config, budget);
     let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         assert!((g - w).abs() <= 1e-9 * scale, "{key}: element {i} is {g}, the reference {w}");
@@ -150,7 +159,7 @@ fn nchw_backward_weight_sums_chunks_of_images_within_the_budget() {
 
 #[test]
 fn nhwc_backward_weight_splits_a_long_grouped_reduction_into_summed_chunks() {
-    let split = |key: &str, budget| reduction_split(&ConvProblem::from_key(key).unwrap(), budget);
+    let split = |key: &str, budget| reduction_split(&ConvProblem::from_key(key).unwrap(), budget, None);
     // 10,243 pixels, two groups: five chunks, four of 2,049 rows batched a group and the last
     // apart, then the sum.
     let ragged = "v1:bwd-weight:f32:NHWC:n1:c8:k8:i10243x1:f1x1:s1x1:p0x0:d1x1:g2";
@@ -180,6 +189,38 @@ fn nhwc_backward_weight_splits_a_long_grouped_reduction_into_summed_chunks() {
     // The 3.5 ms layer: 92,416 pixels, 8 groups of 32 x 64: 32 chunks of 2,888, a GEMM a group.
     let slow = "v1:bwd-weight:f32:NHWC:n256:c256:k512:i19x19:f1x1:s1x1:p0x0:d1x1:g8";
     assert_eq!(split(slow, PARTIALS_BYTES), Some((32, 2888)));
-    let steps = plan(&ConvProblem::from_key(slow).unwrap(), PARTIALS_BYTES);
+    let steps = plan(&ConvProblem::from_key(slow).unwrap(), &Config::empty(), PARTIALS_BYTES);
     assert_eq!(steps.iter().filter(|s| matches!(s, Step::Gemm(_))).count(), 8);
+}
+
+#[test]
+fn a_tuned_chunk_length_splits_the_reduction_so_and_is_checked() {
+    let chunked = |rows: u32| Config::new([("kc", rows)]);
+    // 10,243 pixels in chunks of 1,024: ten full chunks a GEMM a group, the last 3 rows apart.
+    let ragged = "v1:bwd-weight:f32:NHWC:n1:c8:k8:i10243x1:f1x1:s1x1:p0x0:d1x1:g2";
+    let p = ConvProblem::from_key(ragged).unwrap();
+    assert_eq!(reduction_split(&p, PARTIALS_BYTES, Some(1024)), Some((11, 1024)));
+    assert_eq!(assert_config_matches(ragged, &chunked(1024), 64 << 20), 4);
+    // In three chunks (two of 4,096, one of 2,051): a GEMM a chunk over both groups.
+    assert_eq!(assert_config_matches(ragged, &chunked(4096), 64 << 20), 3);
+    // A chunk as long as the rows leaves one: no split.
+    assert_eq!(reduction_split(&p, PARTIALS_BYTES, Some(8192)), Some((2, 8192)));
+    assert_eq!(reduction_split(&p, PARTIALS_BYTES, Some(16384)), None);
+
+    // The slow layer of 2026-11-29 (32 groups of 8 x 16, 93,312 rows): every length splits it.
+    let slow = ConvProblem::from_key("v1:bwd-weight:f32:NHWC:n128:c256:k512:i27x27:f1x1:s1x1:p0x0:d1x1:g32").unwrap();
+    let configs: Vec<String> = chunk_configs(&slow).iter().map(|c| c.to_string()).collect();
+    assert_eq!(configs, ["default", "kc1024", "kc2048", "kc4096", "kc8192", "kc16384"]);
+    for c in chunk_configs(&slow) {
+        check_chunk_config(&slow, &c).unwrap();
+    }
+    assert_eq!(reduction_split(&slow, PARTIALS_BYTES, Some(2048)), Some((46, 2048)));
+    for bad in [chunked(3000), Config::new([("bm", 64)])] {
+        assert!(check_chunk_config(&slow, &bad).is_err(), "{bad}");
+    }
+    // A problem it does not split has nothing to tune.
+    let dense = ConvProblem::from_key("v1:bwd-weight:f32:NHWC:n32:c256:k256:i56x56:f1x1:s1x1:p0x0:d1x1").unwrap();
+    assert!(chunk_configs(&dense).is_empty());
+    check_chunk_config(&dense, &Config::empty()).unwrap();
+    assert!(check_chunk_config(&dense, &chunked(2048)).is_err());
 }
