@@ -1,6 +1,6 @@
 //! The trained trees in a flat form of our own: small to store, quick to walk. forust-ml grows
 //! them; selection only walks them, tree by tree over all of a problem's candidates so that a
-//! tree's nodes stay in cache, eight rows at a time, each walking as many steps as its tree is
+//! tree's nodes stay in cache, sixteen rows at a time, each walking as many steps as its tree is
 //! deep without branching (1.5x to 1.8x faster than walks that stop at their leaf, on the H100
 //! models' candidate lists). In ranking a problem's candidates, only those that the first
 //! trees put ahead walk the rest (`Screen`).
@@ -122,7 +122,10 @@ impl Forest {
 }
 
 /// Rows walked through a tree together: their walks are independent, so the CPU overlaps them.
-const INTERLEAVED: usize = 8;
+/// 16 walked the CPU models' trees in 74-85 us a problem where 8 took 86-90 and 4 150 (p50,
+/// `gconv select --backend cpu --find-mode fast` on the CPU's validation shapes, a 2-core VM);
+/// 32 no faster than 16.
+const INTERLEAVED: usize = 16;
 
 /// The nodes laid out for walking without branches: each leaf points back at itself, so that a
 /// row walks exactly as many steps as its tree is deep wherever its leaf is, and the next node
