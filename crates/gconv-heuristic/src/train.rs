@@ -63,6 +63,7 @@ impl From<&Manifest> for TrainOptions {
     }
 }
 
+/// The value of a switch absent from model files written before it was recorded, when it was on.
 fn on() -> bool {
     true
 }

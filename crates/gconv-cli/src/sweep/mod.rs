@@ -229,6 +229,8 @@ fn list(
         if !items.is_empty() {
             bar.inc_length(items.len() as u64);
             if !queue.push(Pending { idx, problem: p.clone(), items, vendor }) {
+                // Dropped at the time limit: counted with those not listed.
+                looked -= 1;
                 break;
             }
         }
