@@ -14,11 +14,10 @@ Needs the `blake3` module (`pip install blake3`).
 
 import argparse
 import csv
+import functools
 import gzip
-import json
-import os
 
-from fill_find_ranks import config_text, listing_name
+from fill_find_ranks import config_text, read_listing, read_sweep
 
 
 def main():
@@ -29,21 +28,13 @@ def main():
     ap.add_argument("out", help="the copy to write, gzipped")
     args = ap.parse_args()
     keep = [s.strip() for s in args.sources.split(",")]
-    with gzip.open(args.sweep, "rt", newline="") as f:
-        reader = csv.DictReader(f)
-        fields, rows = reader.fieldnames, list(reader)
-    cache = {}
+    fields, rows = read_sweep(args.sweep)
 
+    @functools.lru_cache(maxsize=None)
     def sources_of(device, key):
-        if (device, key) not in cache:
-            path = os.path.join(args.listings, listing_name(device, key))
-            found = None
-            if os.path.exists(path):
-                with open(path) as f:
-                    # notes: "<source>, <source>; notes: ..."
-                    found = {config_text(c["config"]): c["notes"].split(";")[0] for c in json.load(f)["all"]}
-            cache[(device, key)] = found
-        return cache[(device, key)]
+        listing = read_listing(args.listings, device, key)
+        # notes: "<source>, <source>; notes: ..."
+        return None if listing is None else {config_text(c["config"]): c["notes"].split(";")[0] for c in listing["all"]}
 
     kept, dropped, missing = [], 0, 0
     for row in rows:

@@ -15,6 +15,7 @@ names a listing.
 
 import argparse
 import csv
+import functools
 import gzip
 import io
 import json
@@ -34,6 +35,24 @@ def listing_name(device, key):
     return h.hexdigest() + ".cudnn-list.json"
 
 
+@functools.lru_cache(maxsize=None)
+def read_listing(folder, device, key):
+    """A problem's cuDNN listing (its JSON) from a folder of them, or None where it lacks it."""
+    path = os.path.join(folder, listing_name(device, key))
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_sweep(path):
+    """A sweep CSV's field names and rows, gzipped or not."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", newline="") as f:
+        reader = csv.DictReader(f)
+        return reader.fieldnames, list(reader)
+
+
 def config_text(config):
     fields = config["fields"]
     if not fields:
@@ -47,21 +66,11 @@ def main():
     ap.add_argument("sweep", help="a sweep CSV, gzipped or not; rewritten in place")
     ap.add_argument("listings", help="a folder of *.cudnn-list.json")
     args = ap.parse_args()
-    opener = gzip.open if args.sweep.endswith(".gz") else open
-    with opener(args.sweep, "rt", newline="") as f:
-        reader = csv.DictReader(f)
-        fields, rows = reader.fieldnames, list(reader)
-    cache = {}
+    fields, rows = read_sweep(args.sweep)
 
     def find_list(device, key):
-        if (device, key) not in cache:
-            path = os.path.join(args.listings, listing_name(device, key))
-            found = None
-            if os.path.exists(path):
-                with open(path) as f:
-                    found = [config_text(c) for c in json.load(f)["find"]]
-            cache[(device, key)] = found
-        return cache[(device, key)]
+        listing = read_listing(args.listings, device, key)
+        return None if listing is None else [config_text(c) for c in listing["find"]]
 
     filled = checked = missing = 0
     for row in rows:
@@ -87,7 +96,7 @@ def main():
     writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    with opener(args.sweep, "wt", newline="") as f:
+    with (gzip.open if args.sweep.endswith(".gz") else open)(args.sweep, "wt", newline="") as f:
         f.write(out.getvalue())
     print(f"{args.sweep}: {filled} places filled, {checked} known and agreeing, {missing} without a listing")
 
