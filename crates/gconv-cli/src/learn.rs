@@ -97,6 +97,7 @@ pub struct TrainChoices {
     pub ranking: Option<f64>,
     pub without_vendor_rank: bool,
     pub equal_problem_weight: bool,
+    pub alignment: bool,
 }
 
 impl TrainChoices {
@@ -109,6 +110,7 @@ impl TrainChoices {
             seed: base.seed,
             vendor_rank: base.vendor_rank && !self.without_vendor_rank,
             equal_problem_weight: base.equal_problem_weight || self.equal_problem_weight,
+            alignment: base.alignment || self.alignment,
         }
     }
 }
@@ -164,14 +166,15 @@ pub fn train_models(rt: &dyn Runtime, args: &TrainArgs) -> anyhow::Result<ExitCo
         let options = args.choices.over(earlier_options.get(&family).copied().unwrap_or_default());
         if earlier_options.contains_key(&family) {
             println!(
-                "options:   {}: {} trees, depth {}, rate {}, ranking {}{}{} (the earlier models' where not named)",
+                "options:   {}: {} trees, depth {}, rate {}, ranking {}{}{}{} (the earlier models' where not named)",
                 family.token(),
                 options.trees,
                 options.max_depth,
                 options.learning_rate,
                 options.ranking,
                 if options.vendor_rank { "" } else { ", without the find-list place" },
-                if options.equal_problem_weight { ", each problem weighing the same" } else { "" }
+                if options.equal_problem_weight { ", each problem weighing the same" } else { "" },
+                if options.alignment { ", alignment features" } else { "" }
             );
         }
         models.extend(train(&of_family, &source_names, &options)?);

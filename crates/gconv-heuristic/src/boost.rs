@@ -3,7 +3,8 @@
 //! between the candidates of each problem, weighted by how much slower the slower of the two is
 //! (a swap of two near-equal candidates costs nothing, one with a 5x slower candidate a lot).
 //! forust has no custom objectives, so each round fits one of its trees to the round's Newton
-//! step: targets -gradient / hessian, weighted by the hessian, under squared error.
+//! step: targets -gradient / hessian, weighted by the hessian, under squared error. Plain
+//! boosting of the squared error ([`grow`]) and the rows' weights are here too.
 
 use forust_ml::objective::ObjectiveType;
 use forust_ml::{GradientBooster, Matrix};
@@ -103,6 +104,56 @@ fn newton_step(targets: &[f64], predicted: &[f64], pairs: &[Pair], ranking: f64,
         step[i] = -g[i] / h[i];
         weight[i] = h[i];
     }
+}
+
+/// Each row's weight in the loss, `problem[i]` numbering row i's problem: one, or with
+/// `equal_problem` one over its problem's rows, scaled so that the weights average one (the
+/// trees' regularization keeps its meaning).
+pub(crate) fn row_weights(problem: &[usize], equal_problem: bool) -> Vec<f64> {
+    if !equal_problem {
+        return vec![1.0; problem.len()];
+    }
+    let mut count = vec![0usize; problem.iter().max().map_or(0, |&p| p + 1)];
+    for &p in problem {
+        count[p] += 1;
+    }
+    let scale = problem.len() as f64 / count.len() as f64;
+    problem.iter().map(|&p| scale / count[p] as f64).collect()
+}
+
+/// Gradient-boosted trees fitted to `targets` from the feature rows of `matrix`, row i weighing
+/// `weights[i]`.
+pub(crate) fn grow(
+    matrix: &[f64],
+    width: usize,
+    targets: &[f64],
+    weights: &[f64],
+    opts: &TrainOptions,
+) -> std::result::Result<Forest, String> {
+    let rows = targets.len();
+    let columns = columns(matrix, width);
+    let mut booster = GradientBooster::default()
+        .set_objective_type(ObjectiveType::SquaredLoss)
+        .set_iterations(opts.trees)
+        .set_learning_rate(opts.learning_rate)
+        .set_max_depth(opts.max_depth)
+        .set_seed(opts.seed)
+        .set_parallel(true);
+    booster.fit(&Matrix::new(&columns, rows, width), targets, weights, None).map_err(|e| e.to_string())?;
+    Ok(Forest::from_booster(&booster))
+}
+
+/// The rows of `matrix` (each `width` long) as forust reads them: column j of row i at
+/// j * rows + i.
+pub(crate) fn columns(matrix: &[f64], width: usize) -> Vec<f64> {
+    let rows = matrix.len() / width;
+    let mut columns = vec![0.0; matrix.len()];
+    for (i, row) in matrix.chunks_exact(width).enumerate() {
+        for (j, &v) in row.iter().enumerate() {
+            columns[j * rows + i] = v;
+        }
+    }
+    columns
 }
 
 #[cfg(test)]

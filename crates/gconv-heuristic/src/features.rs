@@ -77,6 +77,24 @@ pub struct FeatureSpec {
     /// Models trained before the rank was recorded have no such column.
     #[serde(default)]
     pub vendor_rank: bool,
+    /// The alignment columns ([`ALIGNMENT_FEATURES`]), last; absent from models trained
+    /// before them.
+    #[serde(default)]
+    pub alignment: bool,
+}
+
+/// How far the GEMM's sides are aligned, each the largest power of two up to 16 that divides
+/// it: channels a group in and out, pixels in and out (a channels-first layout's leading
+/// dimension). Tensor-core tiles want 8 or 16 elements; a 17 x 17 layer's 289 pixels ran
+/// cuBLAS at half cuDNN's speed in bf16 where the trees, from the sizes alone, saw no cause.
+/// Columns of models trained with them (`TrainOptions::alignment`): on the H200 they helped
+/// half precision and not fp32, on the CPU not (data/models/README.md).
+pub const ALIGNMENT_FEATURES: [&str; 4] = ["align_cg", "align_kg", "align_in_pixels", "align_out_pixels"];
+
+/// The largest power of two up to 16 that divides `x`.
+fn alignment(x: f64) -> f64 {
+    let x = x as u64;
+    (x & x.wrapping_neg()).clamp(1, 16) as f64
 }
 
 /// Log of a nominal bound on the problem's time in ms: the larger of its arithmetic and its
@@ -107,6 +125,7 @@ pub struct ProblemRow {
     groups: f64,
     units: f64,
     bound_ln_ms: f64,
+    align: [f64; ALIGNMENT_FEATURES.len()],
 }
 
 impl ProblemRow {
@@ -173,6 +192,7 @@ impl ProblemRow {
             groups: f64::from(p.g),
             units: f64::from(device.units.max(1)),
             bound_ln_ms: bound_ln_ms(p),
+            align: [cg, kg, in_pixels, out_pixels].map(alignment),
         }
     }
 }
@@ -191,7 +211,7 @@ impl ProblemRow {
 
 impl FeatureSpec {
     pub fn new(solvers: Vec<String>, fields: Vec<String>) -> Self {
-        FeatureSpec { version: FEATURE_VERSION, solvers, fields, vendor_rank: false }
+        FeatureSpec { version: FEATURE_VERSION, solvers, fields, vendor_rank: false, alignment: false }
     }
 
     /// The spec with the vendor's rank as a column where most of `rows`' configs on the
@@ -210,6 +230,7 @@ impl FeatureSpec {
             + self.fields.len()
             + TILE_FEATURES.len()
             + usize::from(self.vendor_rank)
+            + if self.alignment { ALIGNMENT_FEATURES.len() } else { 0 }
     }
 
     /// Every column's name, for reports and the model file.
@@ -220,6 +241,9 @@ impl FeatureSpec {
         names.extend(TILE_FEATURES.iter().map(|s| s.to_string()));
         if self.vendor_rank {
             names.push("vendor_find_rank".to_string());
+        }
+        if self.alignment {
+            names.extend(ALIGNMENT_FEATURES.iter().map(|s| s.to_string()));
         }
         names
     }
@@ -274,6 +298,9 @@ impl FeatureSpec {
         if self.vendor_rank {
             out.push(vendor.and_then(|m| m.find_rank).map_or(f64::NAN, f64::from));
         }
+        if self.alignment {
+            out.extend_from_slice(&problem.align);
+        }
     }
 }
 
@@ -297,6 +324,23 @@ pub fn rows_of(spec: &FeatureSpec, rows: &[&Measured]) -> (Vec<f64>, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn alignment_columns_say_the_largest_power_of_two_up_to_16_dividing_each_side() {
+        assert_eq!([289.0, 48.0, 24.0, 3.0, 64.0].map(alignment), [1.0, 16.0, 8.0, 1.0, 16.0]);
+        let p = ConvProblem::from_key("v1:fwd:bf16:NCHW:n32:c768:k192:i17x17:f1x1:s1x1:p0x0:d1x1").unwrap();
+        let row = ProblemRow::new(&p, DeviceFacts { units: 132, clock_mhz: 1980 });
+        let spec = FeatureSpec { alignment: true, ..FeatureSpec::new(vec!["a".into()], vec![]) };
+        let mut out = Vec::new();
+        spec.push_row(&row, "a", &Config::empty(), None, None, &mut out);
+        assert_eq!(out.len(), spec.width());
+        assert_eq!(out[out.len() - 4..], [16.0, 16.0, 1.0, 1.0]);
+        assert_eq!(spec.names()[spec.width() - 4], "align_cg");
+        assert_eq!(
+            FeatureSpec::new(vec![], vec![]).width() + 4,
+            FeatureSpec { alignment: true, ..FeatureSpec::new(vec![], vec![]) }.width()
+        );
+    }
 
     #[test]
     fn a_row_has_every_column_and_missing_fields_are_nan() {

@@ -3,14 +3,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use forust_ml::objective::ObjectiveType;
-use forust_ml::{GradientBooster, Matrix};
 use gconv_core::{Config, ConvProblem, Direction};
 use serde::{Deserialize, Serialize};
 
-use crate::boost::grow_ranked;
+use crate::boost::{columns, grow, grow_ranked, row_weights};
 use crate::features::{bound_ln_ms, rows_of, FeatureSpec, ProblemRow};
-use crate::forest::Forest;
 use crate::measured::Measured;
 use crate::model::{by_time, coverage_class, Family, Model, Target, MODEL_FORMAT};
 use crate::problems::{shape_hash, shape_key};
@@ -32,6 +29,8 @@ pub struct TrainOptions {
     /// Each problem weighs the same in the loss, its rows sharing one unit; otherwise each row
     /// weighs one, so a problem with a long candidate list (cuDNN's configs) counts for more.
     pub equal_problem_weight: bool,
+    /// The alignment columns ([`crate::features::ALIGNMENT_FEATURES`]) among the features.
+    pub alignment: bool,
 }
 
 impl Default for TrainOptions {
@@ -44,6 +43,7 @@ impl Default for TrainOptions {
             seed: 0,
             vendor_rank: true,
             equal_problem_weight: false,
+            alignment: false,
         }
     }
 }
@@ -59,6 +59,7 @@ impl From<&Manifest> for TrainOptions {
             seed: 0,
             vendor_rank: m.vendor_rank,
             equal_problem_weight: m.equal_problem_weight,
+            alignment: m.alignment,
         }
     }
 }
@@ -91,6 +92,9 @@ pub struct Manifest {
     /// (`TrainOptions::vendor_rank`; the spec says whether it became one).
     #[serde(default = "on")]
     pub vendor_rank: bool,
+    /// Whether the alignment columns were among the features (`TrainOptions::alignment`).
+    #[serde(default)]
+    pub alignment: bool,
     /// Root-mean-square error of log time on the training rows.
     pub train_rmse: f64,
     /// Whether the pick's stage one earned its place (see [`StageOneCheck`]); absent where the
@@ -239,6 +243,7 @@ fn fit_stages(
     let fields: BTreeSet<String> = rows.iter().flat_map(|r| r.config.fields().iter().map(|(n, _)| n.clone())).collect();
     let spec = FeatureSpec::new(solvers.into_iter().collect(), fields.into_iter().collect());
     let spec = if opts.vendor_rank { spec.ranking_where_known(rows) } else { spec };
+    let spec = FeatureSpec { alignment: opts.alignment, ..spec };
     // Solver -> config -> the shapes it was measured on.
     type SeenOn = BTreeMap<String, BTreeMap<String, HashSet<String>>>;
     let (mut listed, mut trained): (SeenOn, SeenOn) = Default::default();
@@ -306,6 +311,7 @@ fn fit_stages(
             ranking: opts.ranking,
             equal_problem_weight: opts.equal_problem_weight,
             vendor_rank: opts.vendor_rank,
+            alignment: opts.alignment,
             train_rmse,
             stage_one: None,
         },
@@ -319,56 +325,6 @@ fn fit_stages(
 /// What the trees learn of a timed row: its log time over its problem's bound ([`Target::OverBound`]).
 fn target_of(row: &Measured) -> f64 {
     row.ms.expect("timed rows").ln() - Target::OverBound.offset(bound_ln_ms(&row.problem))
-}
-
-/// Each row's weight in the loss, `problem[i]` numbering row i's problem: one, or with
-/// `equal_problem` one over its problem's rows, scaled so that the weights average one (the
-/// trees' regularization keeps its meaning).
-fn row_weights(problem: &[usize], equal_problem: bool) -> Vec<f64> {
-    if !equal_problem {
-        return vec![1.0; problem.len()];
-    }
-    let mut count = vec![0usize; problem.iter().max().map_or(0, |&p| p + 1)];
-    for &p in problem {
-        count[p] += 1;
-    }
-    let scale = problem.len() as f64 / count.len() as f64;
-    problem.iter().map(|&p| scale / count[p] as f64).collect()
-}
-
-/// Gradient-boosted trees fitted to `targets` from the feature rows of `matrix`, row i weighing
-/// `weights[i]`.
-fn grow(
-    matrix: &[f64],
-    width: usize,
-    targets: &[f64],
-    weights: &[f64],
-    opts: &TrainOptions,
-) -> std::result::Result<Forest, String> {
-    let rows = targets.len();
-    let columns = columns(matrix, width);
-    let mut booster = GradientBooster::default()
-        .set_objective_type(ObjectiveType::SquaredLoss)
-        .set_iterations(opts.trees)
-        .set_learning_rate(opts.learning_rate)
-        .set_max_depth(opts.max_depth)
-        .set_seed(opts.seed)
-        .set_parallel(true);
-    booster.fit(&Matrix::new(&columns, rows, width), targets, weights, None).map_err(|e| e.to_string())?;
-    Ok(Forest::from_booster(&booster))
-}
-
-/// The rows of `matrix` (each `width` long) as forust reads them: column j of row i at
-/// j * rows + i.
-fn columns(matrix: &[f64], width: usize) -> Vec<f64> {
-    let rows = matrix.len() / width;
-    let mut columns = vec![0.0; matrix.len()];
-    for (i, row) in matrix.chunks_exact(width).enumerate() {
-        for (j, &v) in row.iter().enumerate() {
-            columns[j * rows + i] = v;
-        }
-    }
-    columns
 }
 
 /// Stage one's training rows: for each problem and solver, the solver alone (no config, no

@@ -44,6 +44,11 @@ pub struct TrainCmd {
     /// --append, also where the earlier models did)
     #[arg(long = "equal-problem-weight")]
     pub equal_problem_weight: bool,
+    /// Add how far the GEMM's sides are aligned (channels a group, pixels: the largest power of
+    /// two up to 16 dividing each) to the features (with --append, also where the earlier
+    /// models had them)
+    #[arg(long = "alignment-features")]
+    pub alignment_features: bool,
 }
 
 pub fn run(ctx: &Context<'_>, cmd: TrainCmd) -> anyhow::Result<ExitCode> {
@@ -59,6 +64,7 @@ pub fn run(ctx: &Context<'_>, cmd: TrainCmd) -> anyhow::Result<ExitCode> {
         ranking: cmd.ranking,
         without_vendor_rank: cmd.without_vendor_rank,
         equal_problem_weight: cmd.equal_problem_weight,
+        alignment: cmd.alignment_features,
     };
     learn::train_models(
         ctx.rt,
