@@ -67,8 +67,9 @@ const TILE_FEATURES: [&str; 11] = [
 ];
 
 /// The columns of a model: the problem's, one per solver, one per config field name seen in
-/// training, then the tile columns, and last, where most of its vendor rows on the library's
-/// find list know their place there, that place (`vendor_find_rank`).
+/// training, then the tile columns, then, where most of its vendor rows on the library's find
+/// list know their place there, that place (`vendor_find_rank`), and last, where it was
+/// trained with them, the alignment columns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FeatureSpec {
     pub version: u32,
