@@ -123,7 +123,7 @@ pub fn train_models(rt: &dyn Runtime, args: &TrainArgs) -> anyhow::Result<ExitCo
         let dir = args.out.as_deref().context("--append retrains the models of --out DIR: name it")?;
         let earlier = ModelSet::read_dir(dir)?;
         for m in &earlier.models {
-            earlier_options.entry(m.family).or_insert_with(|| TrainOptions::from(&m.manifest));
+            earlier_options.entry(m.family).or_insert(m.manifest.options);
         }
         let mut known: Vec<PathBuf> = Vec::new();
         for source in earlier.models.iter().flat_map(|m| &m.manifest.sources) {
@@ -199,7 +199,7 @@ pub fn train_models(rt: &dyn Runtime, args: &TrainArgs) -> anyhow::Result<ExitCo
             m.manifest.rows,
             m.manifest.problems,
             m.manifest.shapes,
-            m.manifest.trees,
+            m.manifest.options.trees,
             m.manifest.train_rmse,
             stage_one,
             path.display()

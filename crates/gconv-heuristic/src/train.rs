@@ -13,7 +13,10 @@ use crate::model::{by_time, coverage_class, Family, Model, Target, MODEL_FORMAT}
 use crate::problems::{shape_hash, shape_key};
 use crate::{Error, Result};
 
-#[derive(Debug, Clone, Copy)]
+/// How models are trained; a model's manifest keeps them (a field absent from an older file
+/// takes its default, what training did before the field existed).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TrainOptions {
     pub trees: usize,
     pub max_depth: usize,
@@ -21,6 +24,7 @@ pub struct TrainOptions {
     /// Weight of a pairwise loss between each problem's candidates beside the squared error of
     /// log time (`boost.rs`); 0: squared error alone.
     pub ranking: f64,
+    #[serde(skip)]
     pub seed: u64,
     /// A vendor config's place on the library's find list as a feature, where most training
     /// rows on the list have it ([`FeatureSpec::ranking_where_known`]); off for models to be
@@ -48,27 +52,6 @@ impl Default for TrainOptions {
     }
 }
 
-/// The options a model was trained with, read back from its manifest.
-impl From<&Manifest> for TrainOptions {
-    fn from(m: &Manifest) -> Self {
-        TrainOptions {
-            trees: m.trees,
-            max_depth: m.max_depth,
-            learning_rate: m.learning_rate,
-            ranking: m.ranking,
-            seed: 0,
-            vendor_rank: m.vendor_rank,
-            equal_problem_weight: m.equal_problem_weight,
-            alignment: m.alignment,
-        }
-    }
-}
-
-/// The value of a switch absent from model files written before it was recorded, when it was on.
-fn on() -> bool {
-    true
-}
-
 /// What a model was trained on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -79,22 +62,9 @@ pub struct Manifest {
     pub shapes: usize,
     /// The sweep CSVs read, in order.
     pub sources: Vec<String>,
-    pub trees: usize,
-    pub max_depth: usize,
-    pub learning_rate: f32,
-    /// The pairwise loss's weight beside the squared error (`TrainOptions::ranking`).
-    #[serde(default)]
-    pub ranking: f64,
-    /// Whether each training problem weighed the same (`TrainOptions::equal_problem_weight`).
-    #[serde(default)]
-    pub equal_problem_weight: bool,
-    /// Whether a vendor config's place on the library's find list could be a feature
-    /// (`TrainOptions::vendor_rank`; the spec says whether it became one).
-    #[serde(default = "on")]
-    pub vendor_rank: bool,
-    /// Whether the alignment columns were among the features (`TrainOptions::alignment`).
-    #[serde(default)]
-    pub alignment: bool,
+    /// The options it was trained with (`trees` the trees grown), as fields of the manifest.
+    #[serde(flatten)]
+    pub options: TrainOptions,
     /// Root-mean-square error of log time on the training rows.
     pub train_rmse: f64,
     /// Whether the pick's stage one earned its place (see [`StageOneCheck`]); absent where the
@@ -305,13 +275,7 @@ fn fit_stages(
             problems: problems.len(),
             shapes: shapes.len(),
             sources: sources.to_vec(),
-            trees: forest.trees(),
-            max_depth: opts.max_depth,
-            learning_rate: opts.learning_rate,
-            ranking: opts.ranking,
-            equal_problem_weight: opts.equal_problem_weight,
-            vendor_rank: opts.vendor_rank,
-            alignment: opts.alignment,
+            options: TrainOptions { trees: forest.trees(), ..*opts },
             train_rmse,
             stage_one: None,
         },
