@@ -58,14 +58,25 @@ pub fn problems(opts: &ProblemsOptions) -> anyhow::Result<ExitCode> {
         opts.factorized_percent
     );
     let all = synthetic(opts.count, opts.seed, opts.limits, opts.factorized_percent);
+    if all.len() < opts.count {
+        println!("drew {} distinct shapes within the limits, not the {} asked", all.len(), opts.count);
+    }
     let factorized = match opts.factorized_percent {
         0 => String::new(),
         share => format!(" --factorized-percent {share}"),
     };
+    let floor = match opts.limits.min_gflop {
+        0.0 => String::new(),
+        gflop => format!(" --min-gflop {gflop}"),
+    };
     let header = |what: &str| {
         format!(
-            "# gconv problems --count {} --seed {} --max-gflop {}{factorized} --valid-percent {}: the {what} shapes (split by a hash of each shape,\n# whatever its direction or dtype). Every line runs all three directions.\n",
-            opts.count, opts.seed, opts.limits.max_gflop, opts.valid_percent
+            "# gconv problems --count {} --seed {}{floor} --max-gflop {} --max-melements {}{factorized} --valid-percent {}: the {what} shapes (split by a hash of each shape,\n# whatever its direction or dtype). Every line runs all three directions.\n",
+            opts.count,
+            opts.seed,
+            opts.limits.max_gflop,
+            opts.limits.max_elements as f64 / 1e6,
+            opts.valid_percent
         )
     };
     let (valid, train): (Vec<&ConvProblem>, Vec<&ConvProblem>) =

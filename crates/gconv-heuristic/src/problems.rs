@@ -47,6 +47,8 @@ const ODD_CHANNELS: [u32; 5] = [17, 33, 67, 129, 257];
 /// What the generated problems may cost.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
+    /// Smallest GFLOP per problem, once fitted: smaller draws are redrawn.
+    pub min_gflop: f64,
     /// Largest GFLOP per problem; batch, then spatial size shrink to fit.
     pub max_gflop: f64,
     /// Largest tensor, in elements.
@@ -69,7 +71,8 @@ pub fn synthetic(count: usize, seed: u64, limits: Limits, factorized_percent: u3
             factorize(&mut rng, &mut p);
         }
         let p = fit(p, limits);
-        if p.validate().is_ok() && !out.iter().any(|q| shape_key(q) == shape_key(&p)) {
+        let large_enough = p.flops() >= limits.min_gflop * 1e9;
+        if large_enough && p.validate().is_ok() && !out.iter().any(|q| shape_key(q) == shape_key(&p)) {
             out.push(p);
         }
     }
@@ -210,7 +213,7 @@ pub fn class_of(p: &ConvProblem) -> &'static str {
 mod tests {
     use super::*;
 
-    const LIMITS: Limits = Limits { max_gflop: 8.0, max_elements: 64_000_000 };
+    const LIMITS: Limits = Limits { min_gflop: 0.0, max_gflop: 8.0, max_elements: 64_000_000 };
 
     #[test]
     fn the_set_is_seeded_valid_distinct_and_within_limits() {
@@ -226,6 +229,16 @@ mod tests {
         for class in ["1D", "3D", "depthwise", "grouped", "dense 1x1", "dense"] {
             assert!(a.iter().any(|p| class_of(p) == class), "no {class} problem drawn");
         }
+    }
+
+    #[test]
+    fn a_floor_redraws_the_small_problems_and_leaves_the_others() {
+        let large = Limits { min_gflop: 5.0, max_gflop: 400.0, max_elements: 160_000_000 };
+        let a = synthetic(100, 9, large, 0);
+        assert_eq!(a.len(), 100);
+        assert!(a.iter().all(|p| (5e9..=400e9).contains(&p.flops())), "within the floor and the ceiling");
+        let unbounded = synthetic(300, 9, Limits { min_gflop: 0.0, ..large }, 0);
+        assert!(unbounded.iter().any(|p| p.flops() < 5e9), "the floor is what removed the small ones");
     }
 
     #[test]

@@ -14,6 +14,10 @@ pub struct ProblemsCmd {
     pub count: usize,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Smallest problem in GFLOP, after fitting under --max-gflop: smaller draws are redrawn
+    /// (a set of large layers)
+    #[arg(long = "min-gflop", default_value_t = 0.0)]
+    pub min_gflop: f64,
     /// Largest problem in GFLOP (batch, then spatial sizes shrink to fit)
     #[arg(long = "max-gflop", default_value_t = 20.0)]
     pub max_gflop: f64,
@@ -35,8 +39,17 @@ pub struct ProblemsCmd {
 
 pub fn run(cmd: ProblemsCmd) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(cmd.max_gflop > 0.0 && cmd.max_melements > 0.0, "--max-gflop and --max-melements must be positive");
-    let limits =
-        gconv_heuristic::problems::Limits { max_gflop: cmd.max_gflop, max_elements: (cmd.max_melements * 1e6) as u64 };
+    anyhow::ensure!(
+        (0.0..cmd.max_gflop).contains(&cmd.min_gflop),
+        "--min-gflop must be at least 0 and below --max-gflop ({}), got {}",
+        cmd.max_gflop,
+        cmd.min_gflop
+    );
+    let limits = gconv_heuristic::problems::Limits {
+        min_gflop: cmd.min_gflop,
+        max_gflop: cmd.max_gflop,
+        max_elements: (cmd.max_melements * 1e6) as u64,
+    };
     learn::problems(&learn::ProblemsOptions {
         count: cmd.count,
         seed: cmd.seed,
