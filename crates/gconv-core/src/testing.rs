@@ -107,10 +107,21 @@ impl std::fmt::Display for RandomFailure {
 /// One shape (a problem key's fields after the layout, such as `n2:c8:k8:i9x9:f3x3:s1x1:p1x1:d1x1`)
 /// in every direction and data type, channels-last (NHWC, or NDHWC for a 3D shape).
 pub fn channels_last_variants(shape: &str) -> Vec<ConvProblem> {
+    variants(shape, ["NWC", "NHWC", "NDHWC"])
+}
+
+/// [`channels_last_variants`] channels-first (NCHW, or NCDHW for a 3D shape).
+pub fn channels_first_variants(shape: &str) -> Vec<ConvProblem> {
+    variants(shape, ["NCW", "NCHW", "NCDHW"])
+}
+
+/// The shape in every direction and data type, in the layout of its rank among `layouts` (1D,
+/// 2D, 3D).
+fn variants(shape: &str, layouts: [&str; 3]) -> Vec<ConvProblem> {
     let layout = match shape.matches('x').count() {
-        0 => "NWC",
-        x if x > 6 => "NDHWC",
-        _ => "NHWC",
+        0 => layouts[0],
+        x if x > 6 => layouts[2],
+        _ => layouts[1],
     };
     let mut problems = Vec::new();
     for direction in Direction::ALL {

@@ -11,14 +11,14 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use gconv_core::testing::{
-    channels_last_variants, check_conversions, check_every_solver, check_every_solver_is_reached,
-    check_random_problems, check_solvers, watch_for, RUN_LIMIT,
+    channels_first_variants, channels_last_variants, check_conversions, check_every_solver,
+    check_every_solver_is_reached, check_random_problems, check_solvers, watch_for, RUN_LIMIT,
 };
 use gconv_core::{Config, ConvProblem, ConvTensors, Direction, Runtime, Solver, TimingMethod, TimingOptions};
 use gconv_cuda::CudaRuntime;
 use support::{
-    list_misses, persist_regression, prebuild_checks, quiet_gpu, regressions, runtime, sample_configs, shared_gpu,
-    Stopwatch, SEED,
+    list_misses, list_misses_of, persist_regression, prebuild_checks, quiet_gpu, regressions, runtime, sample_configs,
+    shared_gpu, Stopwatch, SEED,
 };
 
 /// Random problems per direction and run, drawn from [`SEED`]; proptest's PROPTEST_CASES sets
@@ -286,13 +286,26 @@ fn gpu_depthwise_tiles_on_medium_problems() {
 
 /// cuda.gemm_blas at every config where it has some: grouped channels-last 1x1 backward-weight
 /// whose reduction over 12,261 and 10,201 pixel rows splits into chunks of 1,024 to 8,192 rows
-/// (the last ragged), in both batchings (over a group's chunks, over a chunk's groups).
+/// (the last ragged), in both batchings (over a group's chunks, over a chunk's groups); and
+/// channels-first 1x1 layers whose pixel rows (289, 61 x 67, 7 x 5 x 3, 37) are off 16 bytes,
+/// from pitched copies: batched over images or over groups, backward-weight's images summed in
+/// chunks or one image alone.
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn gpu_gemm_blas_at_every_chunk_length() {
-    let (_time, _gpu, rt) = (Stopwatch::start("gemm_blas chunks"), shared_gpu(), runtime());
+fn gpu_gemm_blas_at_every_config() {
+    let (_time, _gpu, rt) = (Stopwatch::start("gemm_blas configs"), shared_gpu(), runtime());
     let shapes = ["n3:c16:k32:i61x67:f1x1:s1x1:p0x0:d1x1:g4", "n1:c8:k8:i101x101:f1x1:s1x1:p0x0:d1x1:g2"];
     list_misses(rt, "cuda.gemm_blas", &shapes, |solver, p| solver.configs(p).collect());
+    let misaligned: Vec<ConvProblem> = [
+        "n4:c48:k40:i17x17:f1x1:s1x1:p0x0:d1x1",
+        "n3:c16:k32:i61x67:f1x1:s1x1:p0x0:d1x1:g4",
+        "n1:c24:k8:i7x5x3:f1x1x1:s1x1x1:p0x0x0:d1x1x1",
+        "n2:c8:k16:i37:f1:s1:p0:d1:g2",
+    ]
+    .into_iter()
+    .flat_map(channels_first_variants)
+    .collect();
+    list_misses_of(rt, "cuda.gemm_blas", &misaligned, |solver, p| solver.configs(p).collect());
 }
 
 /// cuda.pointwise at every config: 1x1 layers at stride 1 with a side of up to 32 channels,

@@ -1,5 +1,6 @@
 // cuda.gemm_blas: around its cuBLAS GEMMs, the explicit path's channels-last im2col and
-// col2im, and the sum of NCHW backward-weight's per-image fp32 partials into dW (sum_images). The
+// col2im, the sum of NCHW backward-weight's per-image fp32 partials into dW (sum_images), and
+// copies of NCHW pixel rows to and from a padded pitch (pitch_rows). The
 // column matrix has one row per output pixel (n, od, oh, ow) and, per row, G blocks of
 // taps x Cg values: [pixel][g][fd][fh][fw][c]. Group g's block is then the A (or B) operand of
 // a strided-batched GEMM with the weights' [k][fd][fh][fw][c] rows, exactly as a 1x1
@@ -127,5 +128,19 @@ extern "C" __global__ void sum_images(ConvParams p, const float* partials, float
         } else {
             sum[i] = s;
         }
+    }
+}
+
+// `rows` rows of `width` elements from rows `from_ld` apart to rows `to_ld` apart: channels-first
+// pixel rows into a copy padded so cuBLAS's operands are 16-byte aligned, or back out of one.
+// The padding is neither written nor read.
+extern "C" __global__ void pitch_rows(ConvParams p, const elem_t* from, elem_t* to, int rows, int width, int from_ld,
+                                      int to_ld) {
+    const long long total = (long long)rows * width;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long row = i / width;
+        const long long at = i - row * width;
+        to[row * to_ld + at] = from[row * from_ld + at];
     }
 }

@@ -228,14 +228,21 @@ pub fn list_misses(
     rt: &dyn Runtime,
     solver: &str,
     shapes: &[&str],
+    configs: impl FnMut(&dyn Solver, &ConvProblem) -> Vec<Config>,
+) {
+    let problems: Vec<ConvProblem> = shapes.iter().flat_map(|shape| channels_last_variants(shape)).collect();
+    list_misses_of(rt, solver, &problems, configs);
+}
+
+/// [`list_misses`] on the problems given, whatever their layout.
+pub fn list_misses_of(
+    rt: &dyn Runtime,
+    solver: &str,
+    problems: &[ConvProblem],
     mut configs: impl FnMut(&dyn Solver, &ConvProblem) -> Vec<Config>,
 ) {
     let solver = rt.solver(solver).unwrap();
-    let problems: Vec<ConvProblem> = shapes
-        .iter()
-        .flat_map(|shape| channels_last_variants(shape))
-        .filter(|p| solver.applicable(p).is_ok())
-        .collect();
+    let problems: Vec<ConvProblem> = problems.iter().filter(|p| solver.applicable(p).is_ok()).cloned().collect();
     let runs: Vec<(&ConvProblem, &dyn Solver, Config)> =
         problems.iter().flat_map(|p| configs(solver, p).into_iter().map(move |c| (p, solver, c))).collect();
     assert!(!runs.is_empty(), "{} applied to none of the problems", solver.id());

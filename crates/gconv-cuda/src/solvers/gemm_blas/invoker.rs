@@ -18,13 +18,15 @@ pub(super) enum Call {
     Kernel(Kernel),
 }
 
-/// One of gconv's kernels around the GEMMs: (params, from, to), and for the sum over images
-/// (params, partials, running sum, dW, images, first, last).
+/// One of gconv's kernels around the GEMMs, its arguments the params, then its buffers, then
+/// its integers: (params, from, to) for im2col and col2im, (params, partials, running sum,
+/// dW, images, first, last) for the sum over images, (params, from, to, rows, width, from_ld,
+/// to_ld) for the pitched copies.
 pub(super) struct Kernel {
     pub(super) function: CudaFunction,
     pub(super) blocks: u32,
-    pub(super) buffers: [Role; 2],
-    pub(super) ints: Option<[i32; 3]>,
+    pub(super) buffers: Vec<Role>,
+    pub(super) ints: Vec<i32>,
     pub(super) what: &'static str,
 }
 
@@ -38,12 +40,9 @@ pub(super) struct BlasInvoker {
 
 impl BlasInvoker {
     fn launch(&self, kernel: &Kernel, b: &CudaBuffers<'_>) -> Result<()> {
-        let [from, to] = kernel.buffers.map(|r| Arg::Buffer(r.buffer(b)));
-        let mut args = vec![Arg::Params(&self.params), from, to];
-        if let Some(ints) = kernel.ints {
-            args.push(Arg::Buffer(b.w));
-            args.extend(ints.map(Arg::Int));
-        }
+        let buffers = kernel.buffers.iter().map(|r| Arg::Buffer(r.buffer(b)));
+        let ints = kernel.ints.iter().map(|&i| Arg::Int(i));
+        let args: Vec<Arg> = std::iter::once(Arg::Params(&self.params)).chain(buffers).chain(ints).collect();
         launch::kernel(b, &kernel.function, launch::flat(kernel.blocks, THREADS), &args, kernel.what)
     }
 }

@@ -12,6 +12,11 @@
 //! How long a chunk is, is tunable there (`kc<rows>`; `default` chooses): where a group's output
 //! is a single small tile (8 x 16), each GEMM walks its chunk's rows alone, and 256 chunks of
 //! 11,664 rows still took 3.4 ms.
+//! In NCHW a GEMM's operands are rows of an image's pixels; where a row's bytes are not a
+//! multiple of 16 (Inception's 17 x 17 = 289 pixels), cuBLAS falls back to kernels for misaligned
+//! operands (a bf16 1x1 of 768 -> 160 channels at 43 TFLOP/s, cuDNN's kernel twice as fast). The
+//! `ld16` config copies the rows the GEMMs read into a workspace copy whose rows are padded to
+//! 16 bytes, and the rows they write back out of one (`pitch_rows`).
 //! Any other channels-last problem takes the explicit path: im2col writes a column matrix into
 //! the workspace (kernels/im2col.cu) that stands in for x in the same GEMMs, with taps x Cg
 //! channels; backward-data has the GEMM write fp32 columns that col2im sums into dx.
@@ -28,6 +33,7 @@ use gconv_core::{
 };
 
 use self::invoker::{BlasInvoker, Call, Kernel};
+use self::plan::{plan, Rows, Step};
 use super::{builds_from_kernel, BuiltFrom};
 use crate::blas::{BlasHandle, WORKSPACE_BYTES as BLAS_WORKSPACE_BYTES};
 use crate::device::CudaDevice;
@@ -110,6 +116,11 @@ enum Role {
     Partials {
         after_sum: u64,
     },
+    /// A copy of x's or y's pixel rows at a padded pitch, `after` bytes into the workspace
+    /// after cuBLAS's own.
+    Pitched {
+        after: u64,
+    },
 }
 
 impl Role {
@@ -120,6 +131,7 @@ impl Role {
             Role::Y => b.y,
             Role::Col | Role::Sum => b.workspace.from_byte(BLAS_WORKSPACE_BYTES),
             Role::Partials { after_sum } => b.workspace.from_byte(BLAS_WORKSPACE_BYTES + after_sum),
+            Role::Pitched { after } => b.workspace.from_byte(BLAS_WORKSPACE_BYTES + after),
         }
     }
 }
@@ -185,7 +197,16 @@ fn chunk_rows(config: &Config) -> Option<u64> {
 }
 
 /// The configs of a problem: none where nothing is tunable, else `default` and each length of
-/// chunk that splits the reduction.
+/// chunk that splits the reduction, or the padded pitch of misaligned pixel rows.
+fn tunable_configs(p: &ConvProblem) -> Vec<Config> {
+    let mut configs = chunk_configs(p);
+    if misaligned_rows(p) {
+        configs.extend([Config::empty(), Config::new([("ld", PITCH_BYTES)])]);
+    }
+    configs
+}
+
+/// `default` and each length of chunk that splits the reduction, or none.
 fn chunk_configs(p: &ConvProblem) -> Vec<Config> {
     let chunked: Vec<Config> = CHUNK_ROWS
         .into_iter()
@@ -198,19 +219,51 @@ fn chunk_configs(p: &ConvProblem) -> Vec<Config> {
     }
 }
 
-fn check_chunk_config(p: &ConvProblem, config: &Config) -> Result<()> {
+fn check_tunable_config(p: &ConvProblem, config: &Config) -> Result<()> {
     let splits =
         |rows: u32| CHUNK_ROWS.contains(&rows) && reduction_split(p, PARTIALS_BYTES, Some(rows.into())).is_some();
     match config.fields() {
         [] => Ok(()),
         [(name, rows)] if name == "kc" && splits(*rows) => Ok(()),
+        [(name, bytes)] if name == "ld" && *bytes == PITCH_BYTES && misaligned_rows(p) => Ok(()),
         _ => Err(GconvError::BadConfig {
             text: config.to_string(),
             reason: format!(
-                "cuda.gemm_blas takes `default`, or `kc<rows>` for the rows a chunk ({CHUNK_ROWS:?}) of a grouped channels-last backward-weight's reduction, in 2 or more chunks; this problem's reduction has {} rows",
+                "cuda.gemm_blas takes `default`; `kc<rows>` for the rows a chunk ({CHUNK_ROWS:?}) of a grouped channels-last backward-weight's reduction, in 2 or more chunks (this problem's reduction has {} rows); or `ld{PITCH_BYTES}` for a plain channels-first problem whose pixel rows are not a multiple of {PITCH_BYTES} bytes",
                 col_rows(p)
             ),
         }),
+    }
+}
+
+/// The bytes a config (`ld16`) pads channels-first pixel rows to.
+const PITCH_BYTES: u32 = 16;
+
+fn positions(p: &ConvProblem) -> i64 {
+    p.dims.iter().map(|d| i64::from(d.input)).product()
+}
+
+/// Whether a plain channels-first problem's pixel rows, the GEMMs' leading dimension, are off
+/// cuBLAS's 16-byte alignment.
+fn misaligned_rows(p: &ConvProblem) -> bool {
+    p.layout == Layout::Nchw && !explicit(p) && positions(p) * p.dtype.size_bytes() as i64 % 16 != 0
+}
+
+/// Elements from one pixel row to the next in what the GEMMs read: the rows as they are, or
+/// padded to the config's pitch.
+fn row_pitch(p: &ConvProblem, config: &Config) -> i64 {
+    let bytes = p.dtype.size_bytes() as u64;
+    match config.get("ld") {
+        Some(pitch) => (positions(p) as u64).next_multiple_of(u64::from(pitch) / bytes) as i64,
+        None => positions(p),
+    }
+}
+
+/// Bytes of NCHW backward-weight's running sum and partials, after which the pitched copies lie.
+fn nchw_partials_bytes(p: &ConvProblem, budget: u64) -> u64 {
+    match sums_images(p) {
+        true => sum_bytes(p, budget) + u64::from(images_per_chunk(p, budget)) * weight_elements(p) * 4,
+        false => 0,
     }
 }
 
@@ -272,174 +325,6 @@ fn im2col_source(p: &ConvProblem) -> KernelSource {
     KernelSource::new("im2col.cu", IM2COL_SOURCE, p.dtype).define("VEC", vec)
 }
 
-/// One step of a call, in order.
-#[derive(Debug, Clone, Copy)]
-enum Step {
-    Gemm(Gemm),
-    /// x into the column matrix, before the GEMM.
-    Im2col,
-    /// The GEMM's fp32 columns summed into dx.
-    Col2im,
-    /// A chunk of `images` images' partial weight gradients added to the running sum (the first
-    /// chunk starts it), and after the last chunk rounded into dW.
-    SumImages {
-        images: i32,
-        first: bool,
-        last: bool,
-    },
-}
-
-fn op(tensor: Role, offset: i64, ld: i64, stride: i64) -> Operand {
-    Operand { tensor, offset, ld: ld as i32, stride }
-}
-
-/// The steps of a problem with a config, backward-weight's partials in chunks of at most
-/// `budget` bytes.
-fn plan(p: &ConvProblem, config: &Config, budget: u64) -> Vec<Step> {
-    match p.layout {
-        Layout::Nhwc => match reduction_split(p, budget, chunk_rows(config)) {
-            Some(split) => plan_nhwc_split(p, split),
-            None => plan_nhwc(p),
-        },
-        Layout::Nchw if sums_images(p) => plan_nchw_weights(p, budget),
-        Layout::Nchw => plan_nchw(p),
-    }
-}
-
-fn plan_nhwc(p: &ConvProblem) -> Vec<Step> {
-    let (n, c, k, g) = (p.n as i64, p.c as i64, p.k as i64, p.g as i64);
-    let (cg, kg) = (c / g, k / g);
-    let positions: i64 = p.dims.iter().map(|d| i64::from(d.input)).product();
-    // The explicit path reduces over taps x Cg column values per group instead of Cg.
-    let (red, x, pixels) = if explicit(p) {
-        let taps: i64 = p.dims.iter().map(|d| i64::from(d.filter)).product();
-        let outputs: i64 = p.output_dims().iter().map(|&o| i64::from(o)).product();
-        (taps * cg, op(Role::Col, 0, g * taps * cg, taps * cg), outputs)
-    } else {
-        (cg, op(Role::X, 0, c, cg), positions)
-    };
-    let np = (n * pixels) as i32;
-    let weights = op(Role::W, 0, red, kg * red);
-    let y = op(Role::Y, 0, k, kg);
-    let (red, kg, batch) = (red as i32, kg as i32, g as i32);
-    let gemm = match p.direction {
-        // y^T (Kg x NP) = W (Kg x red) . x^T (red x NP)
-        Direction::Forward => Gemm::new((true, false), (kg, np, red), weights, x, y, batch),
-        // dx^T (red x NP) = W^T (red x Kg) . dy^T (Kg x NP)
-        Direction::BackwardData => {
-            Gemm::new((false, false), (red, np, kg), weights, y, x, batch).into_fp32(x.tensor == Role::Col)
-        }
-        // dW^T (red x Kg) = x^T (red x NP) . dy (NP x Kg)
-        Direction::BackwardWeight => Gemm::new((false, true), (red, kg, np), x, y, weights, batch),
-    };
-    match (explicit(p), p.direction) {
-        (false, _) => vec![Step::Gemm(gemm)],
-        (true, Direction::BackwardData) => vec![Step::Gemm(gemm), Step::Col2im],
-        (true, _) => vec![Step::Im2col, Step::Gemm(gemm)],
-    }
-}
-
-/// Plain NHWC backward-weight with its reduction split ([`reduction_split`]): each chunk of rows
-/// writes an fp32 partial dW for every group, batched over the chunks of a group, or over the
-/// groups of a chunk, whichever launches fewer; then their sum.
-fn plan_nhwc_split(p: &ConvProblem, (chunks, per_chunk): (u64, u64)) -> Vec<Step> {
-    let (c, k, g) = (i64::from(p.c), i64::from(p.k), i64::from(p.g));
-    let (cg, kg) = (c / g, k / g);
-    let (chunks, per_chunk, rows) = (chunks as i64, per_chunk as i64, col_rows(p) as i64);
-    let weights = weight_elements(p) as i64;
-    let full = rows / per_chunk;
-    let last_rows = rows - full * per_chunk;
-    let partials = Role::Partials { after_sum: 0 };
-    // dW_g^T (Cg x Kg) = x_g^T (Cg x rows) . dy_g (rows x Kg), over a chunk's rows.
-    let gemm = |chunk: i64, group: i64, rows: i64, (x_step, y_step, w_step): (i64, i64, i64), batch: i64| {
-        Step::Gemm(
-            Gemm::new(
-                (false, true),
-                (cg as i32, kg as i32, rows as i32),
-                op(Role::X, chunk * per_chunk * c + group * cg, c, x_step),
-                op(Role::Y, chunk * per_chunk * k + group * kg, k, y_step),
-                op(partials, chunk * weights + group * kg * cg, cg, w_step),
-                batch as i32,
-            )
-            .into_fp32(true),
-        )
-    };
-    let over_chunks = (1 + i64::from(last_rows > 0)) * g;
-    let mut steps: Vec<Step> = if over_chunks <= chunks {
-        let chunk_steps = (per_chunk * c, per_chunk * k, weights);
-        (0..g)
-            .flat_map(|group| {
-                let last = (last_rows > 0).then(|| gemm(full, group, last_rows, chunk_steps, 1));
-                std::iter::once(gemm(0, group, per_chunk, chunk_steps, full)).chain(last)
-            })
-            .collect()
-    } else {
-        (0..chunks).map(|chunk| gemm(chunk, 0, per_chunk.min(rows - chunk * per_chunk), (cg, kg, kg * cg), g)).collect()
-    };
-    steps.push(Step::SumImages { images: chunks as i32, first: true, last: true });
-    steps
-}
-
-/// NCHW forward and backward-data, and backward-weight of one image: a GEMM per group batched
-/// over images (the weights' stride 0), or a GEMM per image batched over groups, whichever
-/// launches fewer.
-fn plan_nchw(p: &ConvProblem) -> Vec<Step> {
-    let (n, c, k, g) = (p.n as i64, p.c as i64, p.k as i64, p.g as i64);
-    let (cg, kg) = (c / g, k / g);
-    let positions: i64 = p.dims.iter().map(|d| i64::from(d.input)).product();
-    let over_images = g <= n;
-    let (launches, batch) = if over_images { (g, n) } else { (n, g) };
-    (0..launches)
-        .map(|at| {
-            let (image, group) = if over_images { (0, at) } else { (at, 0) };
-            let (x_step, y_step, w_step) = if over_images { (c, k, 0) } else { (cg, kg, kg * cg) };
-            let x = op(Role::X, (image * c + group * cg) * positions, positions, x_step * positions);
-            let y = op(Role::Y, (image * k + group * kg) * positions, positions, y_step * positions);
-            let weights = op(Role::W, group * kg * cg, cg, w_step);
-            let (p32, cg, kg, batch) = (positions as i32, cg as i32, kg as i32, batch as i32);
-            Step::Gemm(match p.direction {
-                // y^T (P x Kg) = x^T (P x Cg) . W^T (Cg x Kg)
-                Direction::Forward => Gemm::new((false, false), (p32, kg, cg), x, weights, y, batch),
-                // dx^T (P x Cg) = dy^T (P x Kg) . W (Kg x Cg)
-                Direction::BackwardData => Gemm::new((false, true), (p32, cg, kg), y, weights, x, batch),
-                // dW^T (Cg x Kg) = x (Cg x P) . dy^T (P x Kg)
-                Direction::BackwardWeight => Gemm::new((true, false), (cg, kg, p32), x, y, weights, batch),
-            })
-        })
-        .collect()
-}
-
-/// NCHW backward-weight over several images: per chunk of images one GEMM batched over every
-/// (image, group) pair, whose operands are then evenly spaced (x's Cg x P blocks, dy's Kg x P,
-/// the partials' Kg x Cg), then the sum of the chunk's partials.
-fn plan_nchw_weights(p: &ConvProblem, budget: u64) -> Vec<Step> {
-    let (c, k, g) = (p.c as i64, p.k as i64, p.g as i64);
-    let (cg, kg) = (c / g, k / g);
-    let positions: i64 = p.dims.iter().map(|d| i64::from(d.input)).product();
-    let per_chunk = images_per_chunk(p, budget);
-    let partials = Role::Partials { after_sum: sum_bytes(p, budget) };
-    (0..p.n)
-        .step_by(per_chunk as usize)
-        .flat_map(|first_image| {
-            let images = per_chunk.min(p.n - first_image);
-            let image = i64::from(first_image);
-            // dW_i^T (Cg x Kg) = x_i (Cg x P) . dy_i^T (P x Kg), for each (image, group) i.
-            let gemm = Gemm::new(
-                (true, false),
-                (cg as i32, kg as i32, positions as i32),
-                op(Role::X, image * c * positions, positions, cg * positions),
-                op(Role::Y, image * k * positions, positions, kg * positions),
-                op(partials, 0, cg, kg * cg),
-                (i64::from(images) * g) as i32,
-            )
-            .into_fp32(true);
-            let sum =
-                Step::SumImages { images: images as i32, first: first_image == 0, last: first_image + images == p.n };
-            [Step::Gemm(gemm), sum]
-        })
-        .collect()
-}
-
 impl Solver for GemmBlas {
     fn id(&self) -> &'static str {
         "cuda.gemm_blas"
@@ -471,8 +356,8 @@ impl Solver for GemmBlas {
     fn workspace_bytes(&self, p: &ConvProblem, config: &Config) -> u64 {
         let after = if explicit(p) {
             col_elements(p) * col_bytes(p)
-        } else if sums_images(p) {
-            sum_bytes(p, PARTIALS_BYTES) + u64::from(images_per_chunk(p, PARTIALS_BYTES)) * weight_elements(p) * 4
+        } else if p.layout == Layout::Nchw {
+            nchw_partials_bytes(p, PARTIALS_BYTES).max(Rows::of(p, config, PARTIALS_BYTES).end(p))
         } else if let Some((chunks, _)) = reduction_split(p, PARTIALS_BYTES, chunk_rows(config)) {
             chunks * weight_elements(p) * 4
         } else {
@@ -482,20 +367,20 @@ impl Solver for GemmBlas {
     }
 
     /// `default`, and where the reduction of a grouped NHWC backward-weight can be split, each
-    /// length of chunk that splits it.
+    /// length of chunk that splits it; where NCHW pixel rows are misaligned, their padded pitch.
     fn configs<'a>(&'a self, p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
-        Box::new(chunk_configs(p).into_iter())
+        Box::new(tunable_configs(p).into_iter())
     }
 
     fn check_config(&self, p: &ConvProblem, config: &Config) -> Result<()> {
-        check_chunk_config(p, config)
+        check_tunable_config(p, config)
     }
 
     builds_from_kernel!();
 }
 
-/// The im2col (or col2im) kernel of the explicit path, or the sum over images; other plain 1x1
-/// GEMMs need none.
+/// The im2col (or col2im) kernel of the explicit path, the sum over images, the copies of
+/// pitched rows; other plain 1x1 GEMMs need none.
 impl BuiltFrom for GemmBlas {
     fn device(&self) -> &CudaDevice {
         &self.device
@@ -503,7 +388,8 @@ impl BuiltFrom for GemmBlas {
 
     fn kernels(&self, p: &ConvProblem, config: &Config) -> Result<Vec<KernelSource>> {
         let sums = sums_images(p) || reduction_split(p, PARTIALS_BYTES, chunk_rows(config)).is_some();
-        Ok((explicit(p) || sums).then(|| im2col_source(p)).into_iter().collect())
+        let pitched = row_pitch(p, config) != positions(p);
+        Ok((explicit(p) || sums || pitched).then(|| im2col_source(p)).into_iter().collect())
     }
 }
 
@@ -532,24 +418,32 @@ impl Solve<Cuda> for GemmBlas {
                     Step::Im2col => Call::Kernel(Kernel {
                         function: function("im2col")?,
                         blocks: spread(col_rows(p) * 32, 32),
-                        buffers: [Role::X, Role::Col],
-                        ints: None,
+                        buffers: vec![Role::X, Role::Col],
+                        ints: Vec::new(),
                         what: "launch the im2col of cuda.gemm_blas",
                     }),
                     // A thread per vector of dx.
                     Step::Col2im => Call::Kernel(Kernel {
                         function: function("col2im")?,
                         blocks: spread(p.input_elements(), 32),
-                        buffers: [Role::Col, Role::X],
-                        ints: None,
+                        buffers: vec![Role::Col, Role::X],
+                        ints: Vec::new(),
                         what: "launch the col2im of cuda.gemm_blas",
                     }),
                     Step::SumImages { images, first, last } => Call::Kernel(Kernel {
                         function: function("sum_images")?,
                         blocks: spread(weight_elements(p), 8),
-                        buffers: [Role::Partials { after_sum: sum_bytes(p, PARTIALS_BYTES) }, Role::Sum],
-                        ints: Some([images, i32::from(first), i32::from(last)]),
+                        buffers: vec![Role::Partials { after_sum: sum_bytes(p, PARTIALS_BYTES) }, Role::Sum, Role::W],
+                        ints: vec![images, i32::from(first), i32::from(last)],
                         what: "launch the sum over images of cuda.gemm_blas",
+                    }),
+                    // A thread per element copied.
+                    Step::Pitch { from, to, rows, width, from_ld, to_ld } => Call::Kernel(Kernel {
+                        function: function("pitch_rows")?,
+                        blocks: spread(rows as u64 * width as u64, 32),
+                        buffers: vec![from, to],
+                        ints: vec![rows, width, from_ld, to_ld],
+                        what: "launch the pitched copy of cuda.gemm_blas",
                     }),
                 })
             })
@@ -559,5 +453,6 @@ impl Solve<Cuda> for GemmBlas {
 }
 
 mod invoker;
+mod plan;
 #[cfg(test)]
 mod tests;

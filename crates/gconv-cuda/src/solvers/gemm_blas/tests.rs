@@ -2,12 +2,15 @@
 //! and the sum over images written out in fp64, against the reference: every operand's offset,
 //! leading dimension and stride is checked without a GPU.
 
+use std::collections::HashMap;
+
 use gconv_core::reference::reference;
 use gconv_core::{Config, ConvProblem, ConvTensors};
 
+use super::plan::{plan, Step};
 use super::{
-    check_chunk_config, chunk_configs, chunk_rows, images_per_chunk, plan, reduction_split, weight_elements, Gemm,
-    Operand, Role, Step, PARTIALS_BYTES,
+    check_tunable_config, chunk_configs, chunk_rows, images_per_chunk, reduction_split, tunable_configs,
+    weight_elements, Gemm, Operand, Role, PARTIALS_BYTES,
 };
 
 /// The host's copies of the tensors and workspace regions a plan names.
@@ -17,6 +20,9 @@ struct Memory {
     y: Vec<f64>,
     sum: Vec<f64>,
     partials: Vec<f64>,
+    /// Pitched copies by their place in the workspace, NaN where not written: a GEMM reading a
+    /// row's padding would spread NaN into the output.
+    pitched: HashMap<u64, Vec<f64>>,
 }
 
 impl Memory {
@@ -27,7 +33,20 @@ impl Memory {
             Role::Y => &mut self.y,
             Role::Sum => &mut self.sum,
             Role::Partials { .. } => &mut self.partials,
+            Role::Pitched { after } => {
+                let room = 8 * (self.x.len() + self.y.len() + 8);
+                self.pitched.entry(after).or_insert_with(|| vec![f64::NAN; room])
+            }
             Role::Col => panic!("plain 1x1 problems have no column matrix"),
+        }
+    }
+
+    fn pitch(&mut self, (from, to): (Role, Role), rows: i32, width: i32, (from_ld, to_ld): (i32, i32)) {
+        for row in 0..rows as usize {
+            for at in 0..width as usize {
+                let value = self.tensor(from)[row * from_ld as usize + at];
+                self.tensor(to)[row * to_ld as usize + at] = value;
+            }
         }
     }
 
@@ -84,6 +103,7 @@ fn run(key: &str, config: &Config, budget: u64) -> (Vec<f64>, Vec<f64>, usize) {
                 * reduction_split(&p, budget, chunk_rows(config))
                     .map_or(p.n as usize, |(chunks, _)| chunks as usize)
         ],
+        pitched: HashMap::new(),
     };
     let steps = plan(&p, config, budget);
     let launches = steps.iter().filter(|s| matches!(s, Step::Gemm(_))).count();
@@ -91,6 +111,9 @@ fn run(key: &str, config: &Config, budget: u64) -> (Vec<f64>, Vec<f64>, usize) {
         match *step {
             Step::Gemm(ref g) => memory.gemm(g),
             Step::SumImages { images, first, last } => memory.sum_images(images as usize, first, last),
+            Step::Pitch { from, to, rows, width, from_ld, to_ld } => {
+                memory.pitch((from, to), rows, width, (from_ld, to_ld))
+            }
             Step::Im2col | Step::Col2im => panic!("plain 1x1 problems have no column matrix"),
         }
     }
@@ -212,15 +235,52 @@ fn a_tuned_chunk_length_splits_the_reduction_so_and_is_checked() {
     let configs: Vec<String> = chunk_configs(&slow).iter().map(|c| c.to_string()).collect();
     assert_eq!(configs, ["default", "kc1024", "kc2048", "kc4096", "kc8192", "kc16384"]);
     for c in chunk_configs(&slow) {
-        check_chunk_config(&slow, &c).unwrap();
+        check_tunable_config(&slow, &c).unwrap();
     }
     assert_eq!(reduction_split(&slow, PARTIALS_BYTES, Some(2048)), Some((46, 2048)));
     for bad in [chunked(3000), Config::new([("bm", 64)])] {
-        assert!(check_chunk_config(&slow, &bad).is_err(), "{bad}");
+        assert!(check_tunable_config(&slow, &bad).is_err(), "{bad}");
     }
     // A problem it does not split has nothing to tune.
     let dense = ConvProblem::from_key("v1:bwd-weight:f32:NHWC:n32:c256:k256:i56x56:f1x1:s1x1:p0x0:d1x1").unwrap();
     assert!(chunk_configs(&dense).is_empty());
-    check_chunk_config(&dense, &Config::empty()).unwrap();
-    assert!(check_chunk_config(&dense, &chunked(2048)).is_err());
+    check_tunable_config(&dense, &Config::empty()).unwrap();
+    assert!(check_tunable_config(&dense, &chunked(2048)).is_err());
+}
+
+#[test]
+fn misaligned_channels_first_rows_run_from_pitched_copies() {
+    let pitched = Config::new([("ld", 16)]);
+    // 15 pixels a row: 60 bytes in f32, 30 in bf16; padded to 16 and 16 elements.
+    for direction in ["fwd", "bwd-data", "bwd-weight"] {
+        for dtype in ["f32", "bf16"] {
+            for (n, groups) in [(1, ""), (3, ""), (3, ":g2"), (2, ":g4"), (5, ":g4")] {
+                let key = format!("v1:{direction}:{dtype}:NCHW:n{n}:c8:k12:i5x3:f1x1:s1x1:p0x0:d1x1{groups}");
+                let p = ConvProblem::from_key(&key).unwrap();
+                assert_eq!(tunable_configs(&p), [Config::empty(), pitched.clone()], "{key}");
+                check_tunable_config(&p, &pitched).unwrap();
+                let copies = plan(&p, &pitched, 64 << 20).iter().filter(|s| matches!(s, Step::Pitch { .. })).count();
+                assert_eq!(copies, 2, "{key}: one copy of x's rows and one of y's");
+                assert_config_matches(&key, &pitched, 64 << 20);
+            }
+        }
+    }
+    // Backward-weight's images in chunks (two a chunk), their partials before the copies.
+    assert_config_matches("v1:bwd-weight:f32:NCHW:n7:c8:k12:i4x3:f1x1:s1x1:p0x0:d1x1:g2", &pitched, 2 * 12 * 4 * 4);
+    // 1D and 3D rows of 7 and 12 elements.
+    assert_config_matches("v1:fwd:f32:NCW:n2:c4:k6:i7:f1:s1:p0:d1", &pitched, 64 << 20);
+    assert_config_matches("v1:bwd-data:bf16:NCDHW:n2:c4:k6:i2x3x2:f1x1x1:s1x1x1:p0x0x0:d1x1x1", &pitched, 64 << 20);
+    // Aligned rows (16 pixels in bf16, 12 in f32), channels-last and the explicit path: nothing to pad.
+    for key in [
+        "v1:fwd:bf16:NCHW:n2:c8:k8:i4x4:f1x1:s1x1:p0x0:d1x1",
+        "v1:fwd:f32:NCHW:n2:c8:k8:i4x3:f1x1:s1x1:p0x0:d1x1",
+        "v1:fwd:bf16:NHWC:n2:c8:k8:i5x3:f1x1:s1x1:p0x0:d1x1",
+        "v1:fwd:bf16:NHWC:n2:c8:k8:i5x3:f3x3:s1x1:p1x1:d1x1",
+    ] {
+        let p = ConvProblem::from_key(key).unwrap();
+        assert!(tunable_configs(&p).is_empty(), "{key}");
+        assert!(check_tunable_config(&p, &pitched).is_err(), "{key}");
+    }
+    let p = ConvProblem::from_key("v1:fwd:bf16:NCHW:n2:c8:k8:i5x3:f1x1:s1x1:p0x0:d1x1").unwrap();
+    assert!(check_tunable_config(&p, &Config::new([("ld", 32)])).is_err(), "16 bytes only");
 }
