@@ -5,6 +5,7 @@
 //! ([`Solve`]) names the backend whose buffers it runs on.
 
 use std::any::Any;
+use std::collections::HashSet;
 use std::fmt;
 
 use crate::config::Config;
@@ -92,6 +93,13 @@ pub trait Solver: Send + Sync {
     /// solver is not tunable.
     fn configs<'a>(&'a self, _p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
         Box::new(std::iter::empty())
+    }
+
+    /// The configs of [`Solver::configs`] that are among `wanted`, in its order, as cheaply as
+    /// the solver can tell: a library listing its configs may list fewer sources for it (the
+    /// model's pick asks for the configs it was trained on).
+    fn configs_among(&self, p: &ConvProblem, wanted: &HashSet<Config>) -> Vec<Config> {
+        self.configs(p).filter(|c| wanted.contains(c)).collect()
     }
 
     /// Whether find times every config of [`Solver::configs`] rather than only the best known

@@ -208,7 +208,7 @@ impl Runtime for CudaRuntime {
         if self.cudnn.version().is_none() {
             return Ok(None);
         }
-        let listed = self.cudnn.candidates(p)?;
+        let listed = self.cudnn.quick_candidates(p)?;
         Ok(listed.heuristic.clone().map(|heuristic| Yardstick {
             library: "cuDNN",
             solver: "cuda.cudnn",

@@ -132,6 +132,47 @@ fn gpu_cudnn_listings_are_read_back_from_the_build_cache() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The model's pick lists cuDNN's configs quickly (heuristics A and FALLBACK, then only the
+/// default-knob engines it asks about): the configs it gets are the full listing's less those
+/// only heuristic B names, cuDNN's own marks are the full listing's, and a full listing
+/// asked later in the process replaces it, in the disk cache too.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gpu_cudnn_quick_listings_name_what_the_full_one_does_but_heuristic_b() {
+    let _gpu = shared_gpu();
+    let root = std::env::temp_dir().join(format!("gconv-test-quick-listings-{}", std::process::id()));
+    let fresh = |name: &str| CudaRuntime::probe(Some(root.join(name))).expect("a usable CUDA GPU");
+    for key in [
+        "v1:fwd:bf16:NHWC:n8:c64:k96:i28x28:f3x3:s1x1:p1x1:d1x1",
+        "v1:bwd-data:f32:NCHW:n4:c32:k48:i17x17:f3x3:s1x1:p1x1:d1x1",
+        "v1:bwd-weight:f16:NHWC:n8:c64:k64:i14x14:f1x1:s1x1:p0x0:d1x1:g4",
+    ] {
+        let p = ConvProblem::from_key(key).unwrap();
+        let (full_rt, quick_rt) = (fresh(&format!("full-{}", p.direction)), fresh(&format!("quick-{}", p.direction)));
+        let (full, quick) = (full_rt.solver("cuda.cudnn").unwrap(), quick_rt.solver("cuda.cudnn").unwrap());
+        let listed: Vec<Config> = full.configs(&p).collect();
+        let only_b = |c: &Config| full.describe_config(&p, c).unwrap_or_default().starts_with("heuristic B;");
+        let wanted: HashSet<Config> = listed.iter().cloned().collect();
+        let expected: Vec<Config> = listed.iter().filter(|c| !only_b(c)).cloned().collect();
+        let mut got = quick.configs_among(&p, &wanted);
+        let mut expected_sorted = expected.clone();
+        got.sort_by_key(|c| c.to_string());
+        expected_sorted.sort_by_key(|c| c.to_string());
+        assert_eq!(got, expected_sorted, "{key}");
+        let described = quick.describe_listing(&p).unwrap_or_default();
+        assert!(described.starts_with("quick listing in"), "{key}: {described}");
+        let marks = |rt: &CudaRuntime| rt.yardstick(&p).unwrap().map(|y| (y.heuristic, y.find));
+        assert_eq!(marks(&quick_rt), marks(&full_rt), "{key}: cuDNN's own pick and find list");
+        // Find's full listing replaces the quick one, for a later process too.
+        assert_eq!(quick.configs(&p).collect::<Vec<_>>(), listed, "{key}");
+        let later = fresh(&format!("quick-{}", p.direction));
+        let read = later.solver("cuda.cudnn").unwrap();
+        assert_eq!(read.configs(&p).collect::<Vec<_>>(), listed, "{key}");
+        assert!(read.describe_listing(&p).is_some_and(|d| d.contains("disk cache")), "{key}: read, not listed again");
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn gpu_kernels_build_once_and_load_from_the_disk_cache() {

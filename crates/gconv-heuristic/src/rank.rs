@@ -71,15 +71,16 @@ impl ModelHeuristic {
             rt.solvers().into_iter().filter(|s| !s.is_oracle() && model.spec.solvers.iter().any(|id| id == s.id()))
         {
             if solver.find_times_every_config() {
-                // The library's list for the problem (one listing, kept by the library): a
-                // config it lists for other shapes only may not suit this one. What find skips
+                // The library's list for the problem, of the configs the model knows (as
+                // cheaply as the library can list them: cuDNN's quick listing): a config it
+                // lists for other shapes only may not suit this one. What find skips
                 // is skipped here too: an engine cuDNN compiles at run time costs a first call
                 // 0.15-0.6 s, and one such engine computed a wrong fp16 result on the H200 that
                 // only find's verification would have caught.
                 let Some(known) = loaded.listed.get(solver.id()) else { continue };
+                let listed = solver.configs_among(p, known);
                 let yardstick = rt.yardstick(p).ok().flatten();
-                let pickable = |c: &Config| known.contains(c) && solver.find_skips(p, c).is_none();
-                for config in solver.configs(p).filter(pickable) {
+                for config in listed.into_iter().filter(|c| solver.find_skips(p, c).is_none()) {
                     marks.push(Some(VendorMarks::of(solver, &config, yardstick.as_ref())));
                     candidates.push((solver.id(), config));
                     workspaces.push(None);

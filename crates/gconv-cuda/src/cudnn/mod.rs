@@ -1,88 +1,32 @@
 //! cuDNN through its graph (backend) API, as PyTorch uses it: per problem an operation graph,
 //! engine configs from heuristic modes A, B and FALLBACK plus every engine with its default
 //! knobs (deduplicated by tag), plans built before anything is timed and kept per stream.
-//! A problem's listing (tens of ms, mostly cuDNN's heuristics) is kept in the process and in
-//! the on-disk build cache beside the kernels, so a later process reads it instead.
+//! A problem's listing (tens of ms, mostly cuDNN's heuristics; a quick one for the model's
+//! pick, listing.rs) is kept in the process and in the on-disk build cache beside the kernels,
+//! so a later process reads it instead.
 //! `cuda.cudnn` (solvers/cudnn.rs) is the solver over these configs; `gconv bench` reads
 //! cuDNN's own heuristic and find lists from here.
 
 mod descriptor;
 mod graph;
+mod listing;
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use cudarc::cudnn::sys::cudnnBackendHeurMode_t as Mode;
 use cudarc::driver::CudaStream;
 use gconv_core::{Config, ConvProblem, DataType, GconvError, Result};
-use serde::{Deserialize, Serialize};
 
 use crate::device::CudaDevice;
 use descriptor::Handle;
 pub use graph::Plan;
 use graph::{EngineConfig, OpGraph, Tag};
-
-/// One usable engine config of a problem.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Candidate {
-    pub config: Config,
-    /// Read from the engine config before any plan is built.
-    pub workspace_bytes: Option<u64>,
-    pub compiles_at_run_time: bool,
-    /// Named by heuristic mode A or FALLBACK, the lists cuDNN's own find times.
-    pub on_find_list: bool,
-    /// Which heuristic lists named it, and the engine's numerical and behaviour notes.
-    pub notes: String,
-}
-
-/// A problem's engine configs, and the lists cuDNN's own heuristic and find would use.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Candidates {
-    /// Every usable config: heuristics A, B, FALLBACK, then each engine with default knobs.
-    pub all: Vec<Candidate>,
-    /// Mode A's first usable config: cuDNN's heuristic pick.
-    pub heuristic: Option<Config>,
-    /// Modes A and FALLBACK: what PyTorch's benchmark (cuDNN's find) times.
-    pub find: Vec<Config>,
-    /// Why there is none, when `all` is empty.
-    pub none_because: Option<String>,
-    /// Where the listing's time went; nothing where it was read from the disk cache.
-    #[serde(skip)]
-    pub spent: ListingTime,
-    /// Read from the disk cache rather than listed by this process.
-    #[serde(skip)]
-    pub from_disk: bool,
-    /// Each config's place in `all`: selection asks of every config it ranks.
-    #[serde(skip)]
-    index: HashMap<Config, usize>,
-}
-
-impl Candidates {
-    /// The listed config, if it is one.
-    pub fn get(&self, config: &Config) -> Option<&Candidate> {
-        self.all.get(*self.index.get(config)?)
-    }
-
-    fn indexed(mut self) -> Self {
-        self.index = self.all.iter().enumerate().map(|(i, c)| (c.config.clone(), i)).collect();
-        self
-    }
-}
-
-/// The listing's file format: a listing cached by another format is listed again.
-const LISTING_FORMAT: &str = "cudnn-listing-1";
-
-/// What listing a problem's engine configs took: its operation graph (where the listing made
-/// it), each heuristic mode (A, B, FALLBACK), and the engines with default knobs.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ListingTime {
-    pub graph: Duration,
-    pub heuristics: [Duration; 3],
-    pub engines: Duration,
-}
+use listing::{ask_engines, list, read_listing, write_listing, Depth, LISTING_FORMAT};
+pub use listing::{Candidate, Candidates, ListingTime};
 
 /// What is known of a problem's engine configs, for every stream: configs are text.
 #[derive(Default)]
@@ -167,25 +111,59 @@ impl Cudnn {
         self.with_this_thread(|state| graph(state, p).map(|_| ()))
     }
 
-    /// The problem's engine configs, listed once per runtime, or read from the disk cache
-    /// where a process with the same device key listed them.
+    /// The problem's engine configs from every source, listed once per runtime, or read from
+    /// the disk cache where a process with the same device key listed them.
     pub fn candidates(&self, p: &ConvProblem) -> Result<Arc<Candidates>> {
-        if let Some(known) = self.known_or_cached(p) {
+        self.listing(p, Depth::Full)
+    }
+
+    /// The problem's engine configs from heuristics A and FALLBACK at least (and cuDNN's own
+    /// marks, the same as a full listing's), or its full listing where known.
+    pub fn quick_candidates(&self, p: &ConvProblem) -> Result<Arc<Candidates>> {
+        self.listing(p, Depth::Quick)
+    }
+
+    /// Of `wanted`, the configs cuDNN lists for the problem, in listing order: the quick
+    /// listing's, and of `wanted`'s default-knob engines it does not name, those that support
+    /// the problem, each asked of cuDNN once.
+    pub fn configs_among(&self, p: &ConvProblem, wanted: &HashSet<Config>) -> Result<Vec<Config>> {
+        let mut listed = self.quick_candidates(p)?;
+        let engines = listed.engines_to_ask(wanted);
+        if !engines.is_empty() {
+            let mut grown = (*listed).clone();
+            self.with_this_thread(|state| {
+                ask_engines(&*graph(state, p)?, p, &mut grown, engines.into_iter());
+                Ok(())
+            })?;
+            listed = self.store(p, grown.indexed());
+        }
+        Ok(listed.all.iter().filter(|c| wanted.contains(&c.config)).map(|c| c.config.clone()).collect())
+    }
+
+    /// The listing to `depth` or deeper: kept by the process, else cached on disk, else asked
+    /// of cuDNN (and then cached).
+    fn listing(&self, p: &ConvProblem, depth: Depth) -> Result<Arc<Candidates>> {
+        if let Some(known) = self.known_or_cached(p).filter(|l| l.complete || depth == Depth::Quick) {
             return Ok(known);
         }
         let listed = self.with_this_thread(|state| {
             let started = Instant::now();
             let graph = graph(state, p)?;
             let made = started.elapsed();
-            let mut listed = list(&graph, p);
+            let mut listed = list(&graph, p, depth);
             listed.spent.graph = made;
             Ok(listed.indexed())
         })?;
+        self.listings[0].fetch_add(1, Ordering::Relaxed);
+        Ok(self.store(p, listed))
+    }
+
+    /// Keeps a listing for the process and caches it on disk.
+    fn store(&self, p: &ConvProblem, listed: Candidates) -> Arc<Candidates> {
         if let Some(path) = self.listing_path(p) {
             write_listing(&path, &listed);
         }
-        self.listings[0].fetch_add(1, Ordering::Relaxed);
-        Ok(self.keep(p, listed))
+        self.keep(p, listed)
     }
 
     /// Problems listed by asking cuDNN, and read from the disk cache, since the library was made.
@@ -202,10 +180,15 @@ impl Cudnn {
         })
     }
 
-    /// Keeps a listing for the process; the first kept wins where two threads listed.
+    /// Keeps a listing for the process in place of a quick one; a full one kept stays (the
+    /// first wins where two threads listed).
     fn keep(&self, p: &ConvProblem, listed: Candidates) -> Arc<Candidates> {
         let mut all = self.listed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        all.entry(p.clone()).or_default().candidates.get_or_insert(Arc::new(listed)).clone()
+        let kept = &mut all.entry(p.clone()).or_default().candidates;
+        match kept {
+            Some(known) if known.complete => known.clone(),
+            _ => kept.insert(Arc::new(listed)).clone(),
+        }
     }
 
     /// Where the problem's listing is cached on disk: named by a hash of the device key (GPU,
@@ -305,125 +288,4 @@ fn plan(state: &mut State, p: &ConvProblem, config: &Config) -> Result<Arc<Plan>
     let plan = Arc::new(Plan::new(&state.handle, &graph, engine_config)?);
     state.plans.entry(p.clone()).or_default().insert(config.clone(), plan.clone());
     Ok(plan)
-}
-
-/// Lists the usable configs of a graph. Exact fp32 keeps only exact engines
-/// ([`EngineConfig::exact_fp32`]); tf32 and 16-bit types keep every engine.
-fn list(graph: &OpGraph, p: &ConvProblem) -> Candidates {
-    let mut out = Candidates::default();
-    let mut errors = Vec::new();
-    let add = |config: EngineConfig, source: &str, out: &mut Candidates| -> Option<Config> {
-        if p.dtype == DataType::F32 && !config.exact_fp32() {
-            return None;
-        }
-        let text = config.tag.to_config().ok()?;
-        match out.all.iter_mut().find(|c| c.config == text) {
-            Some(known) => known.notes = format!("{source}, {}", known.notes),
-            None => out.all.push(Candidate {
-                config: text.clone(),
-                workspace_bytes: config.workspace_bytes().ok(),
-                compiles_at_run_time: config.compiles_at_run_time(),
-                on_find_list: false,
-                notes: format!("{source}; {}", config.describe_notes()),
-            }),
-        }
-        Some(text)
-    };
-    for (i, mode) in
-        [Mode::CUDNN_HEUR_MODE_A, Mode::CUDNN_HEUR_MODE_B, Mode::CUDNN_HEUR_MODE_FALLBACK].into_iter().enumerate()
-    {
-        let started = Instant::now();
-        let configs = match graph.heuristic(mode) {
-            Ok(configs) => configs,
-            Err(e) => {
-                errors.push(format!("heuristic {mode:?}: {e}"));
-                continue;
-            }
-        };
-        let source = match mode {
-            Mode::CUDNN_HEUR_MODE_A => "heuristic A",
-            Mode::CUDNN_HEUR_MODE_B => "heuristic B",
-            _ => "fallback",
-        };
-        for config in configs.into_iter().filter_map(|c| EngineConfig::from_heuristic(c).ok()) {
-            if let Some(text) = add(config, source, &mut out) {
-                if mode == Mode::CUDNN_HEUR_MODE_A && out.heuristic.is_none() {
-                    out.heuristic = Some(text.clone());
-                }
-                if mode != Mode::CUDNN_HEUR_MODE_B && !out.find.contains(&text) {
-                    out.find.push(text);
-                }
-            }
-        }
-        out.spent.heuristics[i] = started.elapsed();
-    }
-    let started = Instant::now();
-    match graph.engine_count() {
-        Ok(count) => {
-            for engine in 0..count {
-                if let Ok(config) = EngineConfig::from_tag(graph, &Tag { engine, knobs: vec![] }) {
-                    add(config, "engine with default knobs", &mut out);
-                }
-            }
-        }
-        Err(e) => errors.push(format!("engine count: {e}")),
-    }
-    out.spent.engines = started.elapsed();
-    for candidate in &mut out.all {
-        candidate.on_find_list = out.find.contains(&candidate.config);
-    }
-    if out.all.is_empty() {
-        out.none_because =
-            Some(if errors.is_empty() { "no cuDNN engine supports this problem".into() } else { errors.join("; ") });
-    }
-    out
-}
-
-/// A listing cached on disk, if it is there and reads as one.
-fn read_listing(path: &Path) -> Option<Candidates> {
-    let mut listed: Candidates = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
-    listed.from_disk = true;
-    Some(listed.indexed())
-}
-
-/// Caches a listing on disk, whole or not at all; a cache that cannot be written only costs
-/// the next process a listing.
-fn write_listing(path: &Path, listed: &Candidates) {
-    if let Ok(bytes) = serde_json::to_vec(listed) {
-        crate::compile::store_atomically(path, &bytes);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_listing_survives_the_disk_cache() {
-        let dir = std::env::temp_dir().join(format!("gconv-listing-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("a.cudnn-list.json");
-        let config: Config = "eng28_k2=3_k3=0".parse().unwrap();
-        let listed = Candidates {
-            all: vec![Candidate {
-                config: config.clone(),
-                workspace_bytes: Some(0),
-                compiles_at_run_time: false,
-                on_find_list: true,
-                notes: "heuristic A; no notes".into(),
-            }],
-            heuristic: Some(config.clone()),
-            find: vec![config],
-            ..Candidates::default()
-        };
-        write_listing(&path, &listed);
-        let read = read_listing(&path).expect("the listing reads back");
-        assert!(read.from_disk);
-        assert!(read.get(&listed.all[0].config).is_some_and(|c| c.on_find_list), "indexed as it is read");
-        assert_eq!(format!("{:?}", read.all), format!("{:?}", listed.all));
-        assert_eq!((read.heuristic, read.find), (listed.heuristic, listed.find));
-        std::fs::write(&path, b"{ not a listing").unwrap();
-        assert!(read_listing(&path).is_none(), "a damaged file is listed again");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
 }

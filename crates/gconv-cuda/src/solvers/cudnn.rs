@@ -3,6 +3,7 @@
 //! Find times every config, as cuDNN's own find times its list, so gconv's find cannot lose
 //! to cuDNN's, and engines outside cuDNN's heuristic lists get their chance too.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use gconv_core::{require, Config, ConvProblem, GconvError, Invoker, NotApplicable, Result, Solve, Solver, SolverKind};
@@ -43,13 +44,19 @@ impl Solver for CudnnSolver {
     }
 
     fn default_config(&self, p: &ConvProblem) -> Config {
-        let listed = self.library.candidates(p).ok();
+        let listed = self.library.quick_candidates(p).ok();
         listed.and_then(|c| c.heuristic.clone().or_else(|| c.all.first().map(|c| c.config.clone()))).unwrap_or_default()
     }
 
     fn configs<'a>(&'a self, p: &'a ConvProblem) -> Box<dyn Iterator<Item = Config> + 'a> {
         let listed = self.library.candidates(p).map(|c| c.all.iter().map(|c| c.config.clone()).collect::<Vec<_>>());
         Box::new(listed.unwrap_or_default().into_iter())
+    }
+
+    /// Without listing every source: heuristics A and FALLBACK, then only the default-knob
+    /// engines of `wanted` (cudnn/listing.rs).
+    fn configs_among(&self, p: &ConvProblem, wanted: &HashSet<Config>) -> Vec<Config> {
+        self.library.configs_among(p, wanted).unwrap_or_default()
     }
 
     fn find_times_every_config(&self) -> bool {
@@ -73,6 +80,17 @@ impl Solver for CudnnSolver {
         }
         let spent = listed.spent;
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        if !listed.complete {
+            return Some(format!(
+                "quick listing in {:.2} ms: operation graph {:.2}, heuristic A {:.2}, FALLBACK {:.2}, {} engines with default knobs asked alone {:.2}",
+                ms(spent.graph + spent.heuristics.iter().sum::<std::time::Duration>() + spent.engines),
+                ms(spent.graph),
+                ms(spent.heuristics[0]),
+                ms(spent.heuristics[2]),
+                listed.engines_asked.len(),
+                ms(spent.engines)
+            ));
+        }
         Some(format!(
             "listed in {:.2} ms: operation graph {:.2}, heuristic A {:.2}, B {:.2}, FALLBACK {:.2}, every engine {:.2}",
             ms(spent.graph + spent.heuristics.iter().sum::<std::time::Duration>() + spent.engines),
@@ -102,8 +120,12 @@ impl Solver for CudnnSolver {
         self.library.plan(p, config).map(|_| ())
     }
 
+    /// From the quick listing where it names the config, else the full one.
     fn needs_build(&self, p: &ConvProblem, config: &Config) -> bool {
-        let compiles = self.library.candidates(p).ok().and_then(|c| c.get(config).map(|c| c.compiles_at_run_time));
+        let compiles = |listed: Result<Arc<crate::cudnn::Candidates>>| {
+            listed.ok().and_then(|c| c.get(config).map(|c| c.compiles_at_run_time))
+        };
+        let compiles = compiles(self.library.quick_candidates(p)).or_else(|| compiles(self.library.candidates(p)));
         compiles.unwrap_or(true) && !self.library.is_planned(p, config)
     }
 
