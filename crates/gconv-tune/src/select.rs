@@ -1,11 +1,11 @@
 //! Choosing the solution for a problem by find mode, from the databases or by measuring. A
 //! selection carries the built solution, how it was chosen and where its config came from.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
 
-use gconv_core::{Config, ConvProblem, Runtime, Solution};
+use gconv_core::{Config, ConvProblem, Runtime, Solution, Solver};
 
 use crate::db::{Db, RecordKey, Table, Warning};
 use crate::find::{find, FindOptions, Ranked, TestBed};
@@ -209,7 +209,7 @@ fn unmeasured(
 /// library's config runs only where the library lists it for this problem, as every config a
 /// find or a sweep times is: the model proposes configs listed for other shapes, whose knobs
 /// may not suit this one, and a plan that builds is no proof that it computes this problem
-/// right (asking costs one listing per problem, kept by the library). `None` when none builds.
+/// right (asking costs a listing per problem, kept by the library). `None` when none builds.
 fn by_model(
     rt: &dyn Runtime,
     db: &Db,
@@ -218,16 +218,13 @@ fn by_model(
     workspace_limit: u64,
     warnings: &[Warning],
 ) -> Option<Selection> {
-    let mut listed: HashMap<&str, Vec<Config>> = HashMap::new();
     for candidate in ranked {
         let Ok(solver) = rt.solver(&candidate.solver) else { continue };
         let (config, origin) = match known_config(db, rt.device_key(), solver, p) {
             Ok(known) if known.origin == ConfigOrigin::Tuned => (known.config, known.origin),
             _ => (candidate.config.clone(), ConfigOrigin::Predicted),
         };
-        if solver.find_times_every_config()
-            && !listed.entry(solver.id()).or_insert_with(|| solver.configs(p).collect()).contains(&config)
-        {
+        if solver.find_times_every_config() && !lists(solver, p, &config) {
             continue;
         }
         if let Ok(solution) = rt.build(&candidate.solver, p, config) {
@@ -243,6 +240,14 @@ fn by_model(
         }
     }
     None
+}
+
+/// Whether a library lists `config` for the problem: where its quick listing (what the
+/// model's ranking asked for) names it, without listing every source; else in its full
+/// listing (a tuned config may come from any source).
+fn lists(solver: &dyn Solver, p: &ConvProblem, config: &Config) -> bool {
+    let wanted = HashSet::from([config.clone()]);
+    !solver.configs_among(p, &wanted).is_empty() || solver.configs(p).any(|c| c == *config)
 }
 
 fn by_rule(
