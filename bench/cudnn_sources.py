@@ -34,7 +34,7 @@ def main():
     def sources_of(device, key):
         listing = read_listing(args.listings, device, key)
         # A quick listing (fast mode's: no heuristic B, few engines) cannot say what the others name.
-        if listing is not None and not listing.get("complete", True):
+        if listing is not None and listing.get("quick", False):
             listing = None
         # notes: "<source>, <source>; notes: ..."
         return None if listing is None else {config_text(c["config"]): c["notes"].split(";")[0] for c in listing["all"]}

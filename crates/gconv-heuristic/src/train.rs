@@ -223,7 +223,7 @@ fn fit_stages(
         let configs = if row.vendor.listed { &mut listed } else { &mut trained };
         let shapes = configs.entry(row.solver.clone()).or_default().entry(row.config.to_string()).or_default();
         shapes.insert(shape_key(&row.problem));
-        if row.ms.is_some_and(|ms| !row.wrong && ms <= NEAR_BEST * fastest[&row.problem]) {
+        if row.vendor.listed && row.ms.is_some_and(|ms| !row.wrong && ms <= NEAR_BEST * fastest[&row.problem]) {
             near_best.insert((&row.solver, row.config.to_string()));
         }
     }

@@ -33,7 +33,7 @@ pub struct Candidate {
 }
 
 /// A problem's engine configs, and the lists cuDNN's own heuristic and find would use.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Candidates {
     /// Every usable config listed: heuristics A, B, FALLBACK, then each engine with default
     /// knobs; in a quick listing A and FALLBACK, then the default-knob engines asked about.
@@ -44,9 +44,10 @@ pub struct Candidates {
     pub find: Vec<Config>,
     /// Why there is none, when `all` is empty.
     pub none_because: Option<String>,
-    /// Every source listed; a quick listing is not (files from before quick listings were).
-    #[serde(default = "listed_in_full")]
-    pub complete: bool,
+    /// Heuristics A and FALLBACK and the engines asked about only, not every source (absent
+    /// from files written before quick listings, which are full).
+    #[serde(default)]
+    pub quick: bool,
     /// Default-knob engines a quick listing asked about alone, usable or not.
     #[serde(default)]
     pub engines_asked: Vec<i64>,
@@ -59,26 +60,6 @@ pub struct Candidates {
     /// Each config's place in `all`: selection asks of every config it ranks.
     #[serde(skip)]
     index: std::collections::HashMap<Config, usize>,
-}
-
-fn listed_in_full() -> bool {
-    true
-}
-
-impl Default for Candidates {
-    fn default() -> Self {
-        Candidates {
-            all: Vec::new(),
-            heuristic: None,
-            find: Vec::new(),
-            none_because: None,
-            complete: true,
-            engines_asked: Vec::new(),
-            spent: ListingTime::default(),
-            from_disk: false,
-            index: Default::default(),
-        }
-    }
 }
 
 impl Candidates {
@@ -95,7 +76,7 @@ impl Candidates {
     /// The default-knob engines of `wanted` a quick listing has not asked about; none of a
     /// full listing, which asked every engine.
     pub(super) fn engines_to_ask(&self, wanted: &HashSet<Config>) -> Vec<i64> {
-        if self.complete {
+        if !self.quick {
             return Vec::new();
         }
         let mut engines: Vec<i64> = wanted
@@ -162,7 +143,7 @@ const MODES: [(Mode, &str); 3] = [
 /// Lists the usable configs of a graph to `depth`. Exact fp32 keeps only exact engines
 /// ([`EngineConfig::exact_fp32`]); tf32 and 16-bit types keep every engine.
 pub(super) fn list(graph: &OpGraph, p: &ConvProblem, depth: Depth) -> Candidates {
-    let mut out = Candidates { complete: depth == Depth::Full, ..Candidates::default() };
+    let mut out = Candidates { quick: depth == Depth::Quick, ..Candidates::default() };
     let mut errors = Vec::new();
     for (i, (mode, source)) in MODES.into_iter().enumerate() {
         if depth == Depth::Quick && mode == Mode::CUDNN_HEUR_MODE_B {
@@ -203,19 +184,18 @@ pub(super) fn list(graph: &OpGraph, p: &ConvProblem, depth: Depth) -> Candidates
 }
 
 /// Asks cuDNN for each of `engines` with its default knobs, adding those that support the
-/// graph to `out`.
+/// graph to `out` (off the find list: what the find list names is listed already).
 pub(super) fn ask_engines(graph: &OpGraph, p: &ConvProblem, out: &mut Candidates, engines: impl Iterator<Item = i64>) {
     let started = Instant::now();
     for engine in engines {
         if let Ok(config) = EngineConfig::from_tag(graph, &Tag { engine, knobs: vec![] }) {
             out.push(p, config, "engine with default knobs");
         }
-        if !out.complete {
+        if out.quick {
             out.engines_asked.push(engine);
         }
     }
     out.spent.engines += started.elapsed();
-    out.mark_find_list();
     if !out.all.is_empty() {
         out.none_because = None;
     }
@@ -268,7 +248,7 @@ mod tests {
         assert!(read_listing(&path).is_none(), "a damaged file is listed again");
         // A listing cached before quick listings had every source.
         std::fs::write(&path, br#"{"all": [], "heuristic": null, "find": [], "none_because": null}"#).unwrap();
-        assert!(read_listing(&path).is_some_and(|l| l.complete && l.engines_asked.is_empty()));
+        assert!(read_listing(&path).is_some_and(|l| !l.quick && l.engines_asked.is_empty()));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -283,7 +263,7 @@ mod tests {
         };
         let quick = Candidates {
             all: vec![candidate("eng28_k2=3"), candidate("eng4")],
-            complete: false,
+            quick: true,
             engines_asked: vec![7],
             ..Candidates::default()
         }
@@ -292,7 +272,7 @@ mod tests {
             ["eng4", "eng7", "eng9", "eng12", "eng28_k2=3", "eng31_k2=1"].iter().map(|t| t.parse().unwrap()).collect();
         // eng4 is listed, eng7 asked already, eng31 has knobs (only heuristics name those).
         assert_eq!(quick.engines_to_ask(&wanted), [9, 12]);
-        let full = Candidates { complete: true, ..quick };
+        let full = Candidates { quick: false, ..quick };
         assert!(full.engines_to_ask(&wanted).is_empty(), "a full listing asked every engine");
     }
 }

@@ -143,7 +143,7 @@ impl Cudnn {
     /// The listing to `depth` or deeper: kept by the process, else cached on disk, else asked
     /// of cuDNN (and then cached).
     fn listing(&self, p: &ConvProblem, depth: Depth) -> Result<Arc<Candidates>> {
-        if let Some(known) = self.known_or_cached(p).filter(|l| l.complete || depth == Depth::Quick) {
+        if let Some(known) = self.known_or_cached(p).filter(|l| !l.quick || depth == Depth::Quick) {
             return Ok(known);
         }
         let listed = self.with_this_thread(|state| {
@@ -186,7 +186,7 @@ impl Cudnn {
         let mut all = self.listed.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let kept = &mut all.entry(p.clone()).or_default().candidates;
         match kept {
-            Some(known) if known.complete => known.clone(),
+            Some(known) if !known.quick => known.clone(),
             _ => kept.insert(Arc::new(listed)).clone(),
         }
     }

@@ -80,7 +80,7 @@ impl Solver for CudnnSolver {
         }
         let spent = listed.spent;
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-        if !listed.complete {
+        if listed.quick {
             return Some(format!(
                 "quick listing in {:.2} ms: operation graph {:.2}, heuristic A {:.2}, FALLBACK {:.2}, {} engines with default knobs asked alone {:.2}",
                 ms(spent.graph + spent.heuristics.iter().sum::<std::time::Duration>() + spent.engines),
