@@ -12,8 +12,8 @@
 //! How long a chunk is, is tunable there (`kc<rows>`; `default` chooses): where a group's output
 //! is a single small tile (8 x 16), each GEMM walks its chunk's rows alone, and 256 chunks of
 //! 11,664 rows still took 3.4 ms.
-//! In NCHW a GEMM's operands are rows of an image's pixels; where a row's bytes are not a
-//! multiple of 16 (Inception's 17 x 17 = 289 pixels), cuBLAS falls back to kernels for misaligned
+//! In NCHW a GEMM's operands are rows of an image's pixels; where a half-precision row's bytes
+//! are not a multiple of 16 (Inception's 17 x 17 = 289 pixels), cuBLAS falls back to kernels for misaligned
 //! operands (a bf16 1x1 of 768 -> 160 channels at 43 TFLOP/s, cuDNN's kernel twice as fast). The
 //! `ld16` config copies the rows the GEMMs read into a workspace copy whose rows are padded to
 //! 16 bytes, and the rows they write back out of one (`pitch_rows`).
@@ -243,10 +243,13 @@ fn positions(p: &ConvProblem) -> i64 {
     p.dims.iter().map(|d| i64::from(d.input)).product()
 }
 
-/// Whether a plain channels-first problem's pixel rows, the GEMMs' leading dimension, are off
-/// cuBLAS's 16-byte alignment.
+/// Whether a plain channels-first half-precision problem's pixel rows, the GEMMs' leading
+/// dimension, are off cuBLAS's 16-byte alignment. Not fp32's: its 4-byte aligned rows ran as fast
+/// as padded ones, the copies' cost aside (the padded config was 1.06-7x slower on all 30 fp32
+/// problems of the H200's sweeps).
 fn misaligned_rows(p: &ConvProblem) -> bool {
-    p.layout == Layout::Nchw && !explicit(p) && positions(p) * p.dtype.size_bytes() as i64 % 16 != 0
+    let bytes = p.dtype.size_bytes() as i64;
+    bytes == 2 && p.layout == Layout::Nchw && !explicit(p) && positions(p) * bytes % 16 != 0
 }
 
 /// Elements from one pixel row to the next in what the GEMMs read: the rows as they are, or
