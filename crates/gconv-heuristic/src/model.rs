@@ -317,10 +317,15 @@ impl Model {
         order.iter().copied().find(proposed).unwrap_or(order[0])
     }
 
-    /// Whether selection by this model can propose `config` of `solver`: any config of an own
-    /// solver, only the model's listed configs of a listed one.
+    /// Whether selection by this model can propose `config` of `solver`: the model's listed
+    /// configs of a listed solver, its trained ones of an own solver (selection also ranks the
+    /// solver's default for the problem, which is not known here), any config of a solver the
+    /// model kept none of.
     pub fn proposes(&self, solver: &str, config: &str) -> bool {
-        self.listed.get(solver).is_none_or(|configs| configs.iter().any(|c| c == config))
+        self.listed
+            .get(solver)
+            .or_else(|| self.trained.get(solver))
+            .is_none_or(|configs| configs.iter().any(|c| c == config))
     }
 
     /// The configs of own solver `solver` seen in training, parsed; `None` for a model that
