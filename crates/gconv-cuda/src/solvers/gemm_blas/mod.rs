@@ -13,10 +13,10 @@
 //! is a single small tile (8 x 16), each GEMM walks its chunk's rows alone, and 256 chunks of
 //! 11,664 rows still took 3.4 ms.
 //! In NCHW a GEMM's operands are rows of an image's pixels; where a half-precision row's bytes
-//! are not a multiple of 16 (Inception's 17 x 17 = 289 pixels), cuBLAS falls back to kernels for misaligned
-//! operands (a bf16 1x1 of 768 -> 160 channels at 43 TFLOP/s, cuDNN's kernel twice as fast). The
-//! `ld16` config copies the rows the GEMMs read into a workspace copy whose rows are padded to
-//! 16 bytes, and the rows they write back out of one (`pitch_rows`).
+//! are not a multiple of 16 (Inception's 17 x 17 = 289 pixels), cuBLAS falls back to kernels
+//! for misaligned operands (a bf16 1x1 of 768 -> 160 channels at 43 TFLOP/s, cuDNN's kernel
+//! twice as fast). The `ld16` config copies the rows the GEMMs read into a workspace copy whose
+//! rows are padded to 16 bytes, and the rows they write back out of one (`pitch_rows`).
 //! Any other channels-last problem takes the explicit path: im2col writes a column matrix into
 //! the workspace (kernels/im2col.cu) that stands in for x in the same GEMMs, with taps x Cg
 //! channels; backward-data has the GEMM write fp32 columns that col2im sums into dx.
