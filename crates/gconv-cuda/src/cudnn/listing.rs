@@ -79,10 +79,12 @@ impl Candidates {
         if !self.quick {
             return Vec::new();
         }
+        // Asked on every ranking of the problem: the field count (a default-knob engine is
+        // `eng<index>` alone) passes over the knobbed configs, most of `wanted`, unparsed.
         let mut engines: Vec<i64> = wanted
             .iter()
-            .filter(|c| self.get(c).is_none())
-            .filter_map(|c| Tag::from_config(c).ok().filter(|t| t.knobs.is_empty()).map(|t| t.engine))
+            .filter(|c| c.fields().len() == 1 && self.get(c).is_none())
+            .filter_map(|c| Tag::from_config(c).ok().map(|t| t.engine))
             .filter(|e| !self.engines_asked.contains(e))
             .collect();
         engines.sort_unstable();

@@ -80,10 +80,10 @@ impl Solver for CudnnSolver {
         }
         let spent = listed.spent;
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        let total = ms(spent.graph + spent.heuristics.iter().sum::<std::time::Duration>() + spent.engines);
         if listed.quick {
             return Some(format!(
-                "quick listing in {:.2} ms: operation graph {:.2}, heuristic A {:.2}, FALLBACK {:.2}, {} engines with default knobs asked alone {:.2}",
-                ms(spent.graph + spent.heuristics.iter().sum::<std::time::Duration>() + spent.engines),
+                "quick listing in {total:.2} ms: operation graph {:.2}, heuristic A {:.2}, FALLBACK {:.2}, {} engines with default knobs asked alone {:.2}",
                 ms(spent.graph),
                 ms(spent.heuristics[0]),
                 ms(spent.heuristics[2]),
@@ -92,8 +92,7 @@ impl Solver for CudnnSolver {
             ));
         }
         Some(format!(
-            "listed in {:.2} ms: operation graph {:.2}, heuristic A {:.2}, B {:.2}, FALLBACK {:.2}, every engine {:.2}",
-            ms(spent.graph + spent.heuristics.iter().sum::<std::time::Duration>() + spent.engines),
+            "listed in {total:.2} ms: operation graph {:.2}, heuristic A {:.2}, B {:.2}, FALLBACK {:.2}, every engine {:.2}",
             ms(spent.graph),
             ms(spent.heuristics[0]),
             ms(spent.heuristics[1]),
