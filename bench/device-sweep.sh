@@ -29,7 +29,8 @@ for cache in .device/kernels.tar.gz .device/cudnn-listings.tar.gz; do
 done
 built_before=$(find "$kernels" -name "*.cubin" | wc -l)
 csv=/tmp/$name.csv
-[ -f "data/sweeps/$name.csv.gz" ] && gunzip -c "data/sweeps/$name.csv.gz" > "$csv"
+# A machine still warm from an earlier slice holds that slice's rows, which the tree lacks.
+[ ! -f "$csv" ] && [ -f "data/sweeps/$name.csv.gz" ] && gunzip -c "data/sweeps/$name.csv.gz" > "$csv"
 before=$( [ -f "$csv" ] && wc -l < "$csv" || echo 0)
 started=$(date +%s)
 # The sweep stops handing out problems at SECONDS and finishes those under way (its summary
