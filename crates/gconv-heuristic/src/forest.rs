@@ -168,7 +168,7 @@ impl Walk {
     pub fn predict(&self, rows: &[f64], width: usize, out: &mut Vec<f64>) {
         out.clear();
         out.resize(rows.len() / width.max(1), self.base);
-        self.add_trees(&self.trees, rows, width, out);
+        self.add_trees(&self.trees, &as_compared(rows), width, out);
     }
 
     /// [`Walk::predict`] where screens narrow the rows, one after another (`group[i]` is row
@@ -178,7 +178,7 @@ impl Walk {
     pub fn predict_screened(&self, rows: &[f64], width: usize, group: &[u32], screens: &[Screen], out: &mut Vec<f64>) {
         out.clear();
         out.resize(rows.len() / width.max(1), self.base);
-        self.add_screened(0, rows, width, group, screens, out);
+        self.add_screened(0, &as_compared(rows), width, group, screens, out);
     }
 
     /// Adds to `values` what the forest's trees from its `walked`-th on give the rows, as
@@ -186,7 +186,7 @@ impl Walk {
     fn add_screened(
         &self,
         walked: usize,
-        rows: &[f64],
+        rows: &[f32],
         width: usize,
         group: &[u32],
         screens: &[Screen],
@@ -232,7 +232,7 @@ impl Walk {
     }
 
     /// Adds the leaves `trees` give each row to `values`.
-    fn add_trees(&self, trees: &[(u32, u32)], rows: &[f64], width: usize, values: &mut [f64]) {
+    fn add_trees(&self, trees: &[(u32, u32)], rows: &[f32], width: usize, values: &mut [f64]) {
         for &(root, depth) in trees {
             for (values, rows) in values.chunks_mut(INTERLEAVED).zip(rows.chunks(INTERLEAVED * width)) {
                 self.add(root, depth, rows, width, values);
@@ -241,13 +241,13 @@ impl Walk {
     }
 
     /// Adds the tree's leaf for each row of `rows` (at most [`INTERLEAVED`]) to `values`.
-    fn add(&self, root: u32, depth: u32, rows: &[f64], width: usize, values: &mut [f64]) {
+    fn add(&self, root: u32, depth: u32, rows: &[f32], width: usize, values: &mut [f64]) {
         let mut at = [root; INTERLEAVED];
         let at = &mut at[..values.len()];
         for _ in 0..depth {
             for (r, at) in at.iter_mut().enumerate() {
                 let Node(feature, threshold, left, right) = self.nodes[*at as usize];
-                let x = rows[r * width + (feature & !MISSING_LEFT) as usize] as f32;
+                let x = rows[r * width + (feature & !MISSING_LEFT) as usize];
                 let go_left = if x.is_nan() { feature & MISSING_LEFT != 0 } else { x < threshold };
                 *at = [left, right][usize::from(!go_left)];
             }
@@ -256,6 +256,11 @@ impl Walk {
             *value += f64::from(self.nodes[*at as usize].1);
         }
     }
+}
+
+/// The rows as the splits compare them: once per prediction, not at every level of every tree.
+fn as_compared(rows: &[f64]) -> Vec<f32> {
+    rows.iter().map(|&x| x as f32).collect()
 }
 
 #[cfg(test)]
