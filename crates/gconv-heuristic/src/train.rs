@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::boost::{columns, grow, grow_ranked, row_weights};
 use crate::features::{bound_ln_ms, rows_of, FeatureSpec, ProblemRow};
+use crate::forest::MAX_DEPTH;
 use crate::measured::Measured;
 use crate::model::{by_time, coverage_class, Family, Model, Target, MODEL_FORMAT};
 use crate::problems::{shape_hash, shape_key};
@@ -86,6 +87,9 @@ pub struct StageOneCheck {
 /// Trains the models of every (direction, family) the timed rows cover. All rows must come
 /// from one device; `sources` goes into each model's manifest.
 pub fn train(rows: &[Measured], sources: &[String], opts: &TrainOptions) -> Result<Vec<Model>> {
+    if !(1..=MAX_DEPTH).contains(&opts.max_depth) {
+        return Err(Error::Training(format!("a tree's depth must be 1 to {MAX_DEPTH}, not {}", opts.max_depth)));
+    }
     let timed: Vec<&Measured> = rows.iter().filter(|r| r.ms.is_some()).collect();
     let devices: BTreeSet<&str> = timed.iter().map(|r| r.device.as_str()).collect();
     if devices.len() > 1 {
