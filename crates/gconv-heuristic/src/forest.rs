@@ -240,8 +240,12 @@ impl Walk {
         let count = values.len();
         let Some((screen, later)) = screens.split_first() else { return self.add_trees(trees, rows, width, values) };
         let first_trees = screen.trees.saturating_sub(walked);
-        if count <= screen.keep || trees.len() <= first_trees {
+        if trees.len() <= first_trees {
             return self.add_trees(trees, rows, width, values);
+        }
+        if count <= screen.keep {
+            // All pass this screen; a later, narrower one may still stop some.
+            return self.add_screened(walked, rows, width, group, later, values);
         }
         let first = &trees[..first_trees];
         self.add_trees(first, rows, width, values);
