@@ -102,6 +102,14 @@ pub trait Solver: Send + Sync {
         self.configs(p).filter(|c| wanted.contains(c)).collect()
     }
 
+    /// What a ranking may weigh of `wanted` before the library is asked about each config
+    /// alone: [`Solver::configs_among`]'s, and the configs of `wanted` it would ask about one
+    /// by one, unconfirmed (whoever takes one asks [`Solver::configs_among`] first). A
+    /// ranking weighs many configs and a pick takes one, so only the configs tried are asked.
+    fn configs_to_rank(&self, p: &ConvProblem, wanted: &HashSet<Config>) -> Vec<Config> {
+        self.configs_among(p, wanted)
+    }
+
     /// Whether find times every config of [`Solver::configs`] rather than only the best known
     /// one: for vendor libraries whose own find times a list of candidates.
     fn find_times_every_config(&self) -> bool {

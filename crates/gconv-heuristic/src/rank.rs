@@ -72,13 +72,15 @@ impl ModelHeuristic {
         {
             if solver.find_times_every_config() {
                 // The library's list for the problem, of the configs the model knows (as
-                // cheaply as the library can list them: cuDNN's quick listing): a config it
-                // lists for other shapes only may not suit this one. What find skips
-                // is skipped here too: an engine cuDNN compiles at run time costs a first call
+                // cheaply as the library can list them: cuDNN's quick listing, and unconfirmed
+                // the engines it would ask about one by one, which the pick asks about only if
+                // it comes to them): a config it lists for other shapes only may not suit this
+                // one. What find skips is skipped here too (and by the pick, for configs it
+                // asks about): an engine cuDNN compiles at run time costs a first call
                 // 0.15-0.6 s, and one such engine computed a wrong fp16 result on the H200 that
                 // only find's verification would have caught.
                 let Some(known) = loaded.listed.get(solver.id()) else { continue };
-                let listed = solver.configs_among(p, known);
+                let listed = solver.configs_to_rank(p, known);
                 let yardstick = rt.yardstick(p).ok().flatten();
                 for config in listed.into_iter().filter(|c| solver.find_skips(p, c).is_none()) {
                     marks.push(Some(VendorMarks::of(solver, &config, yardstick.as_ref())));
@@ -185,10 +187,11 @@ mod tests {
     use crate::train::{train, TrainOptions};
 
     /// A vendor library listing engines `listed` (config `e<n>`) for every problem, of which
-    /// find skips `skipped`.
+    /// find skips `skipped`, and which would be asked about engines `unasked` one by one.
     struct Library {
         listed: Vec<u32>,
         skipped: Vec<u32>,
+        unasked: Vec<u32>,
     }
 
     impl Solver for Library {
@@ -206,6 +209,11 @@ mod tests {
 
         fn find_times_every_config(&self) -> bool {
             true
+        }
+
+        fn configs_to_rank(&self, p: &ConvProblem, wanted: &HashSet<Config>) -> Vec<Config> {
+            let unasked = self.unasked.iter().map(|&e| engine(e)).filter(|c| wanted.contains(c));
+            self.configs_among(p, wanted).into_iter().chain(unasked).collect()
         }
 
         fn find_skips(&self, _p: &ConvProblem, config: &Config) -> Option<String> {
@@ -247,7 +255,7 @@ mod tests {
     fn a_vendor_config_is_ranked_only_where_the_library_lists_it_and_the_model_knows_it() {
         // Engine 4, the fastest the model knows, is not listed for this problem; engine 9 is,
         // but the model never saw it.
-        let ranking = rank(Library { listed: vec![2, 3, 9], skipped: vec![] });
+        let ranking = rank(Library { listed: vec![2, 3, 9], skipped: vec![], unasked: vec![] });
         let mut ranked: Vec<String> = ranking.candidates.iter().map(|c| c.config.to_string()).collect();
         ranked.sort();
         assert_eq!(ranked, ["e2", "e3"]);
@@ -256,9 +264,19 @@ mod tests {
 
     #[test]
     fn a_vendor_config_find_skips_is_not_ranked() {
-        let ranking = rank(Library { listed: vec![2, 3, 4], skipped: vec![4] });
+        let ranking = rank(Library { listed: vec![2, 3, 4], skipped: vec![4], unasked: vec![] });
         assert!(ranking.candidates.iter().all(|c| c.config != engine(4)), "{:?}", ranking.candidates);
         assert_eq!(ranking.candidates[0].config, engine(3));
+    }
+
+    #[test]
+    fn engines_the_library_would_be_asked_about_alone_are_ranked_unconfirmed() {
+        // Engine 4, the fastest the model knows, is not on the library's lists but it may
+        // serve the problem: it is ranked (the pick asks about it); engine 9 the model never saw.
+        let ranking = rank(Library { listed: vec![2, 3], skipped: vec![], unasked: vec![4, 9] });
+        let ranked: Vec<String> = ranking.candidates.iter().map(|c| c.config.to_string()).collect();
+        assert_eq!(ranked[0], "e4", "{ranked:?}");
+        assert_eq!(ranked.len(), 3);
     }
 
     /// Ranks a problem on a device with the library alone, whose heuristic picks engine 3.

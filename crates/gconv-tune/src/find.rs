@@ -2,6 +2,7 @@
 //! config of a vendor library whose own find times them all), verify it, rank by measured
 //! time, and keep the ranking in the find-db.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use gconv_core::{
@@ -215,7 +216,12 @@ pub fn guided_candidates<'r>(
         }
         let known = known_config(db, rt.device_key(), solver, p)?;
         let config = if known.origin == ConfigOrigin::Tuned { known.config } else { candidate.config.clone() };
-        if solver.check_config(p, &config).is_err() || skip(solver, p, &config, opts).is_some() {
+        // A library's config the ranking left unconfirmed is asked about before find's skips
+        // are read and its plan is checked (which may compile it).
+        if solver.find_times_every_config() && !lists(solver, p, &config) {
+            continue;
+        }
+        if skip(solver, p, &config, opts).is_some() || solver.check_config(p, &config).is_err() {
             continue;
         }
         if !chosen.iter().any(|(s, c)| s.id() == solver.id() && *c == config) {
@@ -229,6 +235,14 @@ pub fn guided_candidates<'r>(
         }
     }
     Ok(chosen)
+}
+
+/// Whether a library lists `config` for the problem: where its quick listing (what a model's
+/// ranking asked for) names it, or it names it when asked alone, without listing every
+/// source; else in its full listing (a tuned config may come from any source).
+pub(crate) fn lists(solver: &dyn Solver, p: &ConvProblem, config: &Config) -> bool {
+    let wanted = HashSet::from([config.clone()]);
+    !solver.configs_among(p, &wanted).is_empty() || solver.configs(p).any(|c| c == *config)
 }
 
 /// Measures `candidates` (verified) and ranks them like find; nothing is stored, since a

@@ -1,14 +1,13 @@
 //! Choosing the solution for a problem by find mode, from the databases or by measuring. A
 //! selection carries the built solution, how it was chosen and where its config came from.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
 
-use gconv_core::{Config, ConvProblem, Runtime, Solution, Solver};
+use gconv_core::{ConvProblem, Runtime, Solution};
 
 use crate::db::{Db, RecordKey, Table, Warning};
-use crate::find::{find, FindOptions, Ranked, TestBed};
+use crate::find::{find, lists, FindOptions, Ranked, TestBed};
 use crate::heuristic::{Heuristic, Predicted};
 use crate::known::{checked, known_config, origin_of, ConfigOrigin};
 use crate::Result;
@@ -209,7 +208,9 @@ fn unmeasured(
 /// library's config runs only where the library lists it for this problem, as every config a
 /// find or a sweep times is: the model proposes configs listed for other shapes, whose knobs
 /// may not suit this one, and a plan that builds is no proof that it computes this problem
-/// right (asking costs a listing per problem, kept by the library). `None` when none builds.
+/// right (asking costs a listing per problem, kept by the library; the configs a ranking
+/// leaves unconfirmed, [`gconv_core::Solver::configs_to_rank`], are asked about when
+/// reached), and a predicted one only where find would time it. `None` when none builds.
 fn by_model(
     rt: &dyn Runtime,
     db: &Db,
@@ -224,7 +225,10 @@ fn by_model(
             Ok(known) if known.origin == ConfigOrigin::Tuned => (known.config, known.origin),
             _ => (candidate.config.clone(), ConfigOrigin::Predicted),
         };
-        if solver.find_times_every_config() && !lists(solver, p, &config) {
+        if solver.find_times_every_config()
+            && (!lists(solver, p, &config)
+                || (origin == ConfigOrigin::Predicted && solver.find_skips(p, &config).is_some()))
+        {
             continue;
         }
         if let Ok(solution) = rt.build(&candidate.solver, p, config) {
@@ -240,14 +244,6 @@ fn by_model(
         }
     }
     None
-}
-
-/// Whether a library lists `config` for the problem: where its quick listing (what the
-/// model's ranking asked for) names it, without listing every source; else in its full
-/// listing (a tuned config may come from any source).
-fn lists(solver: &dyn Solver, p: &ConvProblem, config: &Config) -> bool {
-    let wanted = HashSet::from([config.clone()]);
-    !solver.configs_among(p, &wanted).is_empty() || solver.configs(p).any(|c| c == *config)
 }
 
 fn by_rule(

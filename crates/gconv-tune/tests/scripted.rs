@@ -50,9 +50,9 @@ impl Backend for Scripted {
 }
 
 /// A solver with nothing to tune (configs empty) or with the configs `tiles` as its space. A
-/// `vendor` one is a library whose find times every config it lists (`tiles`) and which builds
-/// any tile it is given, listed or not (as cuDNN plans an engine config listed for other
-/// shapes).
+/// `vendor` one is a library whose find times every config it lists (`tiles`) but tile 64,
+/// which it leaves to tuning (as cuDNN's engines compiled at run time), and which builds any
+/// tile it is given, listed or not (as cuDNN plans an engine config listed for other shapes).
 struct FakeSolver {
     id: &'static str,
     tiles: Vec<u32>,
@@ -83,6 +83,10 @@ impl Solver for FakeSolver {
 
     fn find_times_every_config(&self) -> bool {
         self.vendor
+    }
+
+    fn find_skips(&self, _p: &ConvProblem, config: &Config) -> Option<String> {
+        (self.vendor && config.get("t") == Some(64)).then(|| "left to tuning".into())
     }
 
     fn check_config(&self, _p: &ConvProblem, config: &Config) -> Result<()> {
@@ -355,7 +359,7 @@ impl Heuristic for Ranked {
 
 #[test]
 fn the_models_pick_of_a_vendor_config_is_one_the_vendor_lists_for_the_problem() {
-    let library = FakeSolver { id: "library", tiles: vec![16, 32], applies: true, vendor: true };
+    let library = FakeSolver { id: "library", tiles: vec![16, 32, 64], applies: true, vendor: true };
     let rt = ScriptedRuntime::new(vec![library, plain("own")], &[]);
     let (mut db, dir) = db("listed");
     let p = problem();
@@ -370,6 +374,11 @@ fn the_models_pick_of_a_vendor_config_is_one_the_vendor_lists_for_the_problem() 
     let model = Ranked(vec![("library", tile(99)), ("own", Config::empty())]);
     let s = select(&rt, &mut db, &mut TestBed::new(&rt, &p), &p, FindMode::Fast, &opts(), Some(&model)).unwrap();
     assert_eq!((s.solution.solver_id, s.source), ("own", Source::Model));
+    // A ranking may hold configs it did not confirm (a library's engines asked about alone):
+    // one listed but left to tuning by find is passed over like one not listed.
+    let model = Ranked(vec![("library", tile(64)), ("library", tile(16))]);
+    let s = select(&rt, &mut db, &mut TestBed::new(&rt, &p), &p, FindMode::Fast, &opts(), Some(&model)).unwrap();
+    assert_eq!(s.solution.config.to_string(), "t16", "a config find skips is not the model's pick");
     assert_eq!(rt.runs(), 0, "fast mode never runs a candidate");
     std::fs::remove_dir_all(dir).unwrap();
 }

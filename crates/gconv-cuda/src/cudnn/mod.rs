@@ -140,6 +140,18 @@ impl Cudnn {
         Ok(listed.all.iter().filter(|c| wanted.contains(&c.config)).map(|c| c.config.clone()).collect())
     }
 
+    /// Of `wanted`, the configs the quick listing names, in listing order, then the
+    /// default-knob engines [`Self::configs_among`] would ask about, unconfirmed.
+    pub fn configs_to_rank(&self, p: &ConvProblem, wanted: &HashSet<Config>) -> Result<Vec<Config>> {
+        let listed = self.quick_candidates(p)?;
+        let mut configs: Vec<Config> =
+            listed.all.iter().filter(|c| wanted.contains(&c.config)).map(|c| c.config.clone()).collect();
+        for engine in listed.engines_to_ask(wanted) {
+            configs.push(Tag { engine, knobs: vec![] }.to_config()?);
+        }
+        Ok(configs)
+    }
+
     /// The listing to `depth` or deeper: kept by the process, else cached on disk, else asked
     /// of cuDNN (and then cached).
     fn listing(&self, p: &ConvProblem, depth: Depth) -> Result<Arc<Candidates>> {

@@ -59,6 +59,12 @@ impl Solver for CudnnSolver {
         self.library.configs_among(p, wanted).unwrap_or_default()
     }
 
+    /// Heuristics A and FALLBACK's configs of `wanted`, then its default-knob engines not asked
+    /// about yet, unconfirmed.
+    fn configs_to_rank(&self, p: &ConvProblem, wanted: &HashSet<Config>) -> Vec<Config> {
+        self.library.configs_to_rank(p, wanted).unwrap_or_default()
+    }
+
     fn find_times_every_config(&self) -> bool {
         true
     }
