@@ -215,10 +215,11 @@ pub fn guided_candidates<'r>(
             continue;
         }
         let known = known_config(db, rt.device_key(), solver, p)?;
-        let config = if known.origin == ConfigOrigin::Tuned { known.config } else { candidate.config.clone() };
+        let tuned = known.origin == ConfigOrigin::Tuned;
+        let config = if tuned { known.config } else { candidate.config.clone() };
         // A library's config the ranking left unconfirmed is asked about before find's skips
         // are read and its plan is checked (which may compile it).
-        if solver.find_times_every_config() && !lists(solver, p, &config) {
+        if !tuned && solver.find_times_every_config() && !lists(solver, p, &config, false) {
             continue;
         }
         if skip(solver, p, &config, opts).is_some() || solver.check_config(p, &config).is_err() {
@@ -239,10 +240,11 @@ pub fn guided_candidates<'r>(
 
 /// Whether a library lists `config` for the problem: where its quick listing (what a model's
 /// ranking asked for) names it, or it names it when asked alone, without listing every
-/// source; else in its full listing (a tuned config may come from any source).
-pub(crate) fn lists(solver: &dyn Solver, p: &ConvProblem, config: &Config) -> bool {
+/// source; with `any_source` (a tuned config may come from any), else where its full listing
+/// does. A model's config never needs the full listing: it is trained on the quick one's.
+pub(crate) fn lists(solver: &dyn Solver, p: &ConvProblem, config: &Config, any_source: bool) -> bool {
     let wanted = HashSet::from([config.clone()]);
-    !solver.configs_among(p, &wanted).is_empty() || solver.configs(p).any(|c| c == *config)
+    !solver.configs_among(p, &wanted).is_empty() || (any_source && solver.configs(p).any(|c| c == *config))
 }
 
 /// Measures `candidates` (verified) and ranks them like find; nothing is stored, since a

@@ -226,7 +226,7 @@ fn by_model(
             _ => (candidate.config.clone(), ConfigOrigin::Predicted),
         };
         if solver.find_times_every_config()
-            && (!lists(solver, p, &config)
+            && (!lists(solver, p, &config, origin == ConfigOrigin::Tuned)
                 || (origin == ConfigOrigin::Predicted && solver.find_skips(p, &config).is_some()))
         {
             continue;
