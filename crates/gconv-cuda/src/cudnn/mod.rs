@@ -144,12 +144,9 @@ impl Cudnn {
     /// default-knob engines [`Self::configs_among`] would ask about, unconfirmed.
     pub fn configs_to_rank(&self, p: &ConvProblem, wanted: &HashSet<Config>) -> Result<Vec<Config>> {
         let listed = self.quick_candidates(p)?;
-        let mut configs: Vec<Config> =
-            listed.all.iter().filter(|c| wanted.contains(&c.config)).map(|c| c.config.clone()).collect();
-        for engine in listed.engines_to_ask(wanted) {
-            configs.push(Tag { engine, knobs: vec![] }.to_config()?);
-        }
-        Ok(configs)
+        let named = listed.all.iter().filter(|c| wanted.contains(&c.config)).map(|c| c.config.clone());
+        let unasked = listed.engines_to_ask(wanted).into_iter();
+        Ok(named.chain(unasked.filter_map(|engine| Tag { engine, knobs: vec![] }.to_config().ok())).collect())
     }
 
     /// The listing to `depth` or deeper: kept by the process, else cached on disk, else asked
