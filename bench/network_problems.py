@@ -35,10 +35,19 @@ def main():
     parser.add_argument("nets", nargs="+")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--layout", choices=["NCHW", "NHWC"], default="NHWC", help="NCHW or NHWC (1D and 3D keys take the matching family)")
+    parser.add_argument("--exclude", action="append", default=[], metavar="FILE",
+                        help="leave out the shapes of this problem file (repeatable): another set's, such as the held-out networks'")
     args = parser.parse_args()
     channels_last = args.layout == "NHWC"
     seen = set()
-    print(f"# bench/network_problems.py {' '.join(args.nets)} --batch {args.batch} --layout {args.layout}")
+    for path in args.exclude:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("v1:"):
+                    _, _, _, layout, rest = line.strip().split(":", 4)
+                    seen.add((layout, rest))
+    excluded = "".join(f" --exclude {path}" for path in args.exclude)
+    print(f"# bench/network_problems.py {' '.join(args.nets)} --batch {args.batch} --layout {args.layout}{excluded}")
     for name in args.nets:
         for shape in shapes(name):
             dtype, layout, rest = shape.split(":", 2)

@@ -10,7 +10,7 @@ other operations (activations, pooling, additions, concatenations). A line `outp
 names the convolutions whose outputs reach the network's output without another convolution.
 Keys are forward fp32 NCHW-family at batch 1; gconv sets the batch, dtype, layout and direction.
 
-Usage: python3 make_nets.py OUT_DIR
+Usage: python3 make_nets.py OUT_DIR [NAME...]   (every network, or those named)
 """
 import sys
 
@@ -29,6 +29,16 @@ NETS = {
     "inception_v3": ("Inception-v3", lambda: torchvision.models.inception_v3(weights=None, aux_logits=False, init_weights=False), (3, 299, 299)),
     "squeezenet1_1": ("SqueezeNet 1.1", lambda: torchvision.models.squeezenet1_1(weights=None), (3, 224, 224)),
     "r3d_18": ("R3D-18", lambda: torchvision.models.video.r3d_18(weights=None), (3, 16, 112, 112)),
+    "resnet18": ("ResNet-18", lambda: torchvision.models.resnet18(weights=None), (3, 224, 224)),
+    "wide_resnet50_2": ("Wide ResNet-50-2", lambda: torchvision.models.wide_resnet50_2(weights=None), (3, 224, 224)),
+    "vgg16": ("VGG-16", lambda: torchvision.models.vgg16(weights=None), (3, 224, 224)),
+    "densenet121": ("DenseNet-121", lambda: torchvision.models.densenet121(weights=None), (3, 224, 224)),
+    "shufflenet_v2_x1_0": ("ShuffleNetV2 1.0x", lambda: torchvision.models.shufflenet_v2_x1_0(weights=None), (3, 224, 224)),
+    "mnasnet1_0": ("MNASNet 1.0", lambda: torchvision.models.mnasnet1_0(weights=None), (3, 224, 224)),
+    "mobilenet_v3_large": ("MobileNetV3-Large", lambda: torchvision.models.mobilenet_v3_large(weights=None), (3, 224, 224)),
+    "regnet_y_800mf": ("RegNetY-800MF", lambda: torchvision.models.regnet_y_800mf(weights=None), (3, 224, 224)),
+    "efficientnet_v2_s": ("EfficientNetV2-S", lambda: torchvision.models.efficientnet_v2_s(weights=None), (3, 384, 384)),
+    "r2plus1d_18": ("R(2+1)D-18", lambda: torchvision.models.video.r2plus1d_18(weights=None), (3, 16, 112, 112)),
 }
 
 
@@ -86,8 +96,13 @@ def layers(model, shape):
 
 
 def main():
-    out = sys.argv[1]
+    out, named = sys.argv[1], sys.argv[2:]
+    unknown = [n for n in named if n not in NETS]
+    if unknown:
+        sys.exit(f"no network {', '.join(unknown)} (known: {', '.join(NETS)})")
     for name, (title, make, shape) in NETS.items():
+        if named and name not in named:
+            continue
         lines = layers(make(), shape)
         with open(f"{out}/{name}.txt", "w") as f:
             f.write(f"# {title} (torchvision {torchvision.__version__}), input {'x'.join(map(str, shape))}: "
