@@ -147,8 +147,9 @@ const INTERLEAVED: usize = 16;
 /// The trees laid out for walking without branches, each as a complete binary tree of its
 /// depth: a split's children are at 2i + 1 and 2i + 2 of its tree's splits, so a row walks
 /// exactly as many steps as the tree is deep, each next split computed rather than loaded, and
-/// a leaf above the last level fills every leaf below it. Half the bytes of the nodes as
-/// trained (8 a split, 4 a leaf, no child links), so more of a model stays in cache.
+/// a leaf above the last level fills every leaf below it. 8 bytes a split and 4 a leaf, no
+/// child links: the H200's 600-tree models take 55% of the bytes of their trained nodes, so
+/// more of a model stays in cache.
 #[derive(Debug, Clone)]
 pub struct Walk {
     base: f64,
