@@ -91,6 +91,14 @@ impl Candidates {
         engines
     }
 
+    /// Of `wanted`, the configs listed, in listing order, then the default-knob engines not
+    /// asked about yet, unconfirmed: what a ranking may weigh without asking cuDNN more.
+    pub(super) fn to_rank(&self, wanted: &HashSet<Config>) -> Vec<Config> {
+        let named = self.all.iter().filter(|c| wanted.contains(&c.config)).map(|c| c.config.clone());
+        let unasked = self.engines_to_ask(wanted).into_iter();
+        named.chain(unasked.filter_map(|engine| Tag { engine, knobs: vec![] }.to_config().ok())).collect()
+    }
+
     /// Adds `config` from `source` (or the source to its notes, where listed already); `None`
     /// where exact fp32 cannot use it or it has no tag.
     fn push(&mut self, p: &ConvProblem, config: EngineConfig, source: &str) -> Option<Config> {
@@ -274,7 +282,11 @@ mod tests {
             ["eng4", "eng7", "eng9", "eng12", "eng28_k2=3", "eng31_k2=1"].iter().map(|t| t.parse().unwrap()).collect();
         // eng4 is listed, eng7 asked already, eng31 has knobs (only heuristics name those).
         assert_eq!(quick.engines_to_ask(&wanted), [9, 12]);
+        // A ranking weighs the listed configs it wants, then those engines, unconfirmed.
+        let ranked: Vec<String> = quick.to_rank(&wanted).iter().map(Config::to_string).collect();
+        assert_eq!(ranked, ["eng28_k2=3", "eng4", "eng9", "eng12"]);
         let full = Candidates { quick: false, ..quick };
         assert!(full.engines_to_ask(&wanted).is_empty(), "a full listing asked every engine");
+        assert_eq!(full.to_rank(&wanted).len(), 2, "and ranks only what it lists");
     }
 }

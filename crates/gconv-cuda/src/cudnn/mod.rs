@@ -143,10 +143,7 @@ impl Cudnn {
     /// Of `wanted`, the configs the quick listing names, in listing order, then the
     /// default-knob engines [`Self::configs_among`] would ask about, unconfirmed.
     pub fn configs_to_rank(&self, p: &ConvProblem, wanted: &HashSet<Config>) -> Result<Vec<Config>> {
-        let listed = self.quick_candidates(p)?;
-        let named = listed.all.iter().filter(|c| wanted.contains(&c.config)).map(|c| c.config.clone());
-        let unasked = listed.engines_to_ask(wanted).into_iter();
-        Ok(named.chain(unasked.filter_map(|engine| Tag { engine, knobs: vec![] }.to_config().ok())).collect())
+        Ok(self.quick_candidates(p)?.to_rank(wanted))
     }
 
     /// The listing to `depth` or deeper: kept by the process, else cached on disk, else asked
