@@ -241,7 +241,8 @@ pub fn guided_candidates<'r>(
 /// Whether a library lists `config` for the problem: where its quick listing (what a model's
 /// ranking asked for) names it, or it names it when asked alone, without listing every
 /// source; with `any_source` (a tuned config may come from any), else where its full listing
-/// does. A model's config never needs the full listing: it is trained on the quick one's.
+/// does. A predicted config never needs the full listing: a ranking weighs only configs the
+/// quick listing names or the library is asked about alone.
 pub(crate) fn lists(solver: &dyn Solver, p: &ConvProblem, config: &Config, any_source: bool) -> bool {
     let wanted = HashSet::from([config.clone()]);
     !solver.configs_among(p, &wanted).is_empty() || (any_source && solver.configs(p).any(|c| c == *config))
