@@ -119,14 +119,15 @@ impl Forest {
         let mut parents = vec![0u32; self.nodes.len()];
         self.roots.iter().for_each(|&r| parents[r as usize] += 1);
         for (i, node) in self.nodes.iter().enumerate() {
+            if node.0 == LEAF {
+                continue;
+            }
             let children = [node.2, node.3];
             let feature = (node.0 & !MISSING_LEFT) as usize;
-            if node.0 != LEAF && (feature >= width || children.iter().any(|&c| c as usize <= i || c >= count)) {
+            if feature >= width || children.iter().any(|&c| c as usize <= i || c >= count) {
                 return Err(format!("node {i} splits on column {feature} or names a child out of order"));
             }
-            if node.0 != LEAF {
-                children.iter().for_each(|&c| parents[c as usize] += 1);
-            }
+            children.iter().for_each(|&c| parents[c as usize] += 1);
         }
         if let Some(i) = parents.iter().position(|&n| n != 1) {
             return Err(format!("node {i} is reached {} times, not once (from a root or a parent)", parents[i]));

@@ -91,12 +91,18 @@ impl Candidates {
         engines
     }
 
-    /// Of `wanted`, the configs listed, in listing order, then the default-knob engines not
-    /// asked about yet, unconfirmed: what a ranking may weigh without asking cuDNN more.
+    /// Of `wanted`, the configs listed, in listing order.
+    pub(super) fn among(&self, wanted: &HashSet<Config>) -> Vec<Config> {
+        self.all.iter().filter(|c| wanted.contains(&c.config)).map(|c| c.config.clone()).collect()
+    }
+
+    /// [`Self::among`], then the default-knob engines of `wanted` not asked about yet,
+    /// unconfirmed: what a ranking may weigh without asking cuDNN more.
     pub(super) fn to_rank(&self, wanted: &HashSet<Config>) -> Vec<Config> {
-        let named = self.all.iter().filter(|c| wanted.contains(&c.config)).map(|c| c.config.clone());
         let unasked = self.engines_to_ask(wanted).into_iter();
-        named.chain(unasked.filter_map(|engine| Tag { engine, knobs: vec![] }.to_config().ok())).collect()
+        let mut configs = self.among(wanted);
+        configs.extend(unasked.filter_map(|engine| Tag { engine, knobs: vec![] }.to_config().ok()));
+        configs
     }
 
     /// Adds `config` from `source` (or the source to its notes, where listed already); `None`

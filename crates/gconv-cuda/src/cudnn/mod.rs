@@ -137,7 +137,7 @@ impl Cudnn {
             })?;
             listed = self.store(p, grown.indexed());
         }
-        Ok(listed.all.iter().filter(|c| wanted.contains(&c.config)).map(|c| c.config.clone()).collect())
+        Ok(listed.among(wanted))
     }
 
     /// Of `wanted`, the configs the quick listing names, in listing order, then the
