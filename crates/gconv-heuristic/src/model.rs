@@ -18,8 +18,11 @@ use crate::problems::class_of;
 use crate::train::Manifest;
 use crate::{Error, Result};
 
-/// Bumped when the file's layout changes.
-pub const MODEL_FORMAT: u32 = 1;
+/// Bumped when the file's layout changes: 2 stores the trees level by level (`Forest`).
+pub const MODEL_FORMAT: u32 = 2;
+
+/// Formats this gconv reads: 1's trees, nodes with child links, load as they are.
+const READ_FORMATS: [u32; 2] = [1, MODEL_FORMAT];
 
 /// How selection narrows a problem's candidates: every candidate walks the first 30 trees; the
 /// 16 they predict fastest and the 2 fastest of each solver walk on to tree 100; of those, the
@@ -193,9 +196,9 @@ impl Model {
     pub fn from_json(text: &str, origin: &str) -> Result<Self> {
         let bad = |reason: String| Error::BadModel { origin: origin.to_string(), reason };
         let model: Model = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
-        if model.format != MODEL_FORMAT || model.spec.version != FEATURE_VERSION {
+        if !READ_FORMATS.contains(&model.format) || model.spec.version != FEATURE_VERSION {
             return Err(bad(format!(
-                "written in model format {} with features v{}; this gconv reads format {MODEL_FORMAT}, features v{FEATURE_VERSION} (retrain with `gconv train`)",
+                "written in model format {} with features v{}; this gconv reads formats {READ_FORMATS:?}, features v{FEATURE_VERSION} (retrain with `gconv train`)",
                 model.format, model.spec.version
             )));
         }

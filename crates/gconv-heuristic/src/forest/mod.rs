@@ -11,6 +11,8 @@ use std::sync::OnceLock;
 use forust_ml::GradientBooster;
 use serde::{Deserialize, Serialize};
 
+mod store;
+
 /// 16 bytes, so a tree's nodes share few cache lines: a split sends a row left when its feature
 /// (as f32) is below the threshold, and a NaN feature the way the `MISSING_LEFT` bit of the
 /// feature says; a leaf (feature `LEAF`) holds its value in the threshold.
@@ -23,14 +25,14 @@ pub const MAX_DEPTH: usize = 16;
 const LEAF: u32 = u32::MAX;
 const MISSING_LEFT: u32 = 1 << 31;
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// Stored level by level (`store.rs`); held with child links, which training and checks use.
+#[derive(Debug, Clone)]
 pub struct Forest {
     base: f64,
     /// Index of each tree's root in `nodes`.
     roots: Vec<u32>,
     nodes: Vec<Node>,
     /// The nodes laid out for walking, made on the first prediction.
-    #[serde(skip)]
     walk: OnceLock<Walk>,
 }
 
@@ -405,6 +407,8 @@ mod tests {
         booster.fit(&matrix, &y, &vec![1.0; rows], None).unwrap();
         let forest = Forest::from_booster(&booster);
         forest.check(2).unwrap();
+        let stored = serde_json::to_string(&forest).unwrap();
+        assert_eq!(serde_json::from_str::<Forest>(&stored).unwrap(), forest, "trained trees are held level by level");
         let by_rows: Vec<f64> = (0..rows).flat_map(|i| [x0[i], x1[i]]).collect();
         let mut ours = Vec::new();
         forest.predict(&by_rows, 2, &mut ours);
