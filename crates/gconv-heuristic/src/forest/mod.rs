@@ -341,11 +341,10 @@ mod tests {
         sum
     }
 
-    #[test]
-    fn the_level_walk_adds_the_leaves_a_walk_of_the_nodes_reaches() {
-        let lopsided = Forest {
+    /// A lone leaf, and a split whose right side splits again (depth 2, a leaf at level 1).
+    pub(super) fn lopsided() -> Forest {
+        Forest {
             base: 0.5,
-            // A lone leaf; a split whose right side splits again (depth 2, a leaf at level 1).
             roots: vec![0, 1],
             nodes: vec![
                 Node(LEAF, 2.0, 0, 0),
@@ -356,7 +355,12 @@ mod tests {
                 Node(LEAF, 11.0, 0, 0),
             ],
             walk: OnceLock::new(),
-        };
+        }
+    }
+
+    #[test]
+    fn the_level_walk_adds_the_leaves_a_walk_of_the_nodes_reaches() {
+        let lopsided = lopsided();
         lopsided.check(2).unwrap();
         let mut rows = Vec::new();
         for i in 0..21 {

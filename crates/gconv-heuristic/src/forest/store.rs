@@ -136,24 +136,13 @@ impl Forest {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::lopsided;
     use super::super::MISSING_LEFT;
     use super::*;
 
     #[test]
     fn a_forest_is_stored_level_by_level_and_reads_back_the_same() {
-        let forest = Forest {
-            base: 0.5,
-            roots: vec![0, 1],
-            nodes: vec![
-                Node(LEAF, 2.0, 0, 0),
-                Node(1 | MISSING_LEFT, 0.5, 2, 3),
-                Node(LEAF, -1.0, 0, 0),
-                Node(0, 3.0, 4, 5),
-                Node(LEAF, 7.0, 0, 0),
-                Node(LEAF, 11.0, 0, 0),
-            ],
-            walk: OnceLock::new(),
-        };
+        let forest = lopsided();
         let text = serde_json::to_string(&forest).unwrap();
         assert_eq!(
             text,
