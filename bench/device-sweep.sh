@@ -7,8 +7,9 @@
 #   bench/device-sweep.sh PROBLEMS DTYPE NAME SECONDS [sweep options...]   # ends by SECONDS + a problem's time
 #   bench/device-sweep.sh data/problems/h200-synthetic-train.txt bf16 h200-train-bf16 480 --early-stop --configs-per-solver 16
 #
-# Prepare here: ../shared/tools/device-pack -p gconv-cli; gzip -9 .device/bin/*; carry .device
-# without the wheels and test executables (the tree that travels holds 64 MiB).
+# Prepare here: ../shared/tools/device-pack -p gconv-cli; xz -9 .device/bin/* (or gzip -9: xz
+# takes a fifth less, the gconv binary embedding the models); carry .device without the wheels
+# and test executables (the tree that travels holds 64 MiB).
 # $OUT/NAME.log has the sweep's output and, last, the rows it added and the rate per second.
 # Each call starts on a fresh machine with no kernels built: the kernel cache comes back as
 # $OUT/kernels.tar.gz (where under 15 MiB), and one copied here as .device/kernels.tar.gz is
@@ -21,6 +22,10 @@ problems=$1 dtype=$2 name=$3 seconds=$4
 shift 4
 cd "$(dirname "$0")/.."
 for f in .device/bin/*.gz; do [ -e "$f" ] && gunzip -f "$f"; done
+# python3's lzma: the GPU machine has Python (for PyTorch) where the xz tool may be missing.
+for f in .device/bin/*.xz; do
+  [ -e "$f" ] && python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[1][:-3], 'wb'))" "$f" && rm "$f"
+done
 chmod +x .device/bin/*
 kernels=${XDG_CACHE_HOME:-$HOME/.cache}/gconv/kernels
 mkdir -p "$kernels"
